@@ -1,3 +1,38 @@
-"""tierlm: share one inference device between a person chatting and background work."""
+"""tierlm: share one inference device between a person chatting and background work.
+
+A person chatting never waits behind background work; background producers
+share the rest fairly; overdue cron work is promoted; extraction stays within its
+budget; and a model swap is spent only when it is worth it. See DESIGN.md.
+"""
+
+from tierlm.core.classes import Budget, TaskClass, Tier, default_classes
+from tierlm.core.config import SchedulerConfig
+from tierlm.core.jobs import Foreground
+from tierlm.handles import JobContext, JobHandle, JobState
+from tierlm.runners.protocol import Cancelled, CancelReason, CancelToken, RunnerError
+from tierlm.scheduler import Scheduler, SchedulerClosedError
+from tierlm.snapshot import EventKind, JobInfo, SchedulerEvent, SchedulerSnapshot
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Budget",
+    "CancelReason",
+    "CancelToken",
+    "Cancelled",
+    "EventKind",
+    "Foreground",
+    "JobContext",
+    "JobHandle",
+    "JobInfo",
+    "JobState",
+    "RunnerError",
+    "Scheduler",
+    "SchedulerClosedError",
+    "SchedulerConfig",
+    "SchedulerEvent",
+    "SchedulerSnapshot",
+    "TaskClass",
+    "Tier",
+    "default_classes",
+]

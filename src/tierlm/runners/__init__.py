@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.protocol import (
+    Cancelled,
     CancelReason,
     CancelToken,
-    Cancelled,
     GenerationRequest,
     Message,
     Runner,

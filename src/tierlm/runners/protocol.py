@@ -9,6 +9,7 @@ runners import nothing else from tierlm (DESIGN §1 dependency rules).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,10 +112,8 @@ class CancelToken:
         self._callbacks.append(callback)
 
         def remove() -> None:
-            try:
+            with contextlib.suppress(ValueError):  # already called, or removed twice
                 self._callbacks.remove(callback)
-            except ValueError:
-                pass
 
         return remove
 

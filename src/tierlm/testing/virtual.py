@@ -41,13 +41,9 @@ class _VirtualSelector(selectors.SelectSelector):
         super().__init__()
         self.clock = 0.0
 
-    def select(
-        self, timeout: float | None = None
-    ) -> list[tuple[selectors.SelectorKey, int]]:
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None:
-            raise VirtualDeadlock(
-                "virtual time: all tasks are waiting and no timer is scheduled"
-            )
+            raise VirtualDeadlock("virtual time: all tasks are waiting and no timer is scheduled")
         # asyncio caps one wait at 24 h (MAXIMUM_SELECT_TIMEOUT); the loop simply
         # comes back for the rest, so any timeout is exact.
         self.clock += max(0.0, timeout)

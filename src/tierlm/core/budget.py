@@ -1,0 +1,83 @@
+"""Rolling-window accounting of busy device time for a budgeted class.
+
+DESIGN §4 budget: a class's share is its busy time over all busy time in the
+last ``window`` seconds, counted continuously, including the running job's
+elapsed time (not only at completion, or one long job could overrun the cap
+unseen). Idle time counts for no one.
+
+One device runs one job at a time, so busy intervals never overlap and arrive in
+order: at most one interval straddles the window's start. Keeping running sums
+and trimming from the left makes every query O(1) amortised.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = ["BudgetMeter"]
+
+
+class BudgetMeter:
+    """Busy time of one class against all busy time, over a rolling window."""
+
+    __slots__ = ("_intervals", "_mine_total", "_running", "_total", "window")
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        # (start, end, mine) of ended runs, oldest first.
+        self._intervals: deque[tuple[float, float, bool]] = deque()
+        self._total = 0.0
+        self._mine_total = 0.0
+        self._running: tuple[float, bool] | None = None
+
+    def start(self, now: float, mine: bool) -> None:
+        """The device became busy (a job was dispatched, its swap included)."""
+        self._running = (now, mine)
+
+    def stop(self, now: float) -> None:
+        """The running job ended."""
+        if self._running is None:
+            return
+        start, mine = self._running
+        self._running = None
+        if now > start:
+            self._intervals.append((start, now, mine))
+            self._total += now - start
+            if mine:
+                self._mine_total += now - start
+
+    def _trim(self, cutoff: float) -> None:
+        intervals = self._intervals
+        while intervals and intervals[0][1] <= cutoff:
+            start, end, mine = intervals.popleft()
+            self._total -= end - start
+            if mine:
+                self._mine_total -= end - start
+        if not intervals:
+            # Re-zero to shed floating-point drift from long add/subtract chains.
+            self._total = self._mine_total = 0.0
+
+    def usage(self, now: float) -> tuple[float, float]:
+        """(this class's busy seconds, all busy seconds) in ``(now - window, now]``."""
+        cutoff = now - self.window
+        self._trim(cutoff)
+        mine_total, total = self._mine_total, self._total
+        if self._intervals:
+            start, _end, mine = self._intervals[0]
+            if start < cutoff:  # the one interval that straddles the window start
+                total -= cutoff - start
+                if mine:
+                    mine_total -= cutoff - start
+        if self._running is not None:
+            start, mine = self._running
+            part = now - max(start, cutoff)
+            if part > 0:
+                total += part
+                if mine:
+                    mine_total += part
+        return max(0.0, mine_total), max(0.0, total)
+
+    def share(self, now: float) -> float:
+        """This class's share of busy time in the window (0 when nothing ran)."""
+        mine, total = self.usage(now)
+        return mine / total if total > 0 else 0.0

@@ -1,0 +1,54 @@
+"""The policy's view of a job and of the foreground (pure data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tierlm.core.classes import TaskClass
+
+__all__ = ["Foreground", "Job", "Subject"]
+
+Subject = str | int
+"""What a foreground or a job is about: a note id, a Gana id (DESIGN §6.2)."""
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    """A unit of device work as the policy sees it.
+
+    ``id`` is the submit order: FIFO tiers order by it, so a re-queued job, which
+    keeps its id, goes back to the front of its tier (DESIGN §4 re-queue).
+    ``submitted_at`` is the first submit, so waiting time survives re-queues
+    (the ``max_affinity_wait`` starvation bound counts from it).
+    """
+
+    id: int
+    task_class: TaskClass
+    model_id: str
+    producer: str
+    subject: Subject | None
+    deadline: float | None
+    submitted_at: float
+
+    @property
+    def class_name(self) -> str:
+        return self.task_class.name
+
+    def __repr__(self) -> str:
+        return (
+            f"<Job #{self.id} {self.class_name} model={self.model_id!r} producer={self.producer!r}>"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Foreground:
+    """The surface a person is looking at: a class, optionally one subject."""
+
+    class_name: str
+    subject: Subject | None = None
+
+    def matches(self, job: Job) -> bool:
+        """DESIGN §4 rule 2: same class, and no subject or the same subject."""
+        return job.class_name == self.class_name and (
+            self.subject is None or job.subject == self.subject
+        )

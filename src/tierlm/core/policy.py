@@ -1,0 +1,76 @@
+"""The policy interface: what the asyncio shell asks of a scheduling policy.
+
+Every policy, ours (`TieredPolicy`) and the baselines the simulator compares it
+with, implements this, so every comparison runs through the same shell
+(DESIGN §1). A policy is sans-I/O: time is an argument, it never reads a clock,
+never awaits, never touches a runner. The shell tells it what happened and asks
+it what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+from tierlm.core.classes import TaskClass
+from tierlm.core.jobs import Foreground, Job
+
+__all__ = ["Policy"]
+
+
+class Policy(Protocol):
+    """A scheduling policy for one device that holds one model at a time."""
+
+    @property
+    def name(self) -> str:
+        """Short name for tables and charts ("tierlm", "fifo", ...)."""
+
+    @property
+    def classes(self) -> Mapping[str, TaskClass]:
+        """The task classes the policy knows."""
+
+    def submit(self, job: Job, now: float) -> None:
+        """A new job enters the queue."""
+
+    def remove(self, job: Job, now: float) -> None:
+        """A queued job leaves the queue without running (its caller cancelled)."""
+
+    def requeue(self, job: Job, now: float) -> None:
+        """A preempted job goes back to the queue (after ``finished``)."""
+
+    def set_foreground(self, foreground: Foreground | None, now: float) -> None:
+        """The surface the person looks at changed (None: no AI surface open)."""
+
+    def pick(self, now: float, loaded_model: str | None) -> Job | None:
+        """The device is free: the job to run next, removed from the queue.
+
+        None means run nothing now (empty, or waiting for a better moment such
+        as the end of a chat grace period; ``next_wakeup`` says when).
+        """
+
+    def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
+        """Whether to stop ``running`` at its next token boundary."""
+
+    def started(self, job: Job, now: float) -> None:
+        """``job`` was dispatched (its swap, if any, starts now)."""
+
+    def finished(self, job: Job, now: float) -> None:
+        """``job`` stopped running: completed, failed, cancelled or preempted."""
+
+    def next_wakeup(self, now: float) -> float | None:
+        """The next time the policy's answer may change with no event (or None)."""
+
+    def tier(self, job: Job, now: float) -> int:
+        """The job's effective tier now (for snapshots and metrics)."""
+
+    def queued(self) -> Iterator[Job]:
+        """Every queued job, in no particular order."""
+
+    def __len__(self) -> int:
+        """How many jobs are queued."""
+
+    def vruntimes(self, now: float) -> dict[str, float]:
+        """Per-producer virtual runtime, where the policy keeps one."""
+
+    def budget_shares(self, now: float) -> dict[str, float]:
+        """Per budgeted class, its share of busy time in its window."""

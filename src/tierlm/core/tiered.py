@@ -1,0 +1,354 @@
+"""tierlm's policy: tiers, foreground, EDF, budgets, CFS fair pool, affinity.
+
+A pure state machine (DESIGN §1 core): the shell passes time in and tells it
+what happened; it answers what to run and whether to preempt. Every rule cites
+DESIGN §4, the normative statement of what it implements.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator, Mapping
+
+from tierlm.core.budget import BudgetMeter
+from tierlm.core.classes import TaskClass, Tier
+from tierlm.core.config import SchedulerConfig
+from tierlm.core.fairness import FairPool
+from tierlm.core.jobs import Foreground, Job
+from tierlm.core.queues import ClassQueue, Live, ModelQueue
+
+__all__ = ["TieredPolicy"]
+
+# (tier, order key, job id): the smaller, the sooner. Keys are compared only
+# within one tier: (id,) for FIFO tiers, (deadline, id) for T3, (vruntime, id) T4.
+_Candidate = tuple[int, tuple[float, ...], int]
+
+
+class TieredPolicy:
+    """The tiered policy of DESIGN §4."""
+
+    name = "tierlm"
+
+    def __init__(
+        self,
+        classes: Mapping[str, TaskClass],
+        config: SchedulerConfig | None = None,
+    ) -> None:
+        self.classes = dict(classes)
+        self.config = config or SchedulerConfig()
+        self.fair = FairPool(
+            decay_period=self.config.decay_period,
+            idle_reset=self.config.idle_reset,
+            weights=self.config.weights,
+        )
+        self.foreground: Foreground | None = None
+        self._jobs: dict[int, Job] = {}
+        self._live: Live = {}
+        self._version = 0
+        self._models: dict[str, ModelQueue] = {}
+        # T4 jobs whose deadline is still ahead: (deadline, id, version).
+        self._pending_deadlines: list[tuple[float, int, int]] = []
+        self._meters: dict[str, BudgetMeter] = {
+            name: BudgetMeter(c.budget.window) for name, c in self.classes.items() if c.budget
+        }
+        self._running: Job | None = None
+        self._running_since = 0.0
+        self._last_chat_end: dict[str, float] = {}
+        # Times at which the last decision would change by itself (next_wakeup).
+        self._affinity_expiry: float | None = None
+        self._grace_expiry: float | None = None
+
+    # -- events ---------------------------------------------------------------
+
+    def submit(self, job: Job, now: float) -> None:
+        self._advance(now)
+        if job.task_class.fair:
+            self.fair.job_arrived(job.producer, now)
+        self._enqueue(job, now)
+
+    def requeue(self, job: Job, now: float) -> None:
+        """DESIGN §4 re-queue: back to the front of its tier (it keeps its id)."""
+        self._advance(now)
+        if job.task_class.fair:
+            self.fair.job_arrived(job.producer, now)
+        self._enqueue(job, now)
+
+    def remove(self, job: Job, now: float) -> None:
+        if job.id not in self._live:
+            return
+        self._dequeue(job)
+        if job.task_class.fair:
+            self.fair.job_left(job.producer, now)
+
+    def set_foreground(self, foreground: Foreground | None, now: float) -> None:
+        self._advance(now)
+        self.foreground = foreground
+
+    def started(self, job: Job, now: float) -> None:
+        self._running = job
+        self._running_since = now
+        for name, meter in self._meters.items():
+            meter.start(now, job.class_name == name)
+
+    def finished(self, job: Job, now: float) -> None:
+        self._advance(now)
+        for meter in self._meters.values():
+            meter.stop(now)
+        if job.task_class.fair:
+            # DESIGN §4 fair pool: "you ran, you pay", cancelled or not, swap included.
+            self.fair.charge(job.producer, now - self._running_since)
+            self.fair.job_left(job.producer, now)
+        if job.task_class.tier == Tier.T0:
+            self._last_chat_end[job.model_id] = now
+        self._running = None
+
+    # -- queue bookkeeping ----------------------------------------------------
+
+    def _enqueue(self, job: Job, now: float) -> None:
+        self._version += 1
+        version = self._version
+        self._jobs[job.id] = job
+        self._live[job.id] = version
+        model = self._models.get(job.model_id)
+        if model is None:
+            model = self._models[job.model_id] = ModelQueue(self._live)
+        queue = model.queue_for(job.task_class)
+        queue.add(job, version, self.fair.get(job.producer))
+        model.count += 1
+        if job.task_class.tier == Tier.T4 and job.deadline is not None:
+            if job.deadline <= now:
+                queue.mark_overdue(job, version)
+            else:
+                heapq.heappush(self._pending_deadlines, (job.deadline, job.id, version))
+
+    def _dequeue(self, job: Job) -> None:
+        del self._live[job.id]
+        del self._jobs[job.id]
+        model = self._models[job.model_id]
+        model.by_class[job.class_name].removed(job)
+        model.count -= 1
+        if model.count == 0:
+            del self._models[job.model_id]
+
+    def _advance(self, now: float) -> None:
+        """Apply what time alone changed: decay, deadlines that passed."""
+        self.fair.advance(now)
+        pending = self._pending_deadlines
+        while pending and pending[0][0] <= now:
+            _deadline, job_id, version = heapq.heappop(pending)
+            if self._live.get(job_id) == version:
+                job = self._jobs[job_id]
+                self._models[job.model_id].by_class[job.class_name].mark_overdue(job, version)
+
+    # -- tiers and order ------------------------------------------------------
+
+    def tier(self, job: Job, now: float) -> int:
+        """DESIGN §4 effective tier, rules 1 to 5 in order."""
+        base = job.task_class.tier
+        if base == Tier.T0:
+            return Tier.T0
+        if self.foreground is not None and self.foreground.matches(job):
+            return Tier.T1
+        if base != Tier.T4:
+            return base
+        if job.deadline is not None and now >= job.deadline:
+            return Tier.T3
+        return Tier.T4
+
+    def _candidate(self, job: Job, now: float, skip: frozenset[str]) -> _Candidate | None:
+        """The order key of one job (the running one, DESIGN §4 preemption)."""
+        tier = self.tier(job, now)
+        if tier >= Tier.T2 and job.class_name in skip:
+            return None
+        if tier == Tier.T3:
+            deadline = job.deadline if job.deadline is not None else math.inf
+            return (tier, (deadline, job.id), job.id)
+        if tier == Tier.T4:
+            return (tier, (self.fair.get(job.producer), job.id), job.id)
+        return (tier, (job.id,), job.id)
+
+    def _best_in(self, model: ModelQueue, skip: frozenset[str]) -> _Candidate | None:
+        """The best queued job of one model: lowest tier, then the tier's order."""
+        best: _Candidate | None = None
+        foreground = self.foreground
+        for queue in model.by_class.values():
+            if queue.count == 0:
+                continue
+            task_class = queue.task_class
+            candidate: _Candidate | None = None
+            if task_class.tier == Tier.T0:
+                oldest = queue.oldest()
+                if oldest is not None:
+                    candidate = (Tier.T0, (oldest,), oldest)
+            else:
+                if foreground is not None and foreground.class_name == task_class.name:
+                    # Rule 2: the foreground's jobs are T1 whatever their budget
+                    # (a person is looking at them). If any match, the class's
+                    # other jobs (lower tiers) cannot beat them.
+                    if foreground.subject is None:
+                        oldest = queue.oldest()
+                    else:
+                        oldest = queue.oldest_with_subject(foreground.subject)
+                    if oldest is not None:
+                        candidate = (Tier.T1, (oldest,), oldest)
+                if candidate is None and task_class.name not in skip:
+                    candidate = self._base_candidate(queue)
+            if candidate is not None and (best is None or candidate < best):
+                best = candidate
+        return best
+
+    def _base_candidate(self, queue: ClassQueue) -> _Candidate | None:
+        """A class's best job at its own tier (rules 3 to 5)."""
+        base = queue.task_class.tier
+        if base in (Tier.T1, Tier.T2):
+            oldest = queue.oldest()
+            return (base, (oldest,), oldest) if oldest is not None else None
+        # T3 classes hold every job in `deadlines`; T4 classes only the overdue.
+        earliest = queue.earliest_deadline()
+        if earliest is not None:
+            deadline, job_id = earliest
+            return (Tier.T3, (deadline, job_id), job_id)
+        if base == Tier.T4:
+            fairest = queue.fairest(self.fair.get, self.fair.epoch)
+            if fairest is not None:
+                vruntime, job_id = fairest
+                return (Tier.T4, (vruntime, job_id), job_id)
+        return None
+
+    # -- decisions ------------------------------------------------------------
+
+    def _over_budget(self, now: float) -> frozenset[str]:
+        over = []
+        for name, meter in self._meters.items():
+            budget = self.classes[name].budget
+            assert budget is not None
+            if meter.share(now) > budget.share:
+                over.append(name)
+        return frozenset(over)
+
+    def _choose(
+        self, now: float, loaded_model: str | None, skip: frozenset[str], extra: Job | None
+    ) -> int | None:
+        """DESIGN §4 affinity and swaps: the id of the job to run, or None."""
+        best: _Candidate | None = None
+        best_loaded: _Candidate | None = None
+        for model_id, model in self._models.items():
+            candidate = self._best_in(model, skip)
+            if candidate is None:
+                continue
+            if best is None or candidate < best:
+                best = candidate
+            if model_id == loaded_model:
+                best_loaded = candidate
+        if extra is not None:
+            candidate = self._candidate(extra, now, skip)
+            if candidate is not None:
+                if best is None or candidate < best:
+                    best = candidate
+                if extra.model_id == loaded_model and (
+                    best_loaded is None or candidate < best_loaded
+                ):
+                    best_loaded = candidate
+        if best is None:
+            return None
+        tier, _key, best_id = best
+        best_job = extra if extra is not None and extra.id == best_id else self._jobs[best_id]
+        # B's model is loaded (or none is): run B.
+        if loaded_model is None or best_job.model_id == loaded_model:
+            return best_id
+        # B is T0 or T1: a person is waiting; swap.
+        if tier <= Tier.T1:
+            return best_id
+        # Same-model work first, falling through tiers, unless B starves.
+        starve_at = best_job.submitted_at + self.config.max_affinity_wait
+        if best_loaded is not None and now < starve_at:
+            self._affinity_expiry = _earliest(self._affinity_expiry, starve_at)
+            return best_loaded[2]
+        # Swap to B, but not within chat_grace of the last chat on the loaded model.
+        last_chat = self._last_chat_end.get(loaded_model)
+        if last_chat is not None and now < last_chat + self.config.chat_grace:
+            self._grace_expiry = _earliest(self._grace_expiry, last_chat + self.config.chat_grace)
+            return best_loaded[2] if best_loaded is not None else None
+        return best_id
+
+    def _select(self, now: float, loaded_model: str | None, extra: Job | None) -> int | None:
+        self._advance(now)
+        self._affinity_expiry = self._grace_expiry = None
+        skip = self._over_budget(now) if self._meters else frozenset()
+        choice = self._choose(now, loaded_model, skip, extra)
+        if choice is None and skip:
+            # Work-conserving budget (DESIGN §6.4): the device never idles for it.
+            choice = self._choose(now, loaded_model, frozenset(), extra)
+        return choice
+
+    def pick(self, now: float, loaded_model: str | None) -> Job | None:
+        choice = self._select(now, loaded_model, None)
+        if choice is None:
+            return None
+        job = self._jobs[choice]
+        self._dequeue(job)
+        return job
+
+    def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
+        """DESIGN §4 preemption: best = pick(queue + running); stop if it ranks higher.
+
+        Because the running job takes part in the pick, a preemption that would
+        only lead back to it, or to a pointless swap, never happens (§6.6).
+        """
+        if running.task_class.tier == Tier.T0:
+            return False  # T0 only loses to itself, and it is first in line.
+        if not self._jobs:
+            return False
+        choice = self._select(now, loaded_model, running)
+        if choice is None or choice == running.id:
+            return False
+        best = self._jobs[choice]
+        best_tier = self.tier(best, now)
+        # Budgeted work at its own tier waits for the device instead of
+        # preempting: otherwise each time its share dips under the cap it would
+        # cut a fair-pool job short, wasting that work and starving the pool.
+        # (Departure from DESIGN §4, see docs/design-notes.md.)
+        if best_tier >= Tier.T2 and best.task_class.budget is not None:
+            return False
+        return best_tier < self.tier(running, now)
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When the last decision may change with no event.
+
+        A T4 job's deadline (it becomes T3 and may preempt), the end of a chat
+        grace period, a best job reaching ``max_affinity_wait``. Not the budget
+        window: a budget never idles the device and never preempts, so its edge
+        changes nothing until the next dispatch. Not the vruntime decay: halving
+        keeps every order (applied lazily).
+        """
+        self._advance(now)  # deadlines due by now are applied, not reported again
+        times: list[float] = []
+        pending = self._pending_deadlines
+        while pending and self._live.get(pending[0][1]) != pending[0][2]:
+            heapq.heappop(pending)
+        if pending:
+            times.append(pending[0][0])
+        for expiry in (self._affinity_expiry, self._grace_expiry):
+            if expiry is not None and expiry > now:
+                times.append(expiry)
+        return min(times) if times else None
+
+    # -- observation ----------------------------------------------------------
+
+    def queued(self) -> Iterator[Job]:
+        return iter(list(self._jobs.values()))
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def vruntimes(self, now: float) -> dict[str, float]:
+        self.fair.advance(now)
+        return dict(self.fair.vruntime)
+
+    def budget_shares(self, now: float) -> dict[str, float]:
+        return {name: meter.share(now) for name, meter in self._meters.items()}
+
+
+def _earliest(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)

@@ -1,0 +1,102 @@
+"""A point-in-time view of the scheduler, and the events it emits."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tierlm.core.jobs import Foreground, Job, Subject
+
+__all__ = ["EventKind", "JobInfo", "SchedulerEvent", "SchedulerSnapshot", "SchedulerStats"]
+
+
+class EventKind(enum.Enum):
+    SUBMITTED = "submitted"
+    STARTED = "started"
+    SWAP_STARTED = "swap_started"
+    SWAP_FINISHED = "swap_finished"
+    PREEMPTING = "preempting"
+    REQUEUED = "requeued"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STUCK = "stuck"
+    FOREGROUND = "foreground"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerEvent:
+    """Something that happened, for observers (simulator records, metrics, UI)."""
+
+    kind: EventKind
+    time: float
+    job: Job | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    id: int
+    class_name: str
+    model_id: str
+    producer: str
+    subject: Subject | None
+    deadline: float | None
+    tier: int
+    state: str
+    submitted_at: float
+    waited: float
+    """Seconds since first submitted."""
+    preemptions: int
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    """Running counters (never reset)."""
+
+    submitted: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    preemptions: int = 0
+    requeues: int = 0
+    swaps: int = 0
+    swap_seconds: float = 0.0
+    stuck: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSnapshot:
+    """What ``Scheduler.snapshot()`` returns (DESIGN §2)."""
+
+    now: float
+    running: JobInfo | None
+    running_since: float | None
+    swapping_to: str | None
+    loaded_model: str | None
+    queued: dict[int, list[JobInfo]]
+    """Queued jobs per effective tier (0..4), oldest first."""
+    foreground: Foreground | None
+    paused: bool
+    closed: bool
+    vruntime: dict[str, float]
+    budget_share: dict[str, float]
+    budget_cap: dict[str, float]
+    stats: SchedulerStats
+    stuck: list[JobInfo]
+    """Jobs that did not stop within ``cancel_grace`` after a cancel."""
+    policy: str
+
+    @property
+    def queue_depth(self) -> int:
+        return sum(len(jobs) for jobs in self.queued.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (tiers become string keys)."""
+        data = asdict(self)
+        data["queued"] = {str(tier): jobs for tier, jobs in data["queued"].items()}
+        data["queue_depth"] = self.queue_depth
+        return data
