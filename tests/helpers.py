@@ -1,0 +1,115 @@
+"""Shared helpers for the scheduling tests: jobs that spend simulated device
+time, and a recorder of who held the device when."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from tierlm import EventKind, JobContext, Scheduler, SchedulerEvent
+from tierlm.runners import GenerationRequest, SimulatedRunner
+
+TOKEN = 0.05  # token interval of the tests' device: 20 tokens/s
+SWAP = 10.0  # the seed's ~10 s swap
+
+
+def runner(initial_model: str | None = "m1", **kw: Any) -> SimulatedRunner:
+    return SimulatedRunner(
+        token_interval=TOKEN, swap_seconds=SWAP, initial_model=initial_model, **kw
+    )
+
+
+def work_for(seconds: float) -> Callable[[JobContext], Awaitable[int]]:
+    """A closure job that decodes for ``seconds`` (restarts from scratch if preempted)."""
+    tokens = max(1, round(seconds / TOKEN))
+
+    async def work(ctx: JobContext) -> int:
+        sim = cast("SimulatedRunner", ctx.runner)
+        request = GenerationRequest(ctx.model_id, prompt="x", max_tokens=tokens, prompt_tokens=1)
+        outcome = await sim.complete(request, ctx.cancel)
+        ctx.checkpoint()
+        return outcome.tokens
+
+    return work
+
+
+@dataclass
+class Run:
+    job_id: int
+    class_name: str
+    producer: str
+    model_id: str
+    start: float
+    end: float | None = None
+    how: str | None = None  # completed / requeued / failed / cancelled
+
+
+@dataclass
+class Recorder:
+    """Listens to a scheduler; keeps every run of every job, in order."""
+
+    runs: list[Run] = field(default_factory=list)
+    events: list[SchedulerEvent] = field(default_factory=list)
+    open: dict[int, Run] = field(default_factory=dict)
+
+    def __call__(self, event: SchedulerEvent) -> None:
+        self.events.append(event)
+        job = event.job
+        if job is None:
+            return
+        if event.kind is EventKind.STARTED:
+            run = Run(job.id, job.class_name, job.producer, job.model_id, event.time)
+            self.runs.append(run)
+            self.open[job.id] = run
+        elif event.kind in (
+            EventKind.COMPLETED,
+            EventKind.REQUEUED,
+            EventKind.FAILED,
+            EventKind.CANCELLED,
+        ):
+            run_or_none = self.open.pop(job.id, None)
+            if run_or_none is not None:
+                run_or_none.end = event.time
+                run_or_none.how = event.kind.value
+
+    @classmethod
+    def attach(cls, sched: Scheduler) -> Recorder:
+        recorder = cls()
+        sched.add_listener(recorder)
+        return recorder
+
+    def starts(self, job_id: int) -> list[float]:
+        return [r.start for r in self.runs if r.job_id == job_id]
+
+    def order(self) -> list[int]:
+        return [r.job_id for r in self.runs]
+
+    def kinds(self, kind: EventKind) -> list[SchedulerEvent]:
+        return [e for e in self.events if e.kind is kind]
+
+    def busy_by_class(self, start: float, end: float, now: float) -> dict[str, float]:
+        """Device seconds each class held within [start, end]."""
+        result: dict[str, float] = {}
+        for run in self.runs:
+            run_end = run.end if run.end is not None else now
+            overlap = min(run_end, end) - max(run.start, start)
+            if overlap > 0:
+                result[run.class_name] = result.get(run.class_name, 0.0) + overlap
+        return result
+
+
+async def first_token_time(stream: Any) -> tuple[float | None, str]:
+    """Consume a generate() stream; return (time of first piece, full text)."""
+    loop = asyncio.get_running_loop()
+    first: float | None = None
+    parts: list[str] = []
+    async for piece in stream:
+        if first is None:
+            first = loop.time()
+        parts.append(piece)
+    return first, "".join(parts)
+
+
+MSG = [{"role": "user", "content": "hello"}]
