@@ -44,10 +44,12 @@ class ClassQueue:
         "_fair_epoch",
         "_producer_heap",
         "_producer_of",
+        "base",
         "count",
         "deadlines",
         "fifo",
         "live",
+        "name",
         "producer_counts",
         "producers",
         "subjects",
@@ -56,6 +58,8 @@ class ClassQueue:
 
     def __init__(self, task_class: TaskClass, live: Live) -> None:
         self.task_class = task_class
+        self.name = task_class.name
+        self.base = int(task_class.tier)
         self.live = live
         self.count = 0
         self.fifo: list[_FifoEntry] = []
@@ -167,14 +171,23 @@ class ClassQueue:
 
 
 class ModelQueue:
-    """The queued jobs of one model, by class."""
+    """The queued jobs of one model, by class, and a cache of its best job.
 
-    __slots__ = ("by_class", "count", "live")
+    ``best`` maps a set of budget-skipped classes to the best job under it; it
+    holds while ``version`` (foreground, vruntime scale) matches and is cleared
+    whenever this model's queue changes. A producer's vruntime only grows
+    between decays, which can only worsen its own jobs: a charge clears a
+    model's cache only where a cached best is that producer's T4 job.
+    """
+
+    __slots__ = ("best", "by_class", "count", "live", "version")
 
     def __init__(self, live: Live) -> None:
         self.live = live
         self.by_class: dict[str, ClassQueue] = {}
         self.count = 0
+        self.version: object = None
+        self.best: dict[frozenset[str], tuple[int, tuple[float, ...], int] | None] = {}
 
     def queue_for(self, task_class: TaskClass) -> ClassQueue:
         queue = self.by_class.get(task_class.name)

@@ -1,0 +1,65 @@
+"""``tierlm demo | simulate | serve | bench`` (DESIGN §1 cli).
+
+Each subcommand lives with the layer it drives (``tierlm.sim.cli``,
+``tierlm.server.cli``); this module only parses and dispatches, importing a
+layer when its command runs, so ``tierlm demo`` never imports the gateway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+__all__ = ["main"]
+
+
+class _Command(Protocol):
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+# name -> (module with add_arguments/run, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": (
+        "tierlm.sim.demo_cli",
+        "run the seed's issue-118 workload under five schedulers, side by side",
+    ),
+    "simulate": ("tierlm.sim.simulate_cli", "simulate a workload under chosen policies"),
+    "serve": ("tierlm.server.cli", "run the OpenAI-compatible gateway"),
+    "bench": ("tierlm.bench_cli", "run the benchmarks under bench/"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: tierlm COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<10} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines += ["", "tierlm COMMAND --help shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if args else 2
+    name = args[0]
+    if name not in COMMANDS:
+        print(f"tierlm: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module_name, help_text = COMMANDS[name]
+    try:
+        command = cast(_Command, importlib.import_module(module_name))
+    except ImportError as exc:
+        print(f"tierlm {name}: needs an optional dependency: {exc}", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog=f"tierlm {name}", description=help_text)
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(args[1:]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
