@@ -8,6 +8,7 @@ budget; and a model swap is spent only when it is worth it. See DESIGN.md.
 from tierlm.core.classes import Budget, TaskClass, Tier, default_classes
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Foreground
+from tierlm.embedding import EmbeddingLane
 from tierlm.handles import JobContext, JobHandle, JobState
 from tierlm.runners.protocol import Cancelled, CancelReason, CancelToken, RunnerError
 from tierlm.scheduler import Scheduler, SchedulerClosedError
@@ -20,6 +21,7 @@ __all__ = [
     "CancelReason",
     "CancelToken",
     "Cancelled",
+    "EmbeddingLane",
     "EventKind",
     "Foreground",
     "JobContext",

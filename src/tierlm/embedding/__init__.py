@@ -1,0 +1,46 @@
+"""The embedding lane and its embedders (DESIGN §5, issue 6).
+
+Embeddings run beside the LLM scheduler, never through it::
+
+    from tierlm.embedding import EmbeddingLane, SentenceTransformerEmbedder
+
+    async with EmbeddingLane(SentenceTransformerEmbedder()) as lane:
+        vector = await lane.embed("a new note")
+        vectors = await lane.embed_many(["first", "second"])
+"""
+
+from tierlm.embedding.embedders import (
+    Embedder,
+    LlamaCppEmbedder,
+    SentenceTransformerEmbedder,
+    SimulatedEmbedder,
+    Vector,
+)
+from tierlm.embedding.lane import (
+    EmbeddingError,
+    EmbeddingFailed,
+    EmbeddingLane,
+    LaneClosed,
+    LaneFull,
+    LaneStats,
+    TextTooLong,
+    default_concurrency,
+    total_memory_bytes,
+)
+
+__all__ = [
+    "Embedder",
+    "EmbeddingError",
+    "EmbeddingFailed",
+    "EmbeddingLane",
+    "LaneClosed",
+    "LaneFull",
+    "LaneStats",
+    "LlamaCppEmbedder",
+    "SentenceTransformerEmbedder",
+    "SimulatedEmbedder",
+    "TextTooLong",
+    "Vector",
+    "default_concurrency",
+    "total_memory_bytes",
+]
