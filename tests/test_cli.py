@@ -1,0 +1,36 @@
+"""The command line: usage, unknown commands, and `tierlm bench` discovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tierlm.cli import main
+
+
+def test_no_command_prints_usage_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    for command in ("demo", "simulate", "serve", "bench"):
+        assert command in out
+
+
+def test_help_succeeds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "usage: tierlm COMMAND" in capsys.readouterr().out
+
+
+def test_unknown_command_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demoo"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'demoo'" in err
+    assert "demo, simulate, serve, bench" in err
+
+
+def test_bench_lists_and_rejects_unknown(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    assert main(["bench", "--dir", str(bench)]) == 0
+    assert "pick_cost" in capsys.readouterr().out
+    assert main(["bench", "--dir", str(bench), "no_such_bench"]) == 2
+    assert "available:" in capsys.readouterr().err
