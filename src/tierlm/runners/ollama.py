@@ -1,0 +1,252 @@
+"""A runner for Ollama's native API: ``/api/chat`` and ``/api/generate`` (issue 4).
+
+Ollama streams newline-delimited JSON objects, one per token
+(``{"message": {"content": "The"}, "done": false}`` from ``/api/chat``,
+``{"response": "The", "done": false}`` from ``/api/generate``) and ends with one
+that has ``"done": true``. An error after the stream started arrives as a line
+``{"error": "..."}``.
+
+Unlike ``OpenAIRunner``, the swap is explicit: ``load`` first unloads the
+previous model (an empty generate request with ``keep_alive: 0``) and then
+preloads the new one (an empty generate request with ``keep_alive``), so the
+time of a swap is spent, and measured (``last_load_seconds``), inside ``load``.
+Every request also carries ``keep_alive``, so Ollama never unloads the model
+behind the scheduler's back after its default five idle minutes.
+
+Resume: a chat continues as a final assistant message holding the partial
+answer (Ollama renders a trailing assistant message open, so the model
+continues it, with the templates that support it; the tests can only check
+this against a fake server, as Ollama cannot be installed here). A raw prompt
+(``extra={"raw": True}``) continues as prompt + partial text. A templated
+prompt (Ollama's default for ``/api/generate``) continues through ``/api/chat``
+as [user: prompt, assistant: partial], which is how Ollama renders a generate
+request anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from tierlm.runners.openai_compat import (
+    DEFAULT_TIMEOUT,
+    LoopClients,
+    describe_exception,
+    http_error_message,
+    post_stream,
+)
+from tierlm.runners.protocol import CancelToken, GenerationRequest, RunnerError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["DEFAULT_KEEP_ALIVE", "DEFAULT_OLLAMA_URL", "OllamaRunner"]
+
+# Ollama's default listen address (OLLAMA_HOST).
+DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
+# -1 = keep the model loaded until told otherwise: tierlm decides when to swap.
+# (Ollama's own default is "5m", after which it would unload on its own.)
+DEFAULT_KEEP_ALIVE: int | str = -1
+
+# Options of GenerationRequest.extra that are top-level request fields in
+# Ollama's API; every other key goes into "options" (num_ctx, top_p, seed...).
+_TOP_LEVEL = frozenset({"format", "raw", "system", "template", "images", "think", "tools"})
+
+
+class OllamaRunner:
+    """Stream from an Ollama server through its native API.
+
+    ``models`` maps tierlm model ids to Ollama model names (``"llama3.2:1b"``);
+    default: the id is the name, and when given, other ids are rejected.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_OLLAMA_URL,
+        *,
+        models: Mapping[str, str] | None = None,
+        keep_alive: int | str = DEFAULT_KEEP_ALIVE,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.models = dict(models) if models is not None else None
+        self.keep_alive = keep_alive
+        self._clients = LoopClients(dict(headers or {}), timeout)
+        self.loaded_model: str | None = None
+        self.loads = 0
+        """How many times ``load`` switched the model."""
+        self.last_load_seconds: float | None = None
+        """Wall time of the last swap (unload + load)."""
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections of the running event loop."""
+        await self._clients.aclose()
+
+    async def __aenter__(self) -> OllamaRunner:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def server_model(self, model_id: str) -> str:
+        """Ollama's name for ``model_id``; RunnerError if it is unknown."""
+        if self.models is None:
+            return model_id
+        try:
+            return self.models[model_id]
+        except KeyError:
+            known = ", ".join(sorted(self.models))
+            raise RunnerError(
+                f"model {model_id!r}: not configured on this runner (known: {known})",
+                model_id=model_id,
+            ) from None
+
+    # -- load --------------------------------------------------------------
+
+    async def load(self, model_id: str) -> None:
+        if model_id == self.loaded_model:
+            return
+        name = self.server_model(model_id)
+        started = time.perf_counter()
+        previous, self.loaded_model = self.loaded_model, None
+        if previous is not None:
+            # Free the device first: it holds one model at a time.
+            await self._post_load(previous, self.server_model(previous), keep_alive=0)
+        await self._post_load(model_id, name, keep_alive=self.keep_alive)
+        self.loaded_model = model_id
+        self.loads += 1
+        self.last_load_seconds = time.perf_counter() - started
+
+    async def _post_load(self, model_id: str, name: str, *, keep_alive: int | str) -> None:
+        # A generate request without a prompt loads (or, with keep_alive 0,
+        # unloads) the model and answers one object with done_reason load/unload.
+        url = f"{self.base_url}/api/generate"
+        body = {"model": name, "keep_alive": keep_alive, "stream": False}
+        action = "unload" if keep_alive == 0 else "load"
+        try:
+            response = await self._clients.get().post(url, json=body)
+        except httpx.TimeoutException as exc:
+            raise RunnerError(
+                f"model {model_id!r}: {action} timed out at {url}", model_id=model_id
+            ) from exc
+        except httpx.TransportError as exc:
+            raise RunnerError(
+                f"model {model_id!r}: cannot reach {url} to {action}: {describe_exception(exc)}",
+                model_id=model_id,
+            ) from exc
+        if response.status_code >= 400:
+            raise RunnerError(
+                f"model {model_id!r}: {action} failed, {url} answered "
+                f"{http_error_message(response.status_code, response.content)}",
+                model_id=model_id,
+            )
+
+    # -- generate ----------------------------------------------------------
+
+    def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]:
+        return self._generate(request, cancel)
+
+    def request_body(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
+        """The endpoint path and JSON body for ``request``."""
+        options: dict[str, Any] = {"num_predict": request.max_tokens}
+        if request.temperature is not None:
+            options["temperature"] = request.temperature
+        if request.stop:
+            options["stop"] = list(request.stop)
+        body: dict[str, Any] = {
+            "model": self.server_model(request.model_id),
+            "stream": True,
+            "keep_alive": self.keep_alive,
+        }
+        for key, value in request.extra.items():
+            if key in _TOP_LEVEL:
+                body[key] = value
+            elif key == "options" and isinstance(value, Mapping):
+                options.update(value)
+            else:
+                options[key] = value
+        body["options"] = options
+        raw = bool(body.get("raw"))
+        if request.prompt is not None and (raw or not request.resume_text):
+            body["prompt"] = request.prompt + request.resume_text
+            return "/api/generate", body
+        if request.prompt is not None:
+            # A templated prompt is one user turn; continue it as a chat.
+            body.pop("raw", None)
+            messages: list[dict[str, Any]] = []
+            if "system" in body:
+                messages.append({"role": "system", "content": body.pop("system")})
+            messages.append({"role": "user", "content": request.prompt})
+        else:
+            assert request.messages is not None
+            messages = [dict(m) for m in request.messages]
+        if request.resume_text:
+            messages.append({"role": "assistant", "content": request.resume_text})
+        body["messages"] = messages
+        return "/api/chat", body
+
+    async def _generate(
+        self, request: GenerationRequest, cancel: CancelToken
+    ) -> AsyncIterator[str]:
+        model_id = request.model_id
+        path, body = self.request_body(request)
+        url = self.base_url + path
+        chat = path == "/api/chat"
+        pieces = 0
+        finished = False
+        lines = post_stream(self._clients.get(), url, body, cancel, model_id, lambda: pieces)
+        async with contextlib.aclosing(lines):
+            async for line in lines:
+                if not line.strip():
+                    continue
+                chunk = self._parse(line, model_id, url)
+                if "error" in chunk:
+                    raise RunnerError(
+                        f"model {model_id!r}: {url} failed mid-stream: {chunk['error']}",
+                        model_id=model_id,
+                    )
+                if chat:
+                    text = (chunk.get("message") or {}).get("content")
+                else:
+                    text = chunk.get("response")
+                if text:
+                    if cancel.cancelled:
+                        return
+                    pieces += 1
+                    yield text
+                if chunk.get("done"):
+                    finished = True
+                    break
+        if not finished and not cancel.cancelled:
+            raise RunnerError(
+                f"model {model_id!r}: {url} ended the stream after {pieces} pieces "
+                'without a "done" message',
+                model_id=model_id,
+            )
+
+    @staticmethod
+    def _parse(line: str, model_id: str, url: str) -> dict[str, Any]:
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RunnerError(
+                f"model {model_id!r}: {url} sent malformed JSON in the stream: {line[:200]!r}",
+                model_id=model_id,
+            ) from exc
+        if not isinstance(value, dict):
+            raise RunnerError(
+                f"model {model_id!r}: {url} sent {type(value).__name__} instead of an object",
+                model_id=model_id,
+            )
+        return value

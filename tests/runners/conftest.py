@@ -1,0 +1,143 @@
+"""Fixtures of the real-backend runner tests.
+
+- ``tiny_models``: two generated llama GGUF files (different seeds), no download.
+- ``llama_server``: a REAL ``python -m llama_cpp.server`` on 127.0.0.1 serving
+  both models (it swaps between them on request, like llama-swap).
+- ``fake_server``: a small Starlette app on 127.0.0.1 that FAKES Ollama's native
+  API (Ollama cannot be installed here) and a misbehaving OpenAI-compatible
+  server (streams that break, errors mid-stream) that no real server produces
+  on demand.
+
+Tests are plain functions that call ``asyncio.run`` (``helpers.run``), so they
+need no pytest-asyncio configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.runners.helpers import (
+    FakeServer,
+    FakeState,
+    LlamaServer,
+    TinyModels,
+    free_port,
+)
+from tierlm.testing.gguf_model import write_model_pair
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    pytest.importorskip("gguf", reason="needs the gguf package to write test models")
+    a, b = write_model_pair(tmp_path_factory.mktemp("models"))
+    return TinyModels(a, b)
+
+
+# -- a real llama-cpp-python server ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def llama_server(
+    tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
+    pytest.importorskip("llama_cpp.server", reason="needs llama-cpp-python[server]")
+    import httpx
+
+    directory = tmp_path_factory.mktemp("llama-server")
+    port = free_port()
+    # One thread: see THREADS in test_llama_cpp_runner.py.
+    model_settings = {"n_ctx": 2048, "n_threads": 1, "n_threads_batch": 1, "verbose": False}
+    config = {
+        "host": "127.0.0.1",
+        "port": port,
+        # By default the server cuts a running stream short when another
+        # request arrives; tierlm decides what runs, so it must not.
+        "interrupt_requests": False,
+        "models": [
+            {"model": str(tiny_models.a), "model_alias": "a", **model_settings},
+            {"model": str(tiny_models.b), "model_alias": "b", **model_settings},
+        ],
+    }
+    config_file = directory / "config.json"
+    config_file.write_text(json.dumps(config))
+    log = directory / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config_file)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited:\n{log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama_cpp.server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield LlamaServer(url, tiny_models, process, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- a fake Ollama / misbehaving OpenAI server --------------------------------
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeServer]:
+    pytest.importorskip("uvicorn")
+    import uvicorn
+
+    from tests.runners.fake_servers import make_app
+
+    state = FakeState(requests=[], loaded={}, disconnects=[])
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(make_app(state), log_level="critical", lifespan="off", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("fake server did not start")
+        time.sleep(0.01)
+    try:
+        yield FakeServer(f"http://127.0.0.1:{port}", state)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture
+def fake(fake_server: FakeServer) -> FakeServer:
+    """The fake server, with what it saw cleared before each test."""
+    fake_server.state.clear()
+    return fake_server

@@ -1,0 +1,63 @@
+"""Helpers of the runner tests: the types the fixtures return, and ``run``."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Coroutine
+    from pathlib import Path
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one test coroutine on a fresh event loop (no pytest-asyncio needed)."""
+    return asyncio.run(coro)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    a: Path
+    b: Path
+
+
+@dataclass(frozen=True)
+class LlamaServer:
+    url: str
+    models: TinyModels
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class FakeState:
+    """What the fake server saw; tests read it."""
+
+    requests: list[tuple[str, dict[str, Any]]]
+    loaded: dict[str, Any]
+    """Model name -> keep_alive of the models the fake holds."""
+    disconnects: list[str]
+    """Models whose stream the client closed before the end."""
+
+    def clear(self) -> None:
+        self.requests.clear()
+        self.loaded.clear()
+        self.disconnects.clear()
+
+
+@dataclass(frozen=True)
+class FakeServer:
+    url: str
+    state: FakeState
