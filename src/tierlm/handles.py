@@ -7,7 +7,14 @@ import enum
 from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from tierlm.runners.protocol import CancelReason, CancelToken, GenerationRequest, Message, Runner
+from tierlm.runners.protocol import (
+    CancelReason,
+    CancelToken,
+    GenerationRequest,
+    Message,
+    Runner,
+    aclosing_stream,
+)
 
 if TYPE_CHECKING:
     from tierlm.core.jobs import Job
@@ -128,6 +135,7 @@ class JobContext:
             max_tokens=max_tokens,
             **options,
         )
-        async for piece in self.runner.generate(request, self.cancel):
-            yield piece
+        async with aclosing_stream(self.runner.generate(request, self.cancel)) as stream:
+            async for piece in stream:
+                yield piece
         self.cancel.raise_if_cancelled()

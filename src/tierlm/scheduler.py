@@ -34,6 +34,7 @@ from tierlm.runners.protocol import (
     Message,
     Runner,
     RunnerError,
+    aclosing_stream,
 )
 from tierlm.snapshot import (
     EventKind,
@@ -324,9 +325,10 @@ class Scheduler:
             left = request.max_tokens - len(produced)
             if left > 0:
                 resumed = replace(request, max_tokens=left, resume_text="".join(produced))
-                async for piece in ctx.runner.generate(resumed, ctx.cancel):
-                    produced.append(piece)
-                    pieces.put_nowait(piece)
+                async with aclosing_stream(ctx.runner.generate(resumed, ctx.cancel)) as stream:
+                    async for piece in stream:
+                        produced.append(piece)
+                        pieces.put_nowait(piece)
                 ctx.checkpoint()
             return "".join(produced)
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.llama
 llama_cpp_mod = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
 
-from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec  # noqa: E402
+from tierlm.runners.llama_cpp import RUN_AHEAD, LlamaCppRunner, LlamaModelSpec  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 GREEDY = 0.0
@@ -164,7 +164,9 @@ def test_cancel_stops_within_a_token_and_the_thread_exits(tiny_models: TinyModel
         assert len(pieces) == 10  # nothing is streamed after the cancel
         assert runner.last_stats is not None
         assert runner.last_stats.ended == "cancelled"
-        assert runner.last_stats.tokens <= 12  # the worker stopped within a token or two
+        # The worker stopped within a token of the cancel, plus what it may
+        # decode ahead of its reader (bounded, whatever the machine's load).
+        assert runner.last_stats.tokens <= 10 + RUN_AHEAD + 1
         worker = runner.last_worker
         assert worker is not None
         worker.join(timeout=2)

@@ -79,6 +79,15 @@ _CHATML = (
 )
 
 
+RUN_AHEAD = 8
+"""Tokens the decode thread may produce beyond what its reader has taken.
+
+Unbounded, a thread decoding thousands of tokens a second runs far ahead of a
+busy event loop, and all of that is decoded after a cancel the reader would
+have honoured at once. A few tokens of slack keep the thread from waiting on
+the loop for every token."""
+
+
 def default_threads() -> int:
     """All the cores this process may use.
 
@@ -317,7 +326,14 @@ class LlamaCppRunner:
         def stop() -> bool:
             return cancel.cancelled or left.is_set()
 
+        slots = threading.Semaphore(RUN_AHEAD)
+
         def emit(item: _Item) -> bool:
+            if item[0] == "piece":
+                # Bounded run-ahead: wait for the reader, but notice a stop.
+                while not slots.acquire(timeout=0.05):
+                    if stop():
+                        return False
             try:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
             except RuntimeError:  # the loop is closed
@@ -343,6 +359,7 @@ class LlamaCppRunner:
             while True:
                 kind, value = await queue.get()
                 if kind == "piece":
+                    slots.release()
                     if cancel.cancelled:
                         return
                     yield value

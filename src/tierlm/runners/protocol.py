@@ -23,6 +23,7 @@ __all__ = [
     "Message",
     "Runner",
     "RunnerError",
+    "aclosing_stream",
 ]
 
 Message = Mapping[str, Any]
@@ -192,6 +193,22 @@ class GenerationRequest:
             assert self.messages is not None
             text = "".join(str(m.get("content", "")) for m in self.messages)
         return max(1, (len(text) + len(self.resume_text) + 3) // 4)
+
+
+@contextlib.asynccontextmanager
+async def aclosing_stream(stream: AsyncIterator[str]) -> AsyncIterator[AsyncIterator[str]]:
+    """Close a runner's stream when the reader stops, even early or on error.
+
+    A reader that stops iterating must close the stream at once: until its
+    generator is closed, a backend may hold the device (a llama.cpp worker
+    thread decoding, an HTTP stream open) until garbage collection.
+    """
+    try:
+        yield stream
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
 
 
 @runtime_checkable
