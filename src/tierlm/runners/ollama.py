@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from tierlm.runners.openai_compat import (
+from tierlm.runners.http import (
     DEFAULT_TIMEOUT,
-    LoopClients,
+    HttpRunner,
     describe_exception,
     http_error_message,
     post_stream,
@@ -43,7 +43,7 @@ from tierlm.runners.openai_compat import (
 from tierlm.runners.protocol import CancelToken, GenerationRequest, RunnerError
 
 if TYPE_CHECKING:
-    from types import TracebackType
+    pass
 
 __all__ = ["DEFAULT_KEEP_ALIVE", "DEFAULT_OLLAMA_URL", "OllamaRunner"]
 
@@ -58,7 +58,7 @@ DEFAULT_KEEP_ALIVE: int | str = -1
 _TOP_LEVEL = frozenset({"format", "raw", "system", "template", "images", "think", "tools"})
 
 
-class OllamaRunner:
+class OllamaRunner(HttpRunner):
     """Stream from an Ollama server through its native API.
 
     ``models`` maps tierlm model ids to Ollama model names (``"llama3.2:1b"``);
@@ -75,42 +75,10 @@ class OllamaRunner:
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.models = dict(models) if models is not None else None
         self.keep_alive = keep_alive
-        self._clients = LoopClients(dict(headers or {}), timeout)
-        self.loaded_model: str | None = None
-        self.loads = 0
-        """How many times ``load`` switched the model."""
+        super().__init__(models, dict(headers or {}), timeout)
         self.last_load_seconds: float | None = None
         """Wall time of the last swap (unload + load)."""
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections of the running event loop."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> OllamaRunner:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def server_model(self, model_id: str) -> str:
-        """Ollama's name for ``model_id``; RunnerError if it is unknown."""
-        if self.models is None:
-            return model_id
-        try:
-            return self.models[model_id]
-        except KeyError:
-            known = ", ".join(sorted(self.models))
-            raise RunnerError(
-                f"model {model_id!r}: not configured on this runner (known: {known})",
-                model_id=model_id,
-            ) from None
 
     # -- load --------------------------------------------------------------
 

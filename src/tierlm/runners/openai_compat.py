@@ -21,35 +21,32 @@ scheduler accounts for it, and not inside the next job.
 Resume (``GenerationRequest.resume_text``) of a prompt is a completion of prompt
 + resume_text. Resume of a chat depends on the server; see ``ResumeMode``.
 
-The helpers at the bottom (racing a stream against a cancel token, reading a
-server's error message) are shared with ``tierlm.runners.ollama``.
+What it shares with ``OllamaRunner`` (racing a stream against a cancel token,
+one client per loop, readable server errors) is in ``tierlm.runners.http``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import threading
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
-    Awaitable,
     Callable,
-    Coroutine,
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
+from tierlm.runners.http import DEFAULT_TIMEOUT, HttpRunner, error_text, post_stream
 from tierlm.runners.protocol import CancelToken, GenerationRequest, Message, RunnerError
 
 if TYPE_CHECKING:
-    from types import TracebackType
+    pass
 
-__all__ = ["DEFAULT_TIMEOUT", "OpenAIRunner", "ResumeMode", "post_stream", "render_chat_template"]
+__all__ = ["DEFAULT_TIMEOUT", "OpenAIRunner", "ResumeMode", "render_chat_template"]
 
 ResumeMode = Literal["prefill", "continue_final_message", "completions"]
 """How ``OpenAIRunner`` continues a preempted chat answer.
@@ -73,15 +70,8 @@ Servers differ, so this is a choice (the default is ``"prefill"``):
   server's for the continuation to be exact.
 """
 
-# Connect/write/pool: 30 s is generous for a local server. Read: a phone-class
-# device can take minutes to evaluate a long prompt before the first byte, and a
-# cancel never relies on this timeout (reads race the cancel token).
-DEFAULT_TIMEOUT = httpx.Timeout(30.0, read=600.0)
 
-_T = TypeVar("_T")
-
-
-class OpenAIRunner:
+class OpenAIRunner(HttpRunner):
     """Stream from an OpenAI-compatible server.
 
     ``base_url`` is the server's root, with or without ``/v1``
@@ -112,7 +102,6 @@ class OpenAIRunner:
         if not base.endswith("/v1"):
             base += "/v1"
         self.base_url = base
-        self.models = dict(models) if models is not None else None
         self.warmup = warmup
         if resume not in ("prefill", "continue_final_message", "completions"):
             raise ValueError(f"resume: unknown mode {resume!r}")
@@ -129,46 +118,10 @@ class OpenAIRunner:
         if resume == "completions" and render_chat is None:
             raise ValueError('resume="completions": needs chat_template or render_chat')
         self.render_chat = render_chat
-        self.timeout = timeout
-        self._headers = dict(headers or {})
+        request_headers = dict(headers or {})
         if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._clients = LoopClients(self._headers, timeout)
-        self.loaded_model: str | None = None
-        self.loads = 0
-        """How many times ``load`` switched the model."""
-
-    # -- lifecycle ---------------------------------------------------------
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections of the running event loop."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> OpenAIRunner:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    # -- protocol ----------------------------------------------------------
-
-    def server_model(self, model_id: str) -> str:
-        """The server's name for ``model_id``; RunnerError if it is unknown."""
-        if self.models is None:
-            return model_id
-        try:
-            return self.models[model_id]
-        except KeyError:
-            known = ", ".join(sorted(self.models))
-            raise RunnerError(
-                f"model {model_id!r}: not configured on this runner (known: {known})",
-                model_id=model_id,
-            ) from None
+            request_headers["Authorization"] = f"Bearer {api_key}"
+        super().__init__(models, request_headers, timeout)
 
     async def load(self, model_id: str) -> None:
         if model_id == self.loaded_model:
@@ -209,7 +162,7 @@ class OpenAIRunner:
                 error = chunk.get("error")
                 if error is not None:
                     raise RunnerError(
-                        f"model {model_id!r}: {url} failed mid-stream: {_error_text(error)}",
+                        f"model {model_id!r}: {url} failed mid-stream: {error_text(error)}",
                         model_id=model_id,
                     )
                 for choice in chunk.get("choices") or ():
@@ -307,152 +260,6 @@ def render_chat_template(
     )
 
 
-# -- shared HTTP helpers (also used by tierlm.runners.ollama) ---------------
-
-
-class CancelRace:
-    """Race awaits against a cancel token, inside one ``async with`` block.
-
-    ``run(aw)`` returns ``aw``'s result, or None as soon as the token is
-    cancelled (``aw`` is then cancelled). ``iterate(it)`` yields items of an
-    async iterator until it ends or the token is cancelled. The token's callback
-    may come from any thread; it wakes the loop thread-safely.
-    """
-
-    def __init__(self, cancel: CancelToken) -> None:
-        self.cancel = cancel
-        self._fut: asyncio.Future[None] | None = None
-        self._remove: Callable[[], None] = lambda: None
-
-    @property
-    def cancelled(self) -> bool:
-        return self.cancel.cancelled
-
-    async def __aenter__(self) -> CancelRace:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        self._fut = fut
-        owner = threading.get_ident()
-
-        def settle() -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        def on_cancel(_: CancelToken) -> None:
-            if threading.get_ident() == owner:
-                settle()
-            else:
-                with contextlib.suppress(RuntimeError):  # loop already closed
-                    loop.call_soon_threadsafe(settle)
-
-        self._remove = self.cancel.add_callback(on_cancel)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._remove()
-
-    async def run(self, aw: Awaitable[_T]) -> _T | None:
-        assert self._fut is not None, "use CancelRace inside 'async with'"
-        if self.cancel.cancelled:
-            if isinstance(aw, Coroutine):
-                aw.close()  # never started: no "never awaited" warning
-            return None
-        task = asyncio.ensure_future(aw)
-        waiters: set[asyncio.Future[Any]] = {task, self._fut}
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            task.cancel()
-            raise
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({task})
-        if task.cancelled():
-            return None
-        # Done, possibly in the same instant as the cancel: the caller gets the
-        # result (e.g. a response it must close) and sees the cancel next.
-        return task.result()
-
-    async def iterate(self, iterator: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
-        end = _End()
-
-        async def step() -> _T | _End:
-            try:
-                return await anext(iterator)
-            except StopAsyncIteration:
-                return end
-
-        while not self.cancel.cancelled:
-            item = await self.run(step())
-            if item is None or isinstance(item, _End):
-                return
-            yield item
-
-
-class _End:
-    """Marks the end of an iterator raced by ``CancelRace.iterate``."""
-
-
-async def post_stream(
-    client: httpx.AsyncClient,
-    url: str,
-    body: Mapping[str, Any],
-    cancel: CancelToken,
-    model_id: str,
-    pieces: Callable[[], int],
-) -> AsyncGenerator[str, None]:
-    """POST ``body`` and yield the response's lines until it ends or ``cancel``.
-
-    Every wait (connecting, the headers, each line) races the cancel token, so a
-    cancel ends the iteration at once and closes the connection, even while a
-    server evaluates a long prompt before its first byte. Failures become a
-    ``RunnerError`` naming the model and the cause; ``pieces()`` says how far the
-    stream got, for the message.
-    """
-    async with CancelRace(cancel) as race:
-        try:
-            request = client.build_request("POST", url, json=body)
-            response = await race.run(client.send(request, stream=True))
-            if response is None:
-                return
-            try:
-                if response.status_code >= 400:
-                    detail = await race.run(response.aread())
-                    if detail is None:
-                        return
-                    raise RunnerError(
-                        f"model {model_id!r}: {url} answered "
-                        f"{http_error_message(response.status_code, detail)}",
-                        model_id=model_id,
-                    )
-                async with contextlib.aclosing(race.iterate(response.aiter_lines())) as lines:
-                    async for line in lines:
-                        yield line
-            finally:
-                await response.aclose()
-        except httpx.TimeoutException as exc:
-            raise RunnerError(
-                f"model {model_id!r}: {url} timed out ({type(exc).__name__})", model_id=model_id
-            ) from exc
-        except httpx.TransportError as exc:
-            if pieces() or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
-                raise RunnerError(
-                    f"model {model_id!r}: {url} broke the stream after {pieces()} pieces: "
-                    f"{describe_exception(exc)}",
-                    model_id=model_id,
-                ) from exc
-            raise RunnerError(
-                f"model {model_id!r}: cannot reach {url}: {describe_exception(exc)}",
-                model_id=model_id,
-            ) from exc
-
-
 async def _sse_events(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:
     """The ``data`` of each server-sent event (comments and pings skipped)."""
     data: list[str] = []
@@ -485,64 +292,3 @@ def _parse_json(text: str, model_id: str, url: str) -> dict[str, Any]:
             model_id=model_id,
         )
     return value
-
-
-def _error_text(error: Any) -> str:
-    if isinstance(error, Mapping):
-        message = error.get("message") or error.get("error") or error.get("detail")
-        if message:
-            return str(message)
-    return str(error)
-
-
-def http_error_message(status: int, body: bytes) -> str:
-    """``"404 Not Found: <the server's message>"`` from a failed response."""
-    try:
-        reason = httpx.codes(status).name.replace("_", " ").title()
-    except ValueError:
-        reason = "error"
-    text = body.decode("utf-8", "replace").strip()
-    message = text
-    with contextlib.suppress(ValueError):
-        value = json.loads(text)
-        if isinstance(value, Mapping):
-            for key in ("error", "detail", "message"):
-                if key in value:
-                    message = _error_text(value[key])
-                    break
-    if len(message) > 500:
-        message = message[:500] + "..."
-    return f"{status} {reason}: {message}" if message else f"{status} {reason}"
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-class LoopClients:
-    """One ``httpx.AsyncClient`` per event loop.
-
-    A client's pooled connections belong to the loop that opened them; a runner
-    used from several ``asyncio.run`` calls (tests, scripts) must not reuse them.
-    """
-
-    def __init__(self, headers: Mapping[str, str], timeout: httpx.Timeout) -> None:
-        self._headers = dict(headers)
-        self._timeout = timeout
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
-
-    def get(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop or self._client.is_closed:
-            # The old loop is gone or elsewhere; its connections cannot be
-            # closed from here and are dropped with it.
-            self._client = httpx.AsyncClient(headers=self._headers, timeout=self._timeout)
-            self._loop = loop
-        return self._client
-
-    async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and self._loop is asyncio.get_running_loop():
-            await client.aclose()
