@@ -111,7 +111,7 @@ def policies() -> dict[str, PolicyFactory]:
         "tierlm": lambda: TieredPolicy(default_classes(), SchedulerConfig()),
     }
     try:  # the simulator's port of the seed's pseudocode, when present
-        from tierlm.sim.baselines import SeedLiteralPolicy  # type: ignore[attr-defined]
+        from tierlm.sim.baselines import SeedLiteralPolicy
 
         found["seed-literal"] = lambda: SeedLiteralPolicy(default_classes())
     except ImportError:
@@ -183,6 +183,12 @@ def main() -> int:
         growth = ours[100_000]["pick_median_us"] / ours[1_000]["pick_median_us"]
         summary["growth_100000_over_1000"] = growth
         summary["target_growth_3x_met"] = growth <= 3
+    # Issue 3: the seed's O(n) picker against ours, side by side (DESIGN §6.9).
+    theirs_by_size = by_size.get("seed-literal", {})
+    for size in (1_000, 10_000, 100_000):
+        if size in ours and size in theirs_by_size:
+            ratio = theirs_by_size[size]["pick_median_us"] / ours[size]["pick_median_us"]
+            summary[f"seed_literal_over_tierlm_pick_at_{size}"] = ratio
     console.print(summary)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(

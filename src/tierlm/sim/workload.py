@@ -1,0 +1,42 @@
+"""What a workload is: named producers that submit jobs over simulated time."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from tierlm.sim.engine import SimContext
+
+__all__ = ["Workload"]
+
+
+class Workload(abc.ABC):
+    """A seeded, deterministic set of producers (issue 3 item 3).
+
+    Producers are open loop (arrivals do not wait for completions) except where
+    a producer is naturally sequential: a chat turn waits for its reply, a deck
+    is filled card by card. Every producer draws from its own random stream
+    (``sim.rng(name)``), so a policy that changes the timing never changes what
+    the producers ask for.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    default_duration: ClassVar[float]
+    initial_model: ClassVar[str | None] = "m1"
+    """The model the device holds at t = 0 (the app's active chat model)."""
+    requires_trace: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
+        """The producer coroutines, started together at t = 0."""
+
+    def hints(self, duration: float) -> dict[str, Any]:
+        """Facts the metrics need and cannot see in the records (``min_swaps``)."""
+        return {}
+
+    def params(self) -> dict[str, Any]:
+        """The workload's parameters, for results.json."""
+        return {}
