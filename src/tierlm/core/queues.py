@@ -45,6 +45,9 @@ class ClassQueue:
         "_producer_heap",
         "_producer_of",
         "base",
+        "cache_epoch",
+        "cache_ok",
+        "cached",
         "count",
         "deadlines",
         "fifo",
@@ -71,8 +74,15 @@ class ClassQueue:
         self._producer_heap: list[_ProducerEntry] = []
         self._producer_of: dict[int, str] = {}
         self._fair_epoch = -1
+        # The policy's cache of this class's best job at its base tier: valid
+        # until the queue changes, the vruntime scale changes (cache_epoch), or
+        # the policy clears it when a charge worsens the cached job's producer.
+        self.cached: tuple[int, tuple[float, ...], int] | None = None
+        self.cache_ok = False
+        self.cache_epoch = -1
 
     def add(self, job: Job, version: int, vruntime: float) -> None:
+        self.cache_ok = False
         entry = (job.id, job.id, version)
         heapq.heappush(self.fifo, entry)
         if job.subject is not None:
@@ -94,10 +104,12 @@ class ClassQueue:
     def mark_overdue(self, job: Job, version: int) -> None:
         """A T4 job's deadline passed: it is T3 now (DESIGN §4 rule 4)."""
         assert job.deadline is not None
+        self.cache_ok = False
         heapq.heappush(self.deadlines, (job.deadline, job.id, version))
 
     def removed(self, job: Job) -> None:
         """``job`` left the queue (its version is already gone from ``live``)."""
+        self.cache_ok = False
         self.count -= 1
         producer = self._producer_of.pop(job.id, None)
         if producer is not None:
@@ -171,23 +183,14 @@ class ClassQueue:
 
 
 class ModelQueue:
-    """The queued jobs of one model, by class, and a cache of its best job.
+    """The queued jobs of one model, by class."""
 
-    ``best`` maps a set of budget-skipped classes to the best job under it; it
-    holds while ``version`` (foreground, vruntime scale) matches and is cleared
-    whenever this model's queue changes. A producer's vruntime only grows
-    between decays, which can only worsen its own jobs: a charge clears a
-    model's cache only where a cached best is that producer's T4 job.
-    """
-
-    __slots__ = ("best", "by_class", "count", "live", "version")
+    __slots__ = ("by_class", "count", "live")
 
     def __init__(self, live: Live) -> None:
         self.live = live
         self.by_class: dict[str, ClassQueue] = {}
         self.count = 0
-        self.version: object = None
-        self.best: dict[frozenset[str], tuple[int, tuple[float, ...], int] | None] = {}
 
     def queue_for(self, task_class: TaskClass) -> ClassQueue:
         queue = self.by_class.get(task_class.name)

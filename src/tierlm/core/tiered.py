@@ -123,7 +123,6 @@ class TieredPolicy:
         queue = model.queue_for(job.task_class)
         queue.add(job, version, self.fair.get(job.producer))
         model.count += 1
-        model.best.clear()
         if job.task_class.tier == Tier.T4 and job.deadline is not None:
             if job.deadline <= now:
                 queue.mark_overdue(job, version)
@@ -136,7 +135,6 @@ class TieredPolicy:
         model = self._models[job.model_id]
         model.by_class[job.class_name].removed(job)
         model.count -= 1
-        model.best.clear()
         if model.count == 0:
             del self._models[job.model_id]
 
@@ -150,7 +148,6 @@ class TieredPolicy:
                 job = self._jobs[job_id]
                 model = self._models[job.model_id]
                 model.by_class[job.class_name].mark_overdue(job, version)
-                model.best.clear()
 
     # -- tiers and order ------------------------------------------------------
 
@@ -180,28 +177,22 @@ class TieredPolicy:
         return (tier, (job.id,), job.id)
 
     def _producer_worsened(self, producer: str) -> None:
-        """A charge raised ``producer``'s vruntime: only a cached best that is
-        its own T4 job can change (everyone else's keys stand)."""
+        """A charge raised ``producer``'s vruntime: only a cached candidate that
+        is its own T4 job can change (vruntime only grows between decays, so
+        nobody else's key improves)."""
         jobs = self._jobs
         for model in self._models.values():
-            for best in model.best.values():
-                if best is not None and best[0] == _T4 and jobs[best[2]].producer == producer:
-                    model.best.clear()
-                    break
+            for queue in model.by_class.values():
+                cached = queue.cached
+                if (
+                    queue.cache_ok
+                    and cached is not None
+                    and cached[0] == _T4
+                    and jobs[cached[2]].producer == producer
+                ):
+                    queue.cache_ok = False
 
     def _best_in(self, model: ModelQueue, skip: frozenset[str]) -> _Candidate | None:
-        """The best queued job of one model, cached until something changes it."""
-        version = (self._fg_version, self.fair.epoch)
-        if model.version != version:
-            model.best.clear()
-            model.version = version
-        try:
-            return model.best[skip]
-        except KeyError:
-            best = model.best[skip] = self._compute_best_in(model, skip)
-            return best
-
-    def _compute_best_in(self, model: ModelQueue, skip: frozenset[str]) -> _Candidate | None:
         """The best queued job of one model: lowest tier, then the tier's order.
 
         Hot path (every pick, every preemption check): plain ints, not Tier.
@@ -238,7 +229,17 @@ class TieredPolicy:
         return best
 
     def _base_candidate(self, queue: ClassQueue, base: int) -> _Candidate | None:
-        """A class's best job at its own tier (rules 3 to 5)."""
+        """A class's best job at its own tier (rules 3 to 5), cached per class:
+        one event changes one class queue, so a decision recomputes one or two
+        candidates, not every (model, class) pair."""
+        epoch = self.fair.epoch
+        if queue.cache_ok and queue.cache_epoch == epoch:
+            return queue.cached
+        candidate = self._compute_base_candidate(queue, base)
+        queue.cached, queue.cache_ok, queue.cache_epoch = candidate, True, epoch
+        return candidate
+
+    def _compute_base_candidate(self, queue: ClassQueue, base: int) -> _Candidate | None:
         if base <= _T2:
             oldest = queue.oldest()
             return (base, (oldest,), oldest) if oldest is not None else None
