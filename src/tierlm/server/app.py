@@ -1,0 +1,80 @@
+"""The Starlette app: ``create_app(settings)``.
+
+The app's lifespan owns the gateway: it loads the first model, starts the
+Scheduler, and on shutdown ends every job and frees the runner. Routes come
+from the modules, one list each; a component that lives beside the scheduler
+(the embedding lane of issue 6, ``/v1/embeddings``) mounts the same way: its
+routes go in ``_routes``, its start/stop in ``lifespan`` (an ``AsyncExitStack``),
+its metrics in ``gateway.metrics.registry`` and its state in
+``gateway.extensions`` (shown by the state API and the dashboard).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from tierlm.runners.protocol import Runner
+from tierlm.server import dashboard, openai_api, scheduler_api
+from tierlm.server.config import ServerSettings, check_bind
+from tierlm.server.errors import exception_handlers
+from tierlm.server.gateway import Gateway
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("tierlm.server")
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    gateway.keys.authenticate(request, admin=True)
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return Response(gateway.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _routes() -> list[BaseRoute]:
+    return [
+        *openai_api.routes(),
+        *scheduler_api.routes(),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *dashboard.routes(),
+    ]
+
+
+def create_app(
+    settings: ServerSettings | None = None, *, runner: Runner | None = None
+) -> Starlette:
+    """The gateway as an ASGI app. ``runner`` replaces the one ``settings.backend``
+    describes (tests, or an embedding program with its own runner); the app then
+    does not close it."""
+    settings = settings or ServerSettings()
+    check_bind(settings)
+    gateway = Gateway(settings, runner)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        async with contextlib.AsyncExitStack() as stack:
+            await gateway.start()
+            stack.push_async_callback(gateway.aclose)
+            logger.info(
+                "tierlm gateway: backend %s, models %s, %s",
+                settings.backend.kind,
+                ", ".join(gateway.model_ids) or "(any, passed upstream)",
+                f"{len(settings.keys)} API keys"
+                if settings.keys
+                else "no API keys (loopback only)",
+            )
+            yield {}
+
+    app = Starlette(routes=_routes(), exception_handlers=exception_handlers, lifespan=lifespan)
+    app.state.gateway = gateway
+    app.state.metrics = gateway.metrics
+    return app

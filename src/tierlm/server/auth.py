@@ -1,0 +1,137 @@
+"""API keys: who may use which task classes, and who may steer the scheduler.
+
+The operator decides who may be ``chat`` (issue 5): each key lists the classes
+its requests may claim, the class they get when they claim none, and whether it
+is an admin key (the scheduler API, the dashboard, ``/metrics``). Without keys
+the gateway binds loopback only (``config``), and every request may do anything.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+
+from tierlm.server.errors import APIError
+
+__all__ = ["DASHBOARD_COOKIE", "ApiKey", "KeyRing", "Principal"]
+
+# The dashboard's EventSource cannot send an Authorization header; after
+# /dashboard?key=... the key travels in this cookie (HttpOnly, same site).
+DASHBOARD_COOKIE = "tierlm_key"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One configured key (``[[keys]]`` in the config file)."""
+
+    key: str
+    name: str
+    classes: frozenset[str]
+    """Classes its requests may claim with ``X-Tierlm-Class``."""
+    default_class: str
+    """The class of its requests that claim none."""
+    admin: bool = False
+    """May use the scheduler API, the dashboard and /metrics."""
+    producer: str | None = None
+    """Producer of its requests without ``X-Tierlm-Producer``; None: the key's name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who sent a request, as far as scheduling is concerned."""
+
+    name: str | None
+    """The key's name; None without keys."""
+    classes: frozenset[str]
+    default_class: str
+    admin: bool
+    producer: str | None
+    """Default producer; None: the scheduler's default (the class name)."""
+
+    def check_class(self, class_name: str) -> None:
+        if class_name not in self.classes:
+            allowed = ", ".join(sorted(self.classes))
+            raise APIError(
+                403,
+                f"X-Tierlm-Class: class {class_name!r} is not allowed for API key "
+                f"{self.name!r} (allowed: {allowed})",
+                param="X-Tierlm-Class",
+                code="class_not_allowed",
+                reason="class_not_allowed",
+            )
+
+
+class KeyRing:
+    """The configured keys; authenticates requests."""
+
+    def __init__(self, keys: Iterable[ApiKey], classes: Iterable[str], default_class: str) -> None:
+        self._keys: Mapping[str, ApiKey] = {k.key: k for k in keys}
+        self._anonymous = Principal(None, frozenset(classes), default_class, True, None)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self._keys)
+
+    def lookup(self, token: str) -> ApiKey | None:
+        # Compare against every key in constant time: no timing oracle on a key's prefix.
+        found = None
+        for key, entry in self._keys.items():
+            if hmac.compare_digest(key.encode(), token.encode()):
+                found = entry
+        return found
+
+    def authenticate(self, conn: HTTPConnection, *, admin: bool = False) -> Principal:
+        """The principal of a request; 401 without a valid key, 403 if ``admin``
+        is needed and the key is not an admin key."""
+        if not self._keys:
+            return self._anonymous
+        token = _bearer(conn)
+        if token is None and conn.url.path.startswith("/dashboard"):
+            token = conn.cookies.get(DASHBOARD_COOKIE)
+        if token is None:
+            raise APIError(
+                401,
+                "Authorization: missing API key; send 'Authorization: Bearer <key>' "
+                "(the OpenAI client's api_key)",
+                param="Authorization",
+                code="missing_api_key",
+                reason="unauthorized",
+            )
+        entry = self.lookup(token)
+        if entry is None:
+            raise APIError(
+                401,
+                "Authorization: invalid API key",
+                param="Authorization",
+                code="invalid_api_key",
+                reason="unauthorized",
+            )
+        if admin and not entry.admin:
+            raise APIError(
+                403,
+                f"API key {entry.name!r} is not an admin key; this endpoint needs one",
+                param="Authorization",
+                code="admin_required",
+                reason="admin_required",
+            )
+        return Principal(
+            entry.name,
+            entry.classes,
+            entry.default_class,
+            entry.admin,
+            entry.producer or entry.name,
+        )
+
+
+def _bearer(conn: HTTPConnection) -> str | None:
+    header = conn.headers.get("authorization")
+    if header is not None:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+        return header.strip() or None
+    # Azure-style clients send the key in an api-key header.
+    return conn.headers.get("api-key") or None

@@ -1,0 +1,188 @@
+"""The live dashboard: a static page (``dashboard.html``) fed by server-sent events.
+
+``/dashboard`` serves the page; ``/dashboard/events`` streams its state, pushed
+on every scheduler event (at most ``MIN_INTERVAL`` apart) and at least every
+``MAX_INTERVAL`` (so running times advance); ``/dashboard/state`` is the same
+state once, as JSON. Timeline items are sent once each (by sequence number):
+the page accumulates them.
+
+With keys configured the dashboard needs an admin key. A browser cannot put one
+in an EventSource's headers, so ``/dashboard?key=...`` checks it, stores it in
+an HttpOnly, same-site cookie scoped to /dashboard, and redirects to the bare
+URL (the key leaves the address bar and the history).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator
+from dataclasses import asdict
+from importlib import resources
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from tierlm.server.auth import DASHBOARD_COOKIE
+from tierlm.server.errors import APIError
+from tierlm.server.gateway import Gateway
+from tierlm.server.streaming import EventStream
+from tierlm.snapshot import JobInfo
+
+__all__ = ["dashboard_state", "routes"]
+
+# Pushes at most 5 times a second (a burst of events is one update) and at least
+# once a second (the running time and the timeline's "now" advance).
+MIN_INTERVAL = 0.2
+MAX_INTERVAL = 1.0
+# Jobs listed per tier; the count is always exact. A 100 000-job backfill must
+# not make every push megabytes.
+JOBS_PER_TIER = 25
+# Producers shown as vruntime bars (the ones with the least vruntime run next).
+PRODUCERS = 30
+RECENT = 12
+
+_TIER_NAMES = {
+    0: "T0 · a person is waiting",
+    1: "T1 · foreground",
+    2: "T2 · infrastructure",
+    3: "T3 · overdue",
+    4: "T4 · fair pool",
+}
+
+
+def _job(info: JobInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "class": info.class_name,
+        "producer": info.producer,
+        "model": info.model_id,
+        "subject": info.subject,
+        "tier": info.tier,
+        "waited": info.waited,
+        "preemptions": info.preemptions,
+        "deadline": info.deadline,
+    }
+
+
+def dashboard_state(gateway: Gateway, since: int = 0) -> dict[str, Any]:
+    """What the page shows; timeline items newer than ``since`` only."""
+    snap = gateway.scheduler.snapshot()
+    running = None
+    if snap.running is not None:
+        running = {**_job(snap.running), "since": snap.running_since}
+    vruntime = sorted(snap.vruntime.items(), key=lambda kv: kv[1])[:PRODUCERS]
+    timeline = gateway.timeline
+    fg = snap.foreground
+    return {
+        "now": snap.now,
+        "wall_offset": gateway.wall_offset(),
+        "backend": gateway.settings.backend.kind,
+        "models": gateway.model_ids,
+        "loaded_model": snap.loaded_model,
+        "swapping_to": snap.swapping_to,
+        "paused": snap.paused,
+        "policy": snap.policy,
+        "foreground": None if fg is None else {"class": fg.class_name, "subject": fg.subject},
+        "running": running,
+        "tiers": [
+            {
+                "tier": tier,
+                "name": _TIER_NAMES.get(tier, f"T{tier}"),
+                "count": len(jobs),
+                "jobs": [_job(j) for j in jobs[:JOBS_PER_TIER]],
+            }
+            for tier, jobs in sorted(snap.queued.items())
+        ],
+        "vruntime": [{"producer": p, "vruntime": v} for p, v in vruntime],
+        "budget": [
+            {"class": name, "share": snap.budget_share.get(name, 0.0), "cap": cap}
+            for name, cap in sorted(snap.budget_cap.items())
+        ],
+        "stats": asdict(snap.stats),
+        "classes": {
+            name: {"tier": c.tier, "fair": c.fair}
+            for name, c in sorted(gateway.settings.classes.items())
+        },
+        "timeline": {
+            "window": timeline.window,
+            "items": timeline.since(since),
+            "last_seq": timeline.last_seq,
+            "open_run": timeline.open_run,
+            "open_swap": timeline.open_swap,
+        },
+        "recent": list(gateway.recent)[:RECENT],
+        "extensions": {name: dict(fn()) for name, fn in gateway.extensions.items()},
+    }
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+def _login_page(message: str) -> Response:
+    html = (
+        "<!doctype html><meta charset=utf-8><title>tierlm dashboard</title>"
+        "<body style='font:16px system-ui;margin:3em'><h1>tierlm dashboard</h1>"
+        f"<p>{message}</p><p>Open <code>/dashboard?key=YOUR_ADMIN_KEY</code> once; "
+        "the key is then kept in a cookie for this site.</p>"
+    )
+    return HTMLResponse(html, status_code=401)
+
+
+async def page(request: Request) -> Response:
+    gateway = _gateway(request)
+    key = request.query_params.get("key")
+    if key is not None and gateway.keys.configured:
+        entry = gateway.keys.lookup(key)
+        if entry is None or not entry.admin:
+            return _login_page("That key is not an admin key of this gateway.")
+        response: Response = RedirectResponse("/dashboard", status_code=303)
+        response.set_cookie(
+            DASHBOARD_COOKIE, key, httponly=True, samesite="strict", path="/dashboard"
+        )
+        return response
+    try:
+        gateway.keys.authenticate(request, admin=True)
+    except APIError as exc:
+        return _login_page(exc.message)
+    text = resources.files("tierlm.server").joinpath("dashboard.html").read_text("utf-8")
+    return HTMLResponse(text, headers={"Cache-Control": "no-cache"})
+
+
+async def state(request: Request) -> Response:
+    gateway = _gateway(request)
+    gateway.keys.authenticate(request, admin=True)
+    return JSONResponse(dashboard_state(gateway))
+
+
+async def events(request: Request) -> Response:
+    gateway = _gateway(request)
+    gateway.keys.authenticate(request, admin=True)
+
+    async def stream() -> AsyncGenerator[bytes, None]:
+        loop = asyncio.get_running_loop()
+        sent_seq = 0
+        version = -1
+        while not gateway.closing:
+            pushed_at = loop.time()
+            version = gateway.version
+            data = dashboard_state(gateway, sent_seq)
+            sent_seq = data["timeline"]["last_seq"]
+            yield f"event: state\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+            await gateway.changed(version, MAX_INTERVAL)
+            # A burst of events becomes one push.
+            await asyncio.sleep(max(0.0, pushed_at + MIN_INTERVAL - loop.time()))
+
+    return EventStream(stream)
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/dashboard", page, methods=["GET"]),
+        Route("/dashboard/state", state, methods=["GET"]),
+        Route("/dashboard/events", events, methods=["GET"]),
+    ]

@@ -1,0 +1,124 @@
+"""The scheduler API: foreground, state, pause and resume (issue 5).
+
+With keys configured these need an admin key: they change what everyone's
+requests wait for. Without keys (loopback only) anyone local may call them.
+
+- ``PUT /v1/scheduler/foreground`` with ``{"class": "nataraj", "subject": "42"}``
+  (subject optional), or ``null`` / ``{"class": null}`` to clear;
+- ``GET /v1/scheduler/state``: the scheduler snapshot as JSON, plus the gateway's
+  view (models, queue limits, recently finished jobs and why they ended);
+- ``POST /v1/scheduler/pause`` (``?wait=true`` returns once the device is idle)
+  and ``POST /v1/scheduler/resume``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from tierlm.server.body import json_type, read_json
+from tierlm.server.errors import APIError
+from tierlm.server.gateway import Gateway
+
+__all__ = ["routes"]
+
+# Pause tasks started without ?wait: referenced until done (asyncio keeps only weak ones).
+_pausing: set[asyncio.Task[None]] = set()
+
+
+def _admin(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    gateway.keys.authenticate(request, admin=True)
+    return gateway
+
+
+def _foreground_json(gateway: Gateway) -> dict[str, Any]:
+    fg = gateway.scheduler.snapshot().foreground
+    if fg is None:
+        return {"foreground": None}
+    return {"foreground": {"class": fg.class_name, "subject": fg.subject}}
+
+
+async def put_foreground(request: Request) -> Response:
+    gateway = _admin(request)
+    body = await read_json(request, gateway.settings.limits.max_body_bytes)
+    if body is None:
+        class_name, subject = None, None
+    elif isinstance(body, dict):
+        unknown = sorted(set(body) - {"class", "subject"})
+        if unknown:
+            raise APIError(
+                400, f"{unknown[0]}: unknown field (fields: class, subject)", param=unknown[0]
+            )
+        class_name = body.get("class")
+        subject = body.get("subject")
+    else:
+        raise APIError(
+            400,
+            'request body: must be {"class": ..., "subject": ...} or null, '
+            f"got {json_type(body)}",
+        )
+    if class_name is not None:
+        if not isinstance(class_name, str):
+            raise APIError(
+                400, f"class: must be a string or null, got {json_type(class_name)}", param="class"
+            )
+        if class_name not in gateway.settings.classes:
+            known = ", ".join(sorted(gateway.settings.classes))
+            raise APIError(
+                400,
+                f"class: unknown task class {class_name!r} (classes: {known})",
+                param="class",
+                reason="unknown_class",
+            )
+    if subject is not None:
+        if isinstance(subject, bool) or not isinstance(subject, str | int):
+            raise APIError(
+                400,
+                f"subject: must be a string, an integer or null, got {json_type(subject)}",
+                param="subject",
+            )
+        if class_name is None:
+            raise APIError(400, "subject: needs a class", param="subject")
+        # Jobs' subjects come from a header, always text: compare as text.
+        subject = str(subject)
+    gateway.scheduler.set_foreground(class_name, subject)
+    return JSONResponse(_foreground_json(gateway))
+
+
+async def get_state(request: Request) -> Response:
+    gateway = _admin(request)
+    return JSONResponse(gateway.state())
+
+
+async def pause(request: Request) -> Response:
+    gateway = _admin(request)
+    wait = request.query_params.get("wait", "false").lower() in ("1", "true", "yes")
+    task = asyncio.ensure_future(gateway.scheduler.pause())
+    if wait:
+        await task
+    else:
+        _pausing.add(task)
+        task.add_done_callback(_pausing.discard)
+        await asyncio.sleep(0)  # let pause() set the flag and preempt before we answer
+    snap = gateway.scheduler.snapshot()
+    return JSONResponse({"paused": snap.paused, "idle": snap.running is None})
+
+
+async def resume(request: Request) -> Response:
+    gateway = _admin(request)
+    gateway.scheduler.resume()
+    return JSONResponse({"paused": gateway.scheduler.paused})
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/v1/scheduler/foreground", put_foreground, methods=["PUT"]),
+        Route("/v1/scheduler/state", get_state, methods=["GET"]),
+        Route("/v1/scheduler/pause", pause, methods=["POST"]),
+        Route("/v1/scheduler/resume", resume, methods=["POST"]),
+    ]

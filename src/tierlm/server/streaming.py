@@ -1,0 +1,234 @@
+"""ASGI responses that wait for a job while watching for the client to leave.
+
+A client that disconnects, queued or running, has its job cancelled at once
+(issue 5): no orphan generation keeps the device busy. Starlette's
+``StreamingResponse`` notices a disconnect only when a write fails, which for a
+queued job that writes nothing may be never; so these responses read the ASGI
+``receive`` channel themselves, which reports ``http.disconnect`` the moment
+the connection closes, and cancel the job then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any, Protocol
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from tierlm.server.errors import APIError
+from tierlm.server.gateway import GatewayJob
+
+__all__ = ["EventStream", "JobResult", "JobStream", "SSEFormat", "sse_comment", "sse_data"]
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    # The body was read before the response: the next message is the disconnect.
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def sse_data(payload: Mapping[str, Any] | str) -> bytes:
+    text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+def sse_comment(text: str) -> bytes:
+    # A line starting with ':' is a comment: SSE clients (and OpenAI's) skip it.
+    return f": {text}\n\n".encode()
+
+
+def _headers(job: GatewayJob) -> dict[str, str]:
+    return {"X-Tierlm-Job-Id": str(job.id), "X-Tierlm-Class": job.meta.class_name}
+
+
+class JobResult(Response):
+    """A non-streamed answer: wait for the job, then send ``render(job)`` as JSON,
+    or its error (``error(job)``) in OpenAI's format."""
+
+    def __init__(
+        self,
+        job: GatewayJob,
+        render: Callable[[GatewayJob], Mapping[str, Any]],
+        error: Callable[[GatewayJob], APIError | None],
+    ) -> None:
+        self.job = job
+        self.render_body = render
+        self.error = error
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        job = self.job
+        disconnect = asyncio.ensure_future(_until_disconnect(receive))
+        disconnect.add_done_callback(lambda _: job.wake.set())
+        try:
+            while not job.done:
+                if disconnect.done():
+                    job.disconnect()
+                    return
+                job.wake.clear()
+                await job.wake.wait()
+            failure = self.error(job)
+            if failure is not None:
+                failure.headers.update(_headers(job))
+                response = failure.response()
+            else:
+                body = json.dumps(self.render_body(job), separators=(",", ":")).encode()
+                response = Response(body, media_type="application/json", headers=_headers(job))
+            await response(scope, receive, send)
+        finally:
+            disconnect.cancel()
+            if not job.done:  # our task was cancelled (server shutdown): so is the job
+                job.disconnect()
+
+
+class SSEFormat(Protocol):
+    """What a streamed endpoint sends; the transport is ``JobStream``'s."""
+
+    def start(self) -> list[Mapping[str, Any]]: ...
+
+    def piece(self, text: str) -> Mapping[str, Any]: ...
+
+    def end(self, job: GatewayJob) -> list[Mapping[str, Any]]: ...
+
+
+class JobStream(Response):
+    """A streamed answer (SSE): comment lines while the job waits (its queue
+    position and tier, so a UI can show "waiting behind 3 jobs"), then one
+    ``data:`` event per generated piece, then ``data: [DONE]``."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        job: GatewayJob,
+        fmt: SSEFormat,
+        error: Callable[[GatewayJob], APIError | None],
+        heartbeat: float,
+    ) -> None:
+        self.job = job
+        self.fmt = fmt
+        self.error = error
+        self.heartbeat = heartbeat
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        job = self.job
+        disconnect = asyncio.ensure_future(_until_disconnect(receive))
+        disconnect.add_done_callback(lambda _: job.wake.set())
+        headers = {
+            "Cache-Control": "no-cache",
+            # nginx and others buffer responses unless told not to: tokens would arrive in bursts.
+            "X-Accel-Buffering": "no",
+            **_headers(job),
+        }
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        *((k.lower().encode(), v.encode()) for k, v in headers.items()),
+                    ],
+                }
+            )
+            await self._body(send, disconnect)
+        finally:
+            disconnect.cancel()
+            if not job.done:
+                job.disconnect()
+
+    async def _body(self, send: Send, disconnect: asyncio.Future[None]) -> None:
+        job = self.job
+        sent = 0
+        last_note: str | None = None
+        started = False
+        while True:
+            # Cleared before looking, so a wake-up during a send is not lost.
+            job.wake.clear()
+            if disconnect.done():
+                job.disconnect()
+                return
+            out = bytearray()
+            if sent < len(job.produced):
+                if not started:
+                    out += b"".join(sse_data(chunk) for chunk in self.fmt.start())
+                    started = True
+                for piece in job.produced[sent:]:
+                    out += sse_data(self.fmt.piece(piece))
+                sent = len(job.produced)
+            if job.done:
+                failure = self.error(job)
+                if failure is not None:
+                    # OpenAI's clients raise APIError on a data event with "error".
+                    out += sse_data(failure.body())
+                else:
+                    if not started:
+                        out += b"".join(sse_data(chunk) for chunk in self.fmt.start())
+                    out += b"".join(sse_data(chunk) for chunk in self.fmt.end(job))
+                    out += sse_data("[DONE]")
+                await send({"type": "http.response.body", "body": bytes(out), "more_body": False})
+                return
+            note = job.note()
+            if note is not None and note != last_note:
+                out += sse_comment(note)
+                last_note = note
+            if out:
+                await send({"type": "http.response.body", "body": bytes(out), "more_body": True})
+            try:
+                await asyncio.wait_for(job.wake.wait(), self.heartbeat)
+            except TimeoutError:
+                # Keeps proxies from closing a quiet stream (a long wait in the queue).
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": sse_comment(note or "tierlm keep-alive"),
+                        "more_body": True,
+                    }
+                )
+
+
+class EventStream(Response):
+    """A server-sent event stream of ``events()``'s chunks, ended (and the
+    generator closed) the moment the client disconnects, even while the
+    generator waits for something to send."""
+
+    def __init__(self, events: Callable[[], AsyncGenerator[bytes, None]]) -> None:
+        self.events = events
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
+        events = self.events()
+        disconnect = asyncio.ensure_future(_until_disconnect(receive))
+        try:
+            while True:
+                step = asyncio.ensure_future(anext(events))
+                await asyncio.wait({step, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    step.cancel()
+                    # Let the generator take its cancel before closing it below.
+                    await asyncio.wait({step})
+                    return
+                try:
+                    chunk = step.result()
+                except StopAsyncIteration:
+                    break
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            disconnect.cancel()
+            await events.aclose()

@@ -1,0 +1,245 @@
+"""A real gateway for the tests: ``create_app`` under a real uvicorn server on
+127.0.0.1 (a free port, a thread), and small clients for it.
+
+Scheduling is observed through the gateway's own state API, polled with a
+bounded wait (``Gateway.wait``): the server runs on the wall clock in another
+thread, so that is the one wall-clock wait the tests need; nothing sleeps to
+"give the scheduler time".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+import openai
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+
+from tierlm.runners.protocol import Runner
+from tierlm.server.app import create_app
+from tierlm.server.config import ServerSettings, settings_from_dict
+from tierlm.server.gateway import Gateway as GatewayCore
+
+T = TypeVar("T")
+
+# Simulated device of the gateway tests: 200 tokens/s, a 50 ms swap. Fast enough
+# for a suite in seconds, slow enough that a 2000-token job is seen running.
+TOKEN = 0.005
+SWAP = 0.05
+WAIT = 15.0  # bound of every poll: a hung test fails, it never hangs
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def sim_settings(raw: Mapping[str, Any] | None = None) -> ServerSettings:
+    """Settings of a sim gateway with the tests' fast device; ``raw`` adds to them
+    (the config file's structure)."""
+    data: dict[str, Any] = {
+        "backend": {"kind": "sim", "token_interval": TOKEN, "swap_seconds": SWAP},
+        # No heartbeat within a test: a stream's comment lines are then exactly
+        # its changes of position (test_heartbeat sets a short one).
+        "server": {"sse_heartbeat": 60},
+    }
+    for key, value in (raw or {}).items():
+        if isinstance(value, Mapping) and isinstance(data.get(key), Mapping):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return settings_from_dict(data)
+
+
+@dataclass
+class Gateway:
+    """A running gateway and clients for it."""
+
+    url: str
+    app: Any
+    key: str | None = None
+    """The key ``http`` and ``state()`` use (an admin key when keys are configured)."""
+    http: httpx.Client = field(init=False)
+    pool: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=WAIT)
+        self.pool = ThreadPoolExecutor(8)
+
+    @property
+    def core(self) -> GatewayCore:
+        core: GatewayCore = self.app.state.gateway
+        return core
+
+    def openai(self, key: str | None = None, **headers: str) -> openai.OpenAI:
+        """The official client, pointed at the gateway; ``headers`` become
+        default headers (``X_Tierlm_Class="gana"`` -> ``X-Tierlm-Class: gana``)."""
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1",
+            api_key=key or self.key or "unused",
+            max_retries=0,
+            timeout=WAIT,
+            default_headers={k.replace("_", "-"): v for k, v in headers.items()},
+        )
+
+    def state(self) -> dict[str, Any]:
+        response = self.http.get("/v1/scheduler/state")
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    def wait(self, predicate: Callable[[dict[str, Any]], Any], what: str) -> dict[str, Any]:
+        """Poll the state API until ``predicate(state)`` holds (bounded)."""
+        deadline = time.monotonic() + WAIT
+        while True:
+            state = self.state()
+            if predicate(state):
+                return state
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; state: {state}")
+            time.sleep(0.005)
+
+    def wait_running(self, class_name: str) -> dict[str, Any]:
+        state = self.wait(
+            lambda s: s["running"] is not None and s["running"]["class_name"] == class_name,
+            f"a {class_name} job running",
+        )
+        running: dict[str, Any] = state["running"]
+        return running
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Samples by (name, sorted labels)."""
+        response = self.http.get("/metrics")
+        response.raise_for_status()
+        samples = {}
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
+
+    def metric(self, name: str, **labels: str) -> float:
+        key = (name, tuple(sorted((k.replace("class_", "class"), v) for k, v in labels.items())))
+        return self.metrics().get(key, 0.0)
+
+    def background(self, fn: Callable[[], T]) -> Future[T]:
+        return self.pool.submit(fn)
+
+    def close(self) -> None:
+        self.http.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def run_app(app: Any, on_stop: Callable[[], None] | None = None) -> Iterator[str]:
+    """Run an ASGI app under uvicorn on 127.0.0.1 (a free port) in a thread; its URL."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if on_stop is not None:
+            on_stop()
+        server.should_exit = True
+        thread.join(WAIT)
+        sock.close()
+        assert not thread.is_alive(), "the server did not shut down"
+
+
+@contextlib.contextmanager
+def serve(
+    settings: ServerSettings | None = None, *, key: str | None = None, runner: Runner | None = None
+) -> Iterator[Gateway]:
+    """Run ``create_app(settings)`` under uvicorn on 127.0.0.1 in a thread."""
+    app = create_app(settings or sim_settings(), runner=runner)
+    # Ends open streams first, as `tierlm serve` does on a signal.
+    with run_app(app, on_stop=app.state.gateway.shutdown_soon) as url:
+        gateway = Gateway(url, app, key)
+        try:
+            yield gateway
+        finally:
+            gateway.close()
+
+
+@dataclass
+class Stream:
+    """A raw streamed response: its SSE lines, comments included."""
+
+    response: httpx.Response
+    lines: Iterator[str]
+
+    @property
+    def job_id(self) -> int:
+        return int(self.response.headers["x-tierlm-job-id"])
+
+    def next(self) -> str:
+        return next(self.lines)
+
+    def next_data(self) -> str:
+        """The next ``data:`` line's payload, skipping comments."""
+        while (line := self.next()).startswith(":"):
+            pass
+        assert line.startswith("data: "), line
+        return line[len("data: ") :]
+
+    def text(self) -> str:
+        """Read to ``[DONE]``; the generated text (chat deltas or completion text)."""
+        pieces = []
+        while (data := self.next_data()) != "[DONE]":
+            for choice in json.loads(data).get("choices", []):
+                pieces.append(
+                    choice["delta"].get("content") or "" if "delta" in choice else choice["text"]
+                )
+        return "".join(pieces)
+
+
+@contextlib.contextmanager
+def sse(
+    gateway: Gateway,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
+    path: str = "/v1/chat/completions",
+) -> Iterator[Stream]:
+    """A raw streamed request. Leaving the block closes the connection: a client
+    that goes away (before the end, unless the stream was read to the end)."""
+    client = httpx.Client(base_url=gateway.url, timeout=WAIT)
+    try:
+        with client.stream(
+            "POST", path, json={**body, "stream": True}, headers=dict(headers or {})
+        ) as response:
+            assert response.status_code == 200, response.read()
+            # Held here until the block ends: a dropped, started line iterator
+            # would close the response when collected (a disconnect).
+            stream = Stream(response, (line for line in response.iter_lines() if line))
+            yield stream
+    finally:
+        client.close()
+
+
+def chat_body(model: str = "sim-a", max_tokens: int = 5, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": MESSAGES, "max_tokens": max_tokens, **extra}
+
+
+def in_queue(state: Mapping[str, Any], job_id: int) -> int | None:
+    """The tier a job is queued in, None if it is not queued."""
+    for tier, jobs in state["queued"].items():
+        if any(job["id"] == job_id for job in jobs):
+            return int(tier)
+    return None

@@ -1,0 +1,163 @@
+"""Bad requests get a 4xx in OpenAI's error format naming the field, and the
+gateway keeps serving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from tests.server.helpers import MESSAGES, Gateway, chat_body, serve, sim_settings
+
+
+@pytest.fixture(scope="module")
+def gw() -> Iterator[Gateway]:
+    # One gateway for the module: each test also checks it still serves.
+    with serve(sim_settings({"limits": {"max_body_bytes": 10_000, "max_tokens_limit": 100}})) as g:
+        yield g
+
+
+def still_serves(gw: Gateway) -> None:
+    completion = gw.openai().chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=2)
+    assert completion.choices[0].message.content == "w0 w1 "
+
+
+def error_of(response: Any) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "request body: not valid JSON"),
+        (b"", "request body: empty"),
+        (b"[1, 2]", "request body: must be a JSON object, got an array"),
+        (b"\xff\xfe", "request body: not valid JSON"),
+    ],
+)
+def test_malformed_body(gw: Gateway, content: bytes, message: str) -> None:
+    response = gw.http.post(
+        "/v1/chat/completions", content=content, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["message"].startswith(message)
+    assert error["type"] == "invalid_request_error"
+    still_serves(gw)
+
+
+@pytest.mark.parametrize(
+    ("change", "param", "message"),
+    [
+        ({"model": 3}, "model", "must be a non-empty string naming a model, got an integer"),
+        ({"messages": "hi"}, "messages", "must be a non-empty array of messages, got a string"),
+        ({"messages": []}, "messages", "must be a non-empty array"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "must be one of"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "got an integer"),
+        ({"max_tokens": "ten"}, "max_tokens", "must be an integer, got a string"),
+        ({"max_tokens": 0}, "max_tokens", "must be between 1 and 100"),
+        ({"max_tokens": 101}, "max_tokens", "(limits.max_tokens_limit), got 101"),
+        ({"max_completion_tokens": 500}, "max_completion_tokens", "must be between 1 and 100"),
+        ({"temperature": "hot"}, "temperature", "must be a number, got a string"),
+        ({"temperature": 3}, "temperature", "must be between 0 and 2"),
+        ({"stop": 7}, "stop", "must be a string or an array"),
+        ({"stream": "yes"}, "stream", "must be a boolean, got a string"),
+        ({"stream_options": {"include_usage": 1}}, "stream_options.include_usage", "boolean"),
+        ({"n": 2}, "n", "only 1 choice per request"),
+        ({"tools": [{"type": "function"}]}, "tools", "tool calling is not supported"),
+    ],
+)
+def test_wrong_fields(gw: Gateway, change: dict[str, Any], param: str, message: str) -> None:
+    response = gw.http.post("/v1/chat/completions", json={**chat_body(), **change})
+    assert response.status_code == 400, response.text
+    error = error_of(response)
+    assert error["param"] == param
+    assert error["message"].startswith(f"{param}: ")
+    assert message in error["message"]
+    still_serves(gw)
+
+
+def test_wrong_fields_through_the_openai_client(gw: Gateway) -> None:
+    client = gw.openai()
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="sim-a", prompt=None, max_tokens=2)  # type: ignore[arg-type]
+    assert "prompt: must be a string" in info.value.message
+    assert info.value.param == "prompt"  # type: ignore[attr-defined]
+    still_serves(gw)
+
+
+def test_unknown_model(gw: Gateway) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        gw.openai().chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert "model 'gpt-4o': not served by this gateway (models: sim-a, sim-b)" in info.value.message
+    assert info.value.code == "model_not_found"
+    still_serves(gw)
+
+
+def test_oversized_body(gw: Gateway) -> None:
+    big = chat_body(messages=[{"role": "user", "content": "x" * 20_000}])
+    response = gw.http.post("/v1/chat/completions", json=big)
+    assert response.status_code == 413
+    assert "larger than the limit of 10000 bytes" in error_of(response)["message"]
+
+    # Without Content-Length (chunked): counted while reading.
+    def chunks() -> Iterator[bytes]:
+        yield b'{"model": "sim-a", "messages": [{"role": "user", "content": "'
+        for _ in range(30):
+            yield b"y" * 1000
+        yield b'"}]}'
+
+    response = gw.http.post("/v1/chat/completions", content=chunks())
+    assert response.status_code == 413
+    assert "larger than the limit of 10000 bytes" in error_of(response)["message"]
+    still_serves(gw)
+
+
+def test_bad_scheduling_headers(gw: Gateway) -> None:
+    cases = {
+        "X-Tierlm-Class": (
+            "boss",
+            "unknown task class 'boss' (classes: chat, extract, gana, nataraj)",
+        ),
+        "X-Tierlm-Deadline": ("tomorrow", "must be seconds from now (e.g. 30) or an RFC 3339 time"),
+        "X-Tierlm-Producer": ("p" * 300, "must be 1 to 200 printable characters"),
+    }
+    for header, (value, message) in cases.items():
+        response = gw.http.post("/v1/chat/completions", json=chat_body(), headers={header: value})
+        assert response.status_code == 400
+        error = error_of(response)
+        assert error["param"] == header
+        assert message in error["message"]
+    # A deadline without a timezone is ambiguous.
+    response = gw.http.post(
+        "/v1/chat/completions",
+        json=chat_body(),
+        headers={"X-Tierlm-Deadline": "2030-01-01T00:00:00"},
+    )
+    assert response.status_code == 400
+    still_serves(gw)
+
+
+def test_unknown_endpoint_and_method(gw: Gateway) -> None:
+    response = gw.http.get("/v1/engines")
+    assert response.status_code == 404
+    assert error_of(response)["message"] == "GET /v1/engines: no such endpoint"
+    response = gw.http.get("/v1/chat/completions")
+    assert response.status_code == 405
+    assert "method not allowed" in error_of(response)["message"]
+    still_serves(gw)
+
+
+def test_rejections_are_counted(gw: Gateway) -> None:
+    before = gw.metric("tierlm_rejected_requests_total", reason="invalid_json")
+    gw.http.post("/v1/completions", content=b"{")
+    assert gw.metric("tierlm_rejected_requests_total", reason="invalid_json") == before + 1
+    before = gw.metric("tierlm_rejected_requests_total", reason="unknown_model")
+    gw.http.post("/v1/completions", json={"model": "x", "prompt": "y"})
+    assert gw.metric("tierlm_rejected_requests_total", reason="unknown_model") == before + 1

@@ -1,0 +1,315 @@
+"""Scheduling through the gateway (sim backend): preemption, queue positions,
+disconnects, backpressure, the scheduler API, the scheduling headers.
+
+A long chat is the tests' "blocker": a chat is never preempted (T0 only loses
+to itself), so while it runs everything else waits in the queue, where the
+tests look at it. Leaving a ``with sse(...)`` block disconnects that client,
+which cancels its job: the blocker ends with its block.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import httpx
+import openai
+import pytest
+
+from tests.server.helpers import (
+    MESSAGES,
+    WAIT,
+    Gateway,
+    chat_body,
+    in_queue,
+    serve,
+    sim_settings,
+    sse,
+)
+
+QUEUED = re.compile(r": tierlm queued job=(\d+) tier=T(\d) position=(\d+)")
+GANA = {"X-Tierlm-Class": "gana"}
+LONG = 4000  # tokens: 20 s of the tests' device, far longer than any test lets it run
+
+
+def queued(line: str) -> tuple[int, int, int]:
+    match = QUEUED.fullmatch(line)
+    assert match, line
+    job, tier, position = (int(g) for g in match.groups())
+    return job, tier, position
+
+
+def recent(gw: Gateway, job_id: int) -> dict[str, object] | None:
+    for job in gw.state()["gateway"]["recent"]:
+        if job["id"] == job_id:
+            return dict(job)
+    return None
+
+
+def test_chat_preempts_a_running_background_request(gateway: Gateway) -> None:
+    tokens = 400
+    gana = gateway.openai(X_Tierlm_Class="gana", X_Tierlm_Producer="gana:1")
+
+    def background() -> str:
+        stream = gana.chat.completions.create(
+            model="sim-a", messages=MESSAGES, max_tokens=tokens, stream=True
+        )
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    future = gateway.background(background)
+    gateway.wait_running("gana")
+    chat = gateway.openai().chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=5)
+    assert chat.choices[0].message.content == "w0 w1 w2 w3 w4 "
+    # The chat did not wait for the background request to end: it was preempted.
+    assert not future.done()
+    assert (chat.model_extra or {})["tierlm"]["time_to_first_token"] < 1.0
+
+    # The background request resumed: every token once, in order, one stream.
+    assert future.result(WAIT) == "".join(f"w{i} " for i in range(tokens))
+    state = gateway.state()
+    assert state["stats"]["preemptions"] == 1
+    assert state["stats"]["requeues"] == 1
+    assert [j["outcome"] for j in state["gateway"]["recent"][:2]] == ["completed", "completed"]
+    assert gateway.metric("tierlm_preemptions_total", class_="gana") == 1
+    assert gateway.metric("tierlm_jobs_total", class_="gana", outcome="requeued") == 1
+    assert gateway.metric("tierlm_jobs_total", class_="chat", outcome="completed") == 1
+
+
+def test_a_waiting_stream_is_told_its_position_and_tier(gateway: Gateway) -> None:
+    with sse(gateway, chat_body(max_tokens=LONG)):
+        gateway.wait_running("chat")
+        with sse(gateway, chat_body(max_tokens=3), GANA) as gana:
+            job, tier, position = queued(gana.next())
+            assert (job, tier, position) == (gana.job_id, 4, 1)
+            # Extraction is T2: it goes ahead, and the gana stream is told so.
+            with sse(gateway, chat_body(max_tokens=3), {"X-Tierlm-Class": "extract"}) as extract:
+                assert queued(extract.next()) == (extract.job_id, 2, 1)
+                assert queued(gana.next()) == (gana.job_id, 4, 2)
+            # The extract client left: its job is gone, the gana is first again.
+            assert queued(gana.next()) == (gana.job_id, 4, 1)
+
+
+def test_a_quiet_stream_gets_heartbeats() -> None:
+    with (
+        serve(sim_settings({"server": {"sse_heartbeat": 0.1}})) as gw,
+        sse(gw, chat_body(max_tokens=LONG)),
+    ):
+        gw.wait_running("chat")
+        with sse(gw, chat_body(max_tokens=3), GANA) as gana:
+            first = gana.next()
+            queued(first)
+            # Nothing changes: the same line again, as a keep-alive.
+            assert gana.next() == first
+
+
+def test_the_openai_client_ignores_the_comments_of_a_waiting_stream(gateway: Gateway) -> None:
+    client = gateway.openai(X_Tierlm_Class="nataraj")
+
+    def waiting() -> str:
+        stream = client.chat.completions.create(
+            model="sim-a", messages=MESSAGES, max_tokens=3, stream=True
+        )
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    with sse(gateway, chat_body(max_tokens=LONG)):
+        gateway.wait_running("chat")
+        future = gateway.background(waiting)
+        gateway.wait(lambda s: s["queued"]["4"], "the nataraj request queued")
+    # The blocker's client left: the queued request runs.
+    assert future.result(WAIT) == "w0 w1 w2 "
+
+
+def test_a_client_that_leaves_while_queued_has_its_job_removed(gateway: Gateway) -> None:
+    with sse(gateway, chat_body(max_tokens=LONG)) as blocker:
+        gateway.wait_running("chat")
+        with sse(gateway, chat_body(max_tokens=3), {"X-Tierlm-Class": "nataraj"}) as waiting:
+            job_id = waiting.job_id
+            assert queued(waiting.next())[1] == 4
+            assert in_queue(gateway.state(), job_id) == 4
+        state = gateway.wait(lambda s: in_queue(s, job_id) is None, "the job to leave the queue")
+        assert state["running"]["id"] == blocker.job_id  # the blocker was not disturbed
+        assert recent(gateway, job_id) == {
+            "id": job_id,
+            "class": "nataraj",
+            "producer": "nataraj",
+            "model": "sim-a",
+            "outcome": "cancelled",
+            "ended_at": recent(gateway, job_id)["ended_at"],  # type: ignore[index]
+            "tokens": 0,
+            "reason": "client disconnected while queued",
+        }
+        assert (
+            gateway.metric("tierlm_client_disconnects_total", class_="nataraj", state="queued") == 1
+        )
+        assert gateway.metric("tierlm_jobs_total", class_="nataraj", outcome="cancelled") == 1
+
+
+def test_a_client_that_leaves_while_running_has_its_job_stopped(gateway: Gateway) -> None:
+    with sse(gateway, chat_body(max_tokens=LONG), GANA) as gana:
+        job_id = gana.job_id
+        assert '"role":"assistant"' in gana.next_data()
+        assert '"content":"w0 "' in gana.next_data()  # generating
+        gateway.wait_running("gana")
+    state = gateway.wait(lambda s: s["running"] is None, "the device to be idle")
+    assert state["stats"]["cancelled"] == 1
+    ended = recent(gateway, job_id)
+    assert ended is not None
+    assert ended["outcome"] == "cancelled"
+    assert ended["reason"] == "client disconnected while running"
+    assert 0 < int(ended["tokens"]) < LONG  # type: ignore[call-overload]
+    assert gateway.metric("tierlm_client_disconnects_total", class_="gana", state="running") == 1
+
+
+def test_a_non_streamed_client_that_leaves_has_its_job_removed(gateway: Gateway) -> None:
+    def impatient() -> None:
+        # Gives up after a second in the queue, as a client with a timeout does.
+        httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            json=chat_body(max_tokens=3),
+            headers=GANA,
+            timeout=httpx.Timeout(WAIT, read=1.0),
+        )
+
+    with sse(gateway, chat_body(max_tokens=LONG)):
+        gateway.wait_running("chat")
+        future = gateway.background(impatient)
+        state = gateway.wait(lambda s: s["queued"]["4"], "the request queued")
+        job_id = state["queued"]["4"][0]["id"]
+        with pytest.raises(httpx.ReadTimeout):
+            future.result(WAIT)
+        gateway.wait(lambda s: in_queue(s, job_id) is None, "the job to leave the queue")
+        assert recent(gateway, job_id)["reason"] == "client disconnected while queued"  # type: ignore[index]
+
+
+def test_a_full_class_queue_answers_429_with_retry_after() -> None:
+    settings = sim_settings({"classes": {"gana": {"queue_limit": 1}}})
+    with serve(settings) as gw, sse(gw, chat_body(max_tokens=LONG)):
+        gw.wait_running("chat")
+        with sse(gw, chat_body(max_tokens=3), GANA) as first:
+            queued(first.next())
+            client = gw.openai(X_Tierlm_Class="gana")
+            with pytest.raises(openai.RateLimitError) as info:
+                client.chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=3)
+            assert "class 'gana': 1 jobs are queued, the limit (queue_limit) is 1" in (
+                info.value.message
+            )
+            assert int(info.value.response.headers["retry-after"]) >= 1
+            assert gw.metric("tierlm_rejected_requests_total", reason="queue_full") == 1
+            # The limit is per class: another class still queues.
+            with sse(gw, chat_body(max_tokens=3), {"X-Tierlm-Class": "nataraj"}) as other:
+                assert queued(other.next())[1] == 4
+            assert gw.state()["gateway"]["queue_limits"]["gana"] == 1
+
+
+def test_foreground_through_the_scheduler_api(gateway: Gateway) -> None:
+    api = gateway.http
+    with sse(gateway, chat_body(max_tokens=LONG), GANA):
+        gateway.wait_running("gana")
+        headers = {"X-Tierlm-Class": "nataraj", "X-Tierlm-Subject": "note-1"}
+        with sse(gateway, chat_body(max_tokens=3), headers) as nataraj:
+            assert queued(nataraj.next())[1] == 4
+            # Another subject in the foreground: this job stays in the fair pool.
+            response = api.put(
+                "/v1/scheduler/foreground", json={"class": "nataraj", "subject": "note-2"}
+            )
+            assert response.json() == {"foreground": {"class": "nataraj", "subject": "note-2"}}
+            assert in_queue(gateway.state(), nataraj.job_id) == 4
+            # Its subject: T1, which preempts the gana.
+            api.put("/v1/scheduler/foreground", json={"class": "nataraj", "subject": "note-1"})
+            assert nataraj.text() == "w0 w1 w2 "
+            state = gateway.wait(lambda s: s["stats"]["preemptions"] == 1, "the gana preempted")
+            assert state["foreground"] == {"class": "nataraj", "subject": "note-1"}
+    assert api.put("/v1/scheduler/foreground", content=b"null").json() == {"foreground": None}
+    assert gateway.state()["foreground"] is None
+    for body, param, message in [
+        ({"class": "boss"}, "class", "class: unknown task class 'boss'"),
+        (
+            {"class": "gana", "subject": [1]},
+            "subject",
+            "subject: must be a string, an integer or null",
+        ),
+        ({"klass": "gana"}, "klass", "klass: unknown field"),
+        (3, None, "request body: must be"),
+    ]:
+        response = api.put("/v1/scheduler/foreground", json=body)
+        assert response.status_code == 400
+        assert response.json()["error"]["param"] == param
+        assert response.json()["error"]["message"].startswith(message)
+
+
+def test_pause_and_resume(gateway: Gateway) -> None:
+    api = gateway.http
+    with sse(gateway, chat_body(max_tokens=LONG), GANA) as gana:
+        gateway.wait_running("gana")
+        assert api.post("/v1/scheduler/pause?wait=true").json() == {"paused": True, "idle": True}
+        state = gateway.state()
+        assert state["paused"] and state["running"] is None
+        assert in_queue(state, gana.job_id) == 4  # preempted and re-queued, not lost
+        # Nothing is dispatched while paused, not even a chat.
+        chat = gateway.background(
+            lambda: gateway.openai().chat.completions.create(
+                model="sim-a", messages=MESSAGES, max_tokens=2
+            )
+        )
+        gateway.wait(lambda s: s["queued"]["0"], "the chat queued")
+        assert gateway.state()["running"] is None
+        assert api.post("/v1/scheduler/resume").json() == {"paused": False}
+        assert chat.result(WAIT).choices[0].message.content == "w0 w1 "
+        gateway.wait_running("gana")
+
+
+def test_deadline_header(gateway: Gateway) -> None:
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
+    with sse(gateway, chat_body(max_tokens=LONG)):
+        gateway.wait_running("chat")
+        for deadline, tier in [("3600", 4), ("0", 3), (past, 3), ("2999-01-01T00:00:00+01:00", 4)]:
+            headers = {**GANA, "X-Tierlm-Deadline": deadline}
+            with sse(gateway, chat_body(max_tokens=2), headers) as job:
+                assert queued(job.next())[1] == tier, deadline
+
+
+def test_metrics_series(gateway: Gateway) -> None:
+    client = gateway.openai(X_Tierlm_Class="extract")
+    client.chat.completions.create(model="sim-b", messages=MESSAGES, max_tokens=5)  # a swap
+    gateway.openai(X_Tierlm_Class="gana").completions.create(
+        model="sim-b", prompt="x", max_tokens=3
+    )
+    samples = gateway.metrics()
+    names = {name for name, _ in samples}
+    for series in [
+        "tierlm_queue_depth",
+        "tierlm_queued_jobs",
+        "tierlm_running",
+        "tierlm_wait_seconds_bucket",
+        "tierlm_time_to_first_token_seconds_bucket",
+        "tierlm_generated_tokens_total",
+        "tierlm_tokens_per_second",
+        "tierlm_preemptions_total",
+        "tierlm_swaps_total",
+        "tierlm_swap_seconds_total",
+        "tierlm_budget_share",
+        "tierlm_budget_cap",
+        "tierlm_vruntime_seconds",
+        "tierlm_jobs_total",
+        "tierlm_client_disconnects_total",
+        "tierlm_rejected_requests_total",
+        "tierlm_loaded_model",
+        "tierlm_paused",
+    ]:
+        assert series in names, series
+    assert {dict(labels)["tier"] for name, labels in samples if name == "tierlm_queue_depth"} == {
+        "T0",
+        "T1",
+        "T2",
+        "T3",
+        "T4",
+    }
+    assert gateway.metric("tierlm_swaps_total", model="sim-b") == 1
+    assert gateway.metric("tierlm_swap_seconds_total", model="sim-b") >= 0.05
+    assert gateway.metric("tierlm_generated_tokens_total", class_="extract", model="sim-b") == 5
+    assert gateway.metric("tierlm_time_to_first_token_seconds_count", class_="extract") == 1
+    assert gateway.metric("tierlm_budget_cap", class_="extract") == 0.6
+    assert gateway.metric("tierlm_budget_share", class_="extract") > 0.5
+    assert gateway.metric("tierlm_vruntime_seconds", producer="gana") > 0
+    assert gateway.metric("tierlm_loaded_model", model="sim-b") == 1
+    assert gateway.metric("tierlm_tokens_per_second", model="sim-b") > 0
