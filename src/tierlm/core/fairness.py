@@ -8,7 +8,9 @@ Linux CFS adapted to one inference device, as in VTC (arXiv:2501.14312):
 - a producer that appears, or returns after more than ``idle_reset`` seconds
   with nothing queued or running, starts at the smallest vruntime of the
   producers present (CFS's min_vruntime seeding; the seed's §"newcomer"), so a
-  newcomer neither monopolises the pool nor waits behind others' history;
+  newcomer neither monopolises the pool nor waits behind others' history; one
+  that returns sooner keeps what it was owed when it left, and no more
+  (``job_arrived``);
 - every ``decay_period`` seconds all vruntimes are halved, so history fades.
 
 Halving preserves every order, so it is applied lazily, on the next call that
@@ -46,6 +48,7 @@ class FairPool:
         self.vruntime: dict[str, float] = {}
         self._active: dict[str, int] = {}  # queued + running jobs per producer
         self._idle_since: dict[str, float] = {}
+        self._lag: dict[str, float] = {}  # how far behind the others, when it left
         self._next_decay: float | None = None
         self.epoch = 0
         """Bumped whenever vruntimes change in a way that reorders nothing
@@ -70,20 +73,43 @@ class FairPool:
         factor = 0.5 ** min(periods, 1100)  # past ~1100 halvings every value is 0.0
         for producer in self.vruntime:
             self.vruntime[producer] *= factor
+        for producer in self._lag:
+            self._lag[producer] *= factor
         self.epoch += 1
         return True
 
     def is_active(self, producer: str) -> bool:
         return self._active.get(producer, 0) > 0
 
-    def job_arrived(self, producer: str, now: float) -> None:
-        """A job of ``producer`` entered the queue (not a re-queue)."""
-        if not self.is_active(producer):
+    def job_arrived(self, producer: str, now: float, *, requeued: bool = False) -> None:
+        """A job of ``producer`` entered the queue.
+
+        A producer with nothing queued or running that submits again is placed
+        by one of three rules:
+
+        - new, or back after more than ``idle_reset`` seconds: the smallest
+          vruntime of the producers present (DESIGN §4, CFS's min_vruntime);
+        - back sooner: ``max(own, min_present - lag)``, where ``lag`` is how far
+          behind the others it was when it left. What it was owed while it
+          waited is kept; time spent away earns nothing. Without this, a
+          producer idle for 4 minutes returned with minutes of "credit" and ran
+          alone while backlogged peers waited (VTC's on/off case; fair-pool
+          Jain 0.94 -> see docs/design-notes.md). This is EEVDF's lag, clamped
+          so it never raises a producer that was ahead.
+
+        A re-queue after preemption is not a return: its place stands.
+        """
+        if not requeued and not self.is_active(producer):
             idle_since = self._idle_since.get(producer)
             if producer not in self.vruntime or (
                 idle_since is not None and now - idle_since > self.idle_reset
             ):
                 self.vruntime[producer] = self._seed_value(producer)
+            else:
+                present = self._min_present(producer)
+                if present is not None:
+                    owed = self._lag.get(producer, 0.0)
+                    self.vruntime[producer] = max(self.vruntime[producer], present - owed)
         self._active[producer] = self._active.get(producer, 0) + 1
 
     def job_left(self, producer: str, now: float) -> None:
@@ -94,11 +120,19 @@ class FairPool:
         else:
             self._active.pop(producer, None)
             self._idle_since[producer] = now
+            present = self._min_present(producer)
+            own = self.vruntime.get(producer, 0.0)
+            self._lag[producer] = max(0.0, present - own) if present is not None else 0.0
+
+    def _min_present(self, producer: str) -> float | None:
+        """The smallest vruntime among the other producers with work queued or running."""
+        values = [self.vruntime.get(p, 0.0) for p in self._active if p != producer]
+        return min(values) if values else None
 
     def _seed_value(self, newcomer: str) -> float:
-        present = [v for p, v in self.vruntime.items() if p != newcomer and self.is_active(p)]
-        if present:
-            return min(present)
+        present = self._min_present(newcomer)
+        if present is not None:
+            return present
         others = [v for p, v in self.vruntime.items() if p != newcomer]
         return min(others) if others else 0.0
 

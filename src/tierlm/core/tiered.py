@@ -76,7 +76,7 @@ class TieredPolicy:
         """DESIGN §4 re-queue: back to the front of its tier (it keeps its id)."""
         self._advance(now)
         if job.task_class.fair:
-            self.fair.job_arrived(job.producer, now)
+            self.fair.job_arrived(job.producer, now, requeued=True)
         self._enqueue(job, now)
 
     def remove(self, job: Job, now: float) -> None:
@@ -299,12 +299,23 @@ class TieredPolicy:
         if best_loaded is not None and now < starve_at:
             self._affinity_expiry = _earliest(self._affinity_expiry, starve_at)
             return best_loaded[2]
-        # Swap to B, but not within chat_grace of the last chat on the loaded model.
+        # Swap to B, but not within chat_grace of the last chat on the loaded
+        # model, nor while the chat surface is open (the foreground is a T0
+        # class): a person likely types again, and a swap cannot be interrupted,
+        # so their next message would wait for it and for the swap back.
         last_chat = self._last_chat_end.get(loaded_model)
-        if last_chat is not None and now < last_chat + self.config.chat_grace:
-            self._grace_expiry = _earliest(self._grace_expiry, last_chat + self.config.chat_grace)
-            return best_loaded[2] if best_loaded is not None else None
+        if last_chat is not None:
+            if self._chat_surface_open():
+                return best_loaded[2] if best_loaded is not None else None
+            if now < last_chat + self.config.chat_grace:
+                grace_end = last_chat + self.config.chat_grace
+                self._grace_expiry = _earliest(self._grace_expiry, grace_end)
+                return best_loaded[2] if best_loaded is not None else None
         return best_id
+
+    def _chat_surface_open(self) -> bool:
+        foreground = self.foreground
+        return foreground is not None and self.classes[foreground.class_name].tier == Tier.T0
 
     def _select(self, now: float, loaded_model: str | None, extra: Job | None) -> int | None:
         self._advance(now)
