@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tierlm.runners.protocol import (
@@ -19,7 +20,7 @@ from tierlm.runners.protocol import (
 if TYPE_CHECKING:
     from tierlm.core.jobs import Job
 
-__all__ = ["JobContext", "JobHandle", "JobState"]
+__all__ = ["JobContext", "JobHandle", "JobState", "resuming_work"]
 
 T = TypeVar("T")
 
@@ -139,3 +140,30 @@ class JobContext:
             async for piece in stream:
                 yield piece
         self.cancel.raise_if_cancelled()
+
+
+def resuming_work(
+    request: GenerationRequest, on_piece: Callable[[str], None]
+) -> Callable[[JobContext], Awaitable[str]]:
+    """A job's ``work`` that generates ``request`` and RESUMES when re-run.
+
+    DESIGN §4 re-queue, §6.8: the text produced by earlier runs is kept; a
+    re-run continues from prompt + that text (``resume_text``) for the tokens
+    still due, and only new pieces reach ``on_piece``, so whoever reads them
+    sees one continuous stream, however many times the job was preempted.
+    Returns the whole text.
+    """
+    produced: list[str] = []
+
+    async def work(ctx: JobContext) -> str:
+        left = request.max_tokens - len(produced)
+        if left > 0:
+            resumed = replace(request, max_tokens=left, resume_text="".join(produced))
+            async with aclosing_stream(ctx.runner.generate(resumed, ctx.cancel)) as stream:
+                async for piece in stream:
+                    produced.append(piece)
+                    on_piece(piece)
+            ctx.checkpoint()
+        return "".join(produced)
+
+    return work

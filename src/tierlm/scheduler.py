@@ -25,7 +25,7 @@ from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Foreground, Job, Subject
 from tierlm.core.policy import Policy
 from tierlm.core.tiered import TieredPolicy
-from tierlm.handles import JobContext, JobHandle, JobState
+from tierlm.handles import JobContext, JobHandle, JobState, resuming_work
 from tierlm.runners.protocol import (
     Cancelled,
     CancelReason,
@@ -34,7 +34,6 @@ from tierlm.runners.protocol import (
     Message,
     Runner,
     RunnerError,
-    aclosing_stream,
 )
 from tierlm.snapshot import (
     EventKind,
@@ -319,19 +318,7 @@ class Scheduler:
         deadline: float | dt.datetime | None,
     ) -> AsyncIterator[str]:
         pieces: asyncio.Queue[str | None] = asyncio.Queue()
-        produced: list[str] = []
-
-        async def work(ctx: JobContext) -> str:
-            left = request.max_tokens - len(produced)
-            if left > 0:
-                resumed = replace(request, max_tokens=left, resume_text="".join(produced))
-                async with aclosing_stream(ctx.runner.generate(resumed, ctx.cancel)) as stream:
-                    async for piece in stream:
-                        produced.append(piece)
-                        pieces.put_nowait(piece)
-                ctx.checkpoint()
-            return "".join(produced)
-
+        work = resuming_work(request, pieces.put_nowait)
         handle = self.submit(class_name, request.model_id, work, producer, subject, deadline)
         handle.add_done_callback(lambda _: pieces.put_nowait(None))
         try:
