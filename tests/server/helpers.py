@@ -24,6 +24,7 @@ import openai
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
+from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
 from tierlm.server.app import create_app
 from tierlm.server.config import ServerSettings, settings_from_dict
@@ -138,7 +139,10 @@ class Gateway:
 @contextlib.contextmanager
 def run_app(app: Any, on_stop: Callable[[], None] | None = None) -> Iterator[str]:
     """Run an ASGI app under uvicorn on 127.0.0.1 (a free port) in a thread; its URL."""
-    sock = socket.socket()
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on sockets whose
+    # proto says TCP, and socket.socket() leaves it 0. Without it, every request
+    # on a kept-alive connection waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -165,10 +169,14 @@ def run_app(app: Any, on_stop: Callable[[], None] | None = None) -> Iterator[str
 
 @contextlib.contextmanager
 def serve(
-    settings: ServerSettings | None = None, *, key: str | None = None, runner: Runner | None = None
+    settings: ServerSettings | None = None,
+    *,
+    key: str | None = None,
+    runner: Runner | None = None,
+    embedder: Embedder | None = None,
 ) -> Iterator[Gateway]:
     """Run ``create_app(settings)`` under uvicorn on 127.0.0.1 in a thread."""
-    app = create_app(settings or sim_settings(), runner=runner)
+    app = create_app(settings or sim_settings(), runner=runner, embedder=embedder)
     # Ends open streams first, as `tierlm serve` does on a signal.
     with run_app(app, on_stop=app.state.gateway.shutdown_soon) as url:
         gateway = Gateway(url, app, key)

@@ -3,10 +3,10 @@
 The app's lifespan owns the gateway: it loads the first model, starts the
 Scheduler, and on shutdown ends every job and frees the runner. Routes come
 from the modules, one list each; a component that lives beside the scheduler
-(the embedding lane of issue 6, ``/v1/embeddings``) mounts the same way: its
-routes go in ``_routes``, its start/stop in ``lifespan`` (an ``AsyncExitStack``),
-its metrics in ``gateway.metrics.registry`` and its state in
-``gateway.extensions`` (shown by the state API and the dashboard).
+mounts the same way: its routes go in ``_routes``, its start/stop in
+``lifespan`` (an ``AsyncExitStack``), its metrics in ``gateway.metrics.registry``
+and its state in ``gateway.extensions`` (shown by the state API and the
+dashboard). The embedding lane of issue 6 (``embeddings.py``) is one.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
-from tierlm.server import dashboard, openai_api, scheduler_api
+from tierlm.server import dashboard, embeddings, openai_api, scheduler_api
 from tierlm.server.config import ServerSettings, check_bind
 from tierlm.server.errors import exception_handlers
 from tierlm.server.gateway import Gateway
@@ -43,6 +44,7 @@ async def metrics_endpoint(request: Request) -> Response:
 def _routes() -> list[BaseRoute]:
     return [
         *openai_api.routes(),
+        *embeddings.routes(),
         *scheduler_api.routes(),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *dashboard.routes(),
@@ -50,24 +52,38 @@ def _routes() -> list[BaseRoute]:
 
 
 def create_app(
-    settings: ServerSettings | None = None, *, runner: Runner | None = None
+    settings: ServerSettings | None = None,
+    *,
+    runner: Runner | None = None,
+    embedder: Embedder | None = None,
 ) -> Starlette:
     """The gateway as an ASGI app. ``runner`` replaces the one ``settings.backend``
-    describes (tests, or an embedding program with its own runner); the app then
-    does not close it."""
+    describes, ``embedder`` the one ``settings.embeddings`` describes (tests, or a
+    program with its own); the app then does not close them. An ``embedder``
+    serves /v1/embeddings even when the settings turn embeddings off.
+
+    Raises ``ConfigError`` when the settings cannot be served here (a public
+    address without keys, an embedder whose packages are missing)."""
     settings = settings or ServerSettings()
     check_bind(settings)
+    service = embeddings.EmbeddingService.from_settings(settings, embedder)
     gateway = Gateway(settings, runner)
+    if service is not None:
+        service.mount(gateway)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         async with contextlib.AsyncExitStack() as stack:
             await gateway.start()
             stack.push_async_callback(gateway.aclose)
+            if service is not None:
+                await service.start()
+                stack.push_async_callback(service.aclose)
             logger.info(
-                "tierlm gateway: backend %s, models %s, %s",
+                "tierlm gateway: backend %s, models %s, embeddings %s, %s",
                 settings.backend.kind,
                 ", ".join(gateway.model_ids) or "(any, passed upstream)",
+                "off" if service is None else f"{service.model} ({service.kind})",
                 f"{len(settings.keys)} API keys"
                 if settings.keys
                 else "no API keys (loopback only)",
@@ -77,4 +93,5 @@ def create_app(
     app = Starlette(routes=_routes(), exception_handlers=exception_handlers, lifespan=lifespan)
     app.state.gateway = gateway
     app.state.metrics = gateway.metrics
+    app.state.embeddings = service
     return app

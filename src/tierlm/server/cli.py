@@ -18,7 +18,14 @@ from typing import Any
 import uvicorn
 
 from tierlm.server.app import create_app
-from tierlm.server.config import BACKENDS, ConfigError, ServerSettings, load_settings
+from tierlm.server.config import (
+    BACKENDS,
+    EMBED_BACKENDS,
+    ConfigError,
+    ServerSettings,
+    load_settings,
+)
+from tierlm.server.embeddings import check_available
 from tierlm.server.gateway import Gateway
 
 __all__ = ["add_arguments", "run", "settings_from_args"]
@@ -53,6 +60,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens-limit", type=int, metavar="N")
     parser.add_argument("--queue-limit", type=int, metavar="N", help="queued jobs per class")
     parser.add_argument(
+        "--embed-backend",
+        choices=EMBED_BACKENDS,
+        help="what serves /v1/embeddings (default: sim with the sim backend, else none)",
+    )
+    parser.add_argument(
+        "--embed-model", metavar="NAME", help="the name /v1/embeddings serves the embedder as"
+    )
+    parser.add_argument(
+        "--embed-path",
+        metavar="PATH",
+        help="llama-cpp: the GGUF file; minilm: a model directory (default: the packaged one)",
+    )
+    parser.add_argument(
+        "--embed-concurrency", type=int, metavar="N", help="embedding batches at once"
+    )
+    parser.add_argument("--embed-max-batch", type=int, metavar="N", help="texts per batch")
+    parser.add_argument(
+        "--embed-max-wait-ms", type=float, metavar="MS", help="wait this long to fill a batch"
+    )
+    parser.add_argument(
+        "--embed-max-queue", type=int, metavar="N", help="texts queued; beyond it 429"
+    )
+    parser.add_argument(
         "--log-level", choices=("critical", "error", "warning", "info", "debug", "trace")
     )
     parser.add_argument(
@@ -72,6 +102,13 @@ _FLAGS = {
     "max_body_bytes": "limits.max_body_bytes",
     "max_tokens_limit": "limits.max_tokens_limit",
     "queue_limit": "limits.queue_limit",
+    "embed_backend": "embeddings.backend",
+    "embed_model": "embeddings.model",
+    "embed_path": "embeddings.path",
+    "embed_concurrency": "embeddings.concurrency",
+    "embed_max_batch": "embeddings.max_batch",
+    "embed_max_wait_ms": "embeddings.max_wait_ms",
+    "embed_max_queue": "embeddings.max_queue",
 }
 
 
@@ -125,12 +162,29 @@ def describe(settings: ServerSettings) -> str:
         f"max_tokens<={settings.limits.max_tokens_limit} "
         f"(default {settings.limits.default_max_tokens})",
     ]
+    kind = settings.embedding_backend()
+    if kind == "none":
+        lines.append("embed    off")
+    else:
+        e = settings.embeddings
+        lines.append(
+            f"embed    {kind} as {e.served_model(kind)!r}"
+            + (f" ({e.path})" if e.path else "")
+            + f", batch<={e.max_batch} within {e.max_wait_ms:g} ms, "
+            f"queue<={e.max_queue}, concurrency {e.concurrency or 'default'}"
+        )
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
+        check_available(
+            settings,
+            "--embed-backend (embeddings.backend)"
+            if getattr(args, "embed_backend", None)
+            else "embeddings.backend",
+        )
     except ConfigError as exc:
         print(f"tierlm serve: {exc}", file=sys.stderr)
         return 2

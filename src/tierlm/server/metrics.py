@@ -20,6 +20,8 @@ Series (all prefixed ``tierlm_``):
 - ``client_disconnects_total{class,state}`` (queued or running when the client left);
 - ``rejected_requests_total{reason}``;
 - ``loaded_model{model}`` (1 for the loaded one), ``paused``.
+
+The embedding lane adds its own ``embedding_*`` series (``embeddings.py``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ REJECT_REASONS = (
     "class_not_allowed",
     "admin_required",
     "queue_full",
+    "embedding_queue_full",
+    "embeddings_disabled",
 )
 
 _OUTCOMES = {
