@@ -5,9 +5,10 @@ lifespan calls ``start`` and ``aclose``), fans scheduler events out to metrics,
 the timeline and waiting streams, enforces the per-class queue limits, and
 turns an OpenAI request into a ``GatewayJob``.
 
-A ``GatewayJob`` is one generation submitted with ``Scheduler.submit``. It does
-what ``Scheduler.generate`` does (resume after preemption: the text produced so
-far is kept and the next run continues from it) but also exposes its handle,
+A ``GatewayJob`` is one generation submitted with ``Scheduler.submit``. Like
+``Scheduler.generate`` it runs ``resuming_work`` (resume after preemption: the
+text produced so far is kept and the next run continues from it), but it also
+exposes its handle,
 for its queue position and for cancelling it the moment its client goes away,
 and times its first token for the metrics.
 """
@@ -21,10 +22,9 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
-from tierlm.handles import JobContext, JobHandle, JobState
+from tierlm.handles import JobContext, JobHandle, JobState, resuming_work
 from tierlm.runners.protocol import GenerationRequest, Runner
 from tierlm.scheduler import Scheduler
 from tierlm.server.auth import KeyRing
@@ -353,6 +353,9 @@ class GatewayJob:
         self.meta = meta
         self.request = request
         self.produced: list[str] = []
+        self._resuming = resuming_work(request, self._on_piece)
+        self._run_tokens = 0
+        self._run_first = self._run_last = 0.0
         self.wake = asyncio.Event()
         """Set on every new piece, state change and end: the response's loop waits on it."""
         self.handle: JobHandle[str]
@@ -373,33 +376,32 @@ class GatewayJob:
         return self.handle.state
 
     async def work(self, ctx: JobContext) -> str:
-        gateway = self.gateway
-        scheduler = gateway.scheduler
+        """One run of the job: resumes from ``produced`` (DESIGN §4 re-queue)."""
         self.wake.set()
-        left = self.request.max_tokens - len(self.produced)
-        tokens = 0
-        first = last = 0.0
+        self._run_tokens = 0
+        self._run_first = self._run_last = 0.0
         try:
-            if left > 0:
-                resumed = replace(self.request, max_tokens=left, resume_text="".join(self.produced))
-                async for piece in ctx.runner.generate(resumed, ctx.cancel):
-                    last = scheduler.now()
-                    if tokens == 0:
-                        first = last
-                    if self.first_token_at is None:
-                        self.first_token_at = last
-                        gateway.metrics.first_token(
-                            self.meta.class_name, last - self.handle.job.submitted_at
-                        )
-                    tokens += 1
-                    self.produced.append(piece)
-                    self.wake.set()
-            ctx.checkpoint()
+            return await self._resuming(ctx)
         finally:
-            gateway.metrics.generation(
-                self.meta.class_name, self.request.model_id, tokens, last - first
+            self.gateway.metrics.generation(
+                self.meta.class_name,
+                self.request.model_id,
+                self._run_tokens,
+                self._run_last - self._run_first,
             )
-        return "".join(self.produced)
+
+    def _on_piece(self, piece: str) -> None:
+        now = self.gateway.scheduler.now()
+        if self._run_tokens == 0:
+            self._run_first = now
+        if self.first_token_at is None:
+            self.first_token_at = now
+            waited = now - self.handle.job.submitted_at
+            self.gateway.metrics.first_token(self.meta.class_name, waited)
+        self._run_tokens += 1
+        self._run_last = now
+        self.produced.append(piece)
+        self.wake.set()
 
     def on_done(self, _: JobHandle[str]) -> None:
         self.wake.set()
