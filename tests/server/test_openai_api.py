@@ -11,8 +11,10 @@ from tests.server.helpers import MESSAGES, Gateway
 
 def test_models_and_health(gateway: Gateway) -> None:
     client = gateway.openai()
-    assert [m.id for m in client.models.list()] == ["sim-a", "sim-b"]
+    # The sim backend serves simulated embeddings too, and lists that model.
+    assert [m.id for m in client.models.list()] == ["sim-a", "sim-b", "sim-embed"]
     assert client.models.retrieve("sim-b").id == "sim-b"
+    assert client.models.retrieve("sim-embed").id == "sim-embed"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("nope")
     health = gateway.http.get("/health").json()

@@ -423,7 +423,11 @@ def _model_card(gateway: Gateway, model: str) -> dict[str, Any]:
 async def list_models(request: Request) -> Response:
     gateway = gateway_of(request)
     gateway.keys.authenticate(request)
-    data = [_model_card(gateway, m) for m in gateway.model_ids]
+    # The embedding model too: tools discover what to embed with here.
+    models = list(gateway.model_ids)
+    if gateway.embedding_model is not None and gateway.embedding_model not in models:
+        models.append(gateway.embedding_model)
+    data = [_model_card(gateway, m) for m in models]
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -431,7 +435,8 @@ async def get_model(request: Request) -> Response:
     gateway = gateway_of(request)
     gateway.keys.authenticate(request)
     model = request.path_params["model"]
-    gateway.check_model(model)
+    if model != gateway.embedding_model:
+        gateway.check_model(model)
     return JSONResponse(_model_card(gateway, model))
 
 
