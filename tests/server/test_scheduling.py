@@ -313,3 +313,11 @@ def test_metrics_series(gateway: Gateway) -> None:
     assert gateway.metric("tierlm_vruntime_seconds", producer="gana") > 0
     assert gateway.metric("tierlm_loaded_model", model="sim-b") == 1
     assert gateway.metric("tierlm_tokens_per_second", model="sim-b") > 0
+
+
+def test_far_queue_positions_are_rounded_up() -> None:
+    from tierlm.server.gateway import shown_position
+
+    assert [shown_position(p) for p in (1, 9, 10)] == [1, 9, 10]
+    assert [shown_position(p) for p in (11, 20, 21, 100)] == [20, 20, 30, 100]
+    assert [shown_position(p) for p in (101, 150, 151, 499)] == [150, 150, 200, 500]
