@@ -26,6 +26,7 @@ __all__ = [
     "describe_exception",
     "error_text",
     "http_error_message",
+    "parse_json_object",
     "post_stream",
 ]
 
@@ -289,3 +290,20 @@ class LoopClients:
         client, self._client = self._client, None
         if client is not None and self._loop is asyncio.get_running_loop():
             await client.aclose()
+
+
+def parse_json_object(text: str, model_id: str, url: str) -> dict[str, Any]:
+    """One JSON object from a stream line; RunnerError naming the model otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunnerError(
+            f"model {model_id!r}: {url} sent malformed JSON in the stream: {text[:200]!r}",
+            model_id=model_id,
+        ) from exc
+    if not isinstance(value, dict):
+        raise RunnerError(
+            f"model {model_id!r}: {url} sent {type(value).__name__} instead of an object",
+            model_id=model_id,
+        )
+    return value

@@ -26,7 +26,6 @@ request anyway.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from tierlm.runners.http import (
     HttpRunner,
     describe_exception,
     http_error_message,
+    parse_json_object,
     post_stream,
 )
 from tierlm.runners.protocol import CancelToken, GenerationRequest, RunnerError
@@ -178,7 +178,7 @@ class OllamaRunner(HttpRunner):
             async for line in lines:
                 if not line.strip():
                     continue
-                chunk = self._parse(line, model_id, url)
+                chunk = parse_json_object(line, model_id, url)
                 if "error" in chunk:
                     raise RunnerError(
                         f"model {model_id!r}: {url} failed mid-stream: {chunk['error']}",
@@ -202,19 +202,3 @@ class OllamaRunner(HttpRunner):
                 'without a "done" message',
                 model_id=model_id,
             )
-
-    @staticmethod
-    def _parse(line: str, model_id: str, url: str) -> dict[str, Any]:
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RunnerError(
-                f"model {model_id!r}: {url} sent malformed JSON in the stream: {line[:200]!r}",
-                model_id=model_id,
-            ) from exc
-        if not isinstance(value, dict):
-            raise RunnerError(
-                f"model {model_id!r}: {url} sent {type(value).__name__} instead of an object",
-                model_id=model_id,
-            )
-        return value

@@ -28,7 +28,6 @@ one client per loop, readable server errors) is in ``tierlm.runners.http``.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -40,7 +39,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from tierlm.runners.http import DEFAULT_TIMEOUT, HttpRunner, error_text, post_stream
+from tierlm.runners.http import (
+    DEFAULT_TIMEOUT,
+    HttpRunner,
+    error_text,
+    parse_json_object,
+    post_stream,
+)
 from tierlm.runners.protocol import CancelToken, GenerationRequest, Message, RunnerError
 
 if TYPE_CHECKING:
@@ -158,7 +163,7 @@ class OpenAIRunner(HttpRunner):
                 if event == "[DONE]":
                     finished = True
                     break
-                chunk = _parse_json(event, model_id, url)
+                chunk = parse_json_object(event, model_id, url)
                 error = chunk.get("error")
                 if error is not None:
                     raise RunnerError(
@@ -276,19 +281,3 @@ async def _sse_events(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:
             data.append(value[1:] if value.startswith(" ") else value)
     if data:
         yield "\n".join(data)
-
-
-def _parse_json(text: str, model_id: str, url: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunnerError(
-            f"model {model_id!r}: {url} sent malformed JSON in the stream: {text[:200]!r}",
-            model_id=model_id,
-        ) from exc
-    if not isinstance(value, dict):
-        raise RunnerError(
-            f"model {model_id!r}: {url} sent {type(value).__name__} instead of an object",
-            model_id=model_id,
-        )
-    return value
