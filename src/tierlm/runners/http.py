@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import httpx
 
-from tierlm.runners.protocol import CancelToken, RunnerError
+from tierlm.runners.protocol import CancelToken, RunnerError, unknown_model
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -80,11 +80,7 @@ class HttpRunner:
         try:
             return self.models[model_id]
         except KeyError:
-            known = ", ".join(sorted(self.models))
-            raise RunnerError(
-                f"model {model_id!r}: not configured on this runner (known: {known})",
-                model_id=model_id,
-            ) from None
+            raise unknown_model(model_id, self.models) from None
 
 
 class CancelRace:

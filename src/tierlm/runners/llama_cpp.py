@@ -36,7 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tierlm.runners.protocol import CancelToken, GenerationRequest, Message, RunnerError
+from tierlm.runners.protocol import (
+    CancelToken,
+    GenerationRequest,
+    Message,
+    RunnerError,
+    unknown_model,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -193,11 +199,7 @@ class LlamaCppRunner:
         try:
             return self.models[model_id]
         except KeyError:
-            known = ", ".join(sorted(self.models))
-            raise RunnerError(
-                f"model {model_id!r}: not configured on this runner (known: {known})",
-                model_id=model_id,
-            ) from None
+            raise unknown_model(model_id, self.models) from None
 
     async def load(self, model_id: str) -> None:
         if model_id == self.loaded_model:

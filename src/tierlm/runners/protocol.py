@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,6 +24,7 @@ __all__ = [
     "Runner",
     "RunnerError",
     "aclosing_stream",
+    "unknown_model",
 ]
 
 Message = Mapping[str, Any]
@@ -66,6 +67,14 @@ class RunnerError(Exception):
     def __init__(self, message: str, *, model_id: str | None = None) -> None:
         self.model_id = model_id
         super().__init__(message)
+
+
+def unknown_model(model_id: str, known: Iterable[str]) -> RunnerError:
+    """The error every runner raises for a model id it was not configured with."""
+    return RunnerError(
+        f"model {model_id!r}: not configured on this runner (known: {', '.join(sorted(known))})",
+        model_id=model_id,
+    )
 
 
 class CancelToken:

@@ -24,7 +24,7 @@ import math
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 
-from tierlm.runners.protocol import CancelToken, GenerationRequest, RunnerError
+from tierlm.runners.protocol import CancelToken, GenerationRequest, RunnerError, unknown_model
 
 __all__ = ["SimulatedOutcome", "SimulatedRunner"]
 
@@ -80,11 +80,7 @@ class SimulatedRunner:
 
     def _check_model(self, model_id: str) -> None:
         if self.models is not None and model_id not in self.models:
-            known = ", ".join(sorted(self.models))
-            raise RunnerError(
-                f"model {model_id!r}: not available on this runner (known: {known})",
-                model_id=model_id,
-            )
+            raise unknown_model(model_id, self.models)
 
     async def load(self, model_id: str) -> None:
         if model_id == self.loaded_model:
