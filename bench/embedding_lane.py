@@ -1,4 +1,4 @@
-"""Benchmark: the embedding lane against no batching and unbounded concurrency (issue 6).
+"""Benchmark: the embedding lane against no batching and unbounded concurrency.
 
 1 000 short texts are offered by 50 concurrent callers (each embeds its 20 texts
 one after the other, as 50 producers would) with the real all-MiniLM-L6-v2, in
@@ -8,7 +8,7 @@ three ways, side by side in one run:
 - ``unbounded``: every caller calls the model at once with its text,
   ``asyncio.to_thread`` on an executor with one thread per caller (the default
   executor would cap it at ``cpu_count + 4`` threads, a bound of its own);
-- ``lane``: ``EmbeddingLane`` with its defaults (DESIGN §5).
+- ``lane``: ``EmbeddingLane`` with its defaults (docs/design.md §5).
 
 Latency is per text, from the call to its vector, so waiting counts. Target:
 the lane >= 3x the one-by-one throughput, with a p99 no worse than unbounded.
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from tierlm.embedding import Vector
 
 RESULTS = Path(__file__).parent / "results" / "embedding_lane.json"
-# Issue 6's targets.
+# The lane's targets.
 TARGET_SPEEDUP = 3.0
 
 TOPICS = [

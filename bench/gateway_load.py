@@ -1,6 +1,6 @@
 """Gateway under load: 500 concurrent streams through `tierlm serve` vs the scheduler in-process.
 
-Issue 5, "Benchmark". `tierlm serve --backend sim` runs as a real subprocess on
+`tierlm serve --backend sim` runs as a real subprocess on
 127.0.0.1 (a free port); this process opens 500 concurrent streaming chat
 completions to it with httpx (one ``AsyncClient``, a pool big enough for all of
 them), each of a background class (gana, nataraj, extract: ``X-Tierlm-Class``,

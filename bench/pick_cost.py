@@ -1,9 +1,9 @@
 """Decision cost: one pick, and one preemption check, at 10 to 100 000 queued jobs.
 
-DESIGN §8 / issue 2: the median time of one scheduling decision with N jobs
+docs/design.md §8: the median time of one scheduling decision with N jobs
 queued over all tiers, several producers and 3 models; expected O(log n)
 (target: median <= 20 us at 10 000 jobs, and the 100 000 figure <= 3x the 1 000
-figure). The seed's picker scans the whole queue on every pick (DESIGN §6.9).
+figure). The seed's picker scans the whole queue on every pick (docs/design.md §6.9).
 
 The queue is kept at N in steady state: each step picks a job, runs it (the
 producer is charged, so the fair pool's order changes), and submits a fresh one.
@@ -183,7 +183,7 @@ def main() -> int:
         growth = ours[100_000]["pick_median_us"] / ours[1_000]["pick_median_us"]
         summary["growth_100000_over_1000"] = growth
         summary["target_growth_3x_met"] = growth <= 3
-    # Issue 3: the seed's O(n) picker against ours, side by side (DESIGN §6.9).
+    # The seed's O(n) picker against ours, side by side (docs/design.md §6.9).
     theirs_by_size = by_size.get("seed-literal", {})
     for size in (1_000, 10_000, 100_000):
         if size in ours and size in theirs_by_size:

@@ -1,6 +1,6 @@
 """Real model: preemption latency, throughput share, swap time, and what resume saves.
 
-DESIGN §8 / issue 4. The real ``Scheduler`` drives ``LlamaCppRunner`` on two
+docs/design.md §8. The real ``Scheduler`` drives ``LlamaCppRunner`` on two
 generated ``large``-preset models (8 layers, hidden 1024, f16, ~170 MB, random
 weights; ``tierlm.testing.gguf_model``), whose tokens take tens of ms like a
 phone's on-device model. All in ONE run, so every figure is against the same

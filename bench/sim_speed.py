@@ -1,6 +1,6 @@
 """Simulator speed: simulated jobs per wall-second, issue118 over 24 simulated hours.
 
-Issue 3: the simulator runs the REAL Scheduler with a SimulatedRunner on a
+The simulator runs the REAL Scheduler with a SimulatedRunner on a
 virtual-time loop; this measures how fast, for each policy, on the `issue118`
 workload (the person's deck / chat / away cycle, the 500-note backfill then
 new notes, Gana crons on two models) over 86 400 simulated seconds. Only the

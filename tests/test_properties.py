@@ -1,4 +1,4 @@
-"""Invariants of DESIGN §7, checked by Hypothesis over random histories.
+"""Invariants of docs/design.md §7, checked by Hypothesis over random histories.
 
 A rule-based state machine drives a real Scheduler on a virtual-time loop with
 random submits (every class, two models, deadlines, subjects, failing work),

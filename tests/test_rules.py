@@ -1,4 +1,4 @@
-"""One test (at least) per scheduling rule of DESIGN §4, in virtual time."""
+"""One test (at least) per scheduling rule of docs/design.md §4, in virtual time."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tierlm.testing import run_virtual
 
 
 def test_foreground_subject_hoists_only_its_subject_not_the_backfill() -> None:
-    """DESIGN §6.2: opening note 7 makes note 7's extraction T1, not all 500."""
+    """docs/design.md §6.2: opening note 7 makes note 7's extraction T1, not all 500."""
 
     async def main() -> None:
         async with Scheduler(runner()) as sched:

@@ -1,7 +1,7 @@
 """The seed's eight test scenarios (seed §"Test plan"), against the public API.
 
 All in virtual time: a device of 20 tokens/s (0.05 s a token) and 10 s swaps.
-Where DESIGN §6 departs from the seed the test follows DESIGN and says so.
+Where docs/design.md §6 departs from the seed the test follows docs/design.md and says so.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_scenario_1_chat_preempts_nataraj_within_one_token_boundary() -> None:
 
 
 def test_scenario_2_two_ganas_alternate_by_vruntime() -> None:
-    """Two Ganas (two producers, DESIGN §6.1) each with a 30 s-job backlog: FIFO
+    """Two Ganas (two producers, docs/design.md §6.1) each with a 30 s-job backlog: FIFO
     would finish Gana-A's before Gana-B starts; here they alternate."""
 
     async def main() -> None:
@@ -214,7 +214,7 @@ def test_scenario_7_opened_note_extract_promoted_to_t1_preempts_nataraj() -> Non
 
 
 def test_scenario_8_backgrounded_scheduler_is_dormant_and_workmanager_runs() -> None:
-    """App backgrounded: pause() (DESIGN §4 lifecycle). Nothing is dispatched;
+    """App backgrounded: pause() (docs/design.md §4 lifecycle). Nothing is dispatched;
     the running Gana is re-queued; the workmanager's own direct runner (its own
     isolate in the seed) runs unaffected. On resume, queued work runs."""
 

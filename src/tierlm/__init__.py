@@ -2,7 +2,7 @@
 
 A person chatting never waits behind background work; background producers
 share the rest fairly; overdue cron work is promoted; extraction stays within its
-budget; and a model swap is spent only when it is worth it. See DESIGN.md.
+budget; and a model swap is spent only when it is worth it. See docs/design.md.
 """
 
 from tierlm.core.classes import Budget, TaskClass, Tier, default_classes

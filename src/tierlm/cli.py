@@ -1,4 +1,4 @@
-"""``tierlm demo | simulate | serve | bench`` (DESIGN §1 cli).
+"""``tierlm demo | simulate | serve | bench`` (docs/design.md §1 cli).
 
 Each subcommand lives with the layer it drives (``tierlm.sim.cli``,
 ``tierlm.server.cli``); this module only parses and dispatches, importing a

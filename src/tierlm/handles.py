@@ -147,7 +147,7 @@ def resuming_work(
 ) -> Callable[[JobContext], Awaitable[str]]:
     """A job's ``work`` that generates ``request`` and RESUMES when re-run.
 
-    DESIGN §4 re-queue, §6.8: the text produced by earlier runs is kept; a
+    docs/design.md §4 re-queue, §6.8: the text produced by earlier runs is kept; a
     re-run continues from prompt + that text (``resume_text``) for the tokens
     still due, and only new pieces reach ``on_piece``, so whoever reads them
     sees one continuous stream, however many times the job was preempted.

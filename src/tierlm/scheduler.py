@@ -1,4 +1,4 @@
-"""The asyncio shell around the policy (DESIGN §1 scheduler, §2 public API).
+"""The asyncio shell around the policy (docs/design.md §1 scheduler, §2 public API).
 
 It owns the queue's jobs, the running job, cancel tokens, the wake-up timer and
 the lifecycle; it asks the policy (`tierlm.core`) what to do at every event and
@@ -76,10 +76,10 @@ _Outcome = tuple[str, Any]  # ("ok", value) | ("error", exc) | ("cancelled", rea
 
 
 class Scheduler:
-    """Share one device that holds one model between many producers (DESIGN §2).
+    """Share one device that holds one model between many producers (docs/design.md §2).
 
     ``runner`` is any :class:`tierlm.runners.Runner`. ``classes`` are the task
-    classes (None: chat, extract, nataraj, gana; DESIGN §3). ``policy`` replaces
+    classes (None: chat, extract, nataraj, gana; docs/design.md §3). ``policy`` replaces
     the tiered policy (the simulator passes baselines here).
     """
 
@@ -173,7 +173,7 @@ class Scheduler:
             await asyncio.wait({running.task})
 
     async def pause(self) -> None:
-        """The app went to the background (DESIGN §4 lifecycle, seed scenario 8).
+        """The app went to the background (docs/design.md §4 lifecycle, seed scenario 8).
 
         Nothing new is dispatched; a running re-queueable job is preempted and
         re-queued; a running chat (or other non-re-queueable job) finishes.
@@ -225,7 +225,7 @@ class Scheduler:
         """Queue ``work`` (``async def work(ctx) -> T``) as a job of ``class_name``.
 
         ``deadline`` is in scheduler-clock seconds (``now()``) or a timezone-aware
-        ``datetime``; a fair-pool job past it is promoted to T3 (DESIGN §4).
+        ``datetime``; a fair-pool job past it is promoted to T3 (docs/design.md §4).
         """
         loop = self._bind_loop()
         if self._closed:
@@ -295,9 +295,9 @@ class Scheduler:
         deadline: float | dt.datetime | None = None,
         **options: Any,
     ) -> AsyncIterator[str]:
-        """Stream generated text as one job; the common case (DESIGN §2).
+        """Stream generated text as one job; the common case (docs/design.md §2).
 
-        A preempted generation RESUMES (DESIGN §4, §6.8): the text already
+        A preempted generation RESUMES (docs/design.md §4, §6.8): the text already
         produced is kept and streamed once, and the next run continues from
         prompt + partial output. The caller sees one continuous stream. Leaving
         the ``async for`` early cancels the job.
@@ -360,7 +360,7 @@ class Scheduler:
     def set_foreground(self, class_name: str | None, subject: Subject | None = None) -> None:
         """The person is looking at ``class_name`` (and ``subject``); None clears.
 
-        Its jobs become T1 (DESIGN §4 rule 2, §6.2) and may preempt.
+        Its jobs become T1 (docs/design.md §4 rule 2, §6.2) and may preempt.
         """
         self._bind_loop()
         if class_name is None:
@@ -377,7 +377,7 @@ class Scheduler:
     # -- the decision point -----------------------------------------------------
 
     def _reschedule(self) -> None:
-        """Ask the policy what to do now, and do it (DESIGN §4 preemption)."""
+        """Ask the policy what to do now, and do it (docs/design.md §4 preemption)."""
         if self._closed or self._loop is None:
             return
         now = self._loop.time()
@@ -452,7 +452,7 @@ class Scheduler:
         self._finish(entry, outcome)
 
     async def _swap(self, entry: _Entry[Any], model_id: str) -> None:
-        """Load ``model_id``; not interruptible (DESIGN §4), counted and timed."""
+        """Load ``model_id``; not interruptible (docs/design.md §4), counted and timed."""
         assert self._loop is not None
         started = self._loop.time()
         previous = self._model
@@ -536,7 +536,7 @@ class Scheduler:
         self._reschedule()
 
     def _resolve(self, entry: _Entry[Any], outcome: _Outcome) -> None:
-        """End a job for good: exactly once (DESIGN §7 invariant)."""
+        """End a job for good: exactly once (docs/design.md §7 invariant)."""
         kind, value = outcome
         self._entries.pop(entry.job.id, None)
         if entry.future.done():
@@ -608,7 +608,7 @@ class Scheduler:
 
     def snapshot(self) -> SchedulerSnapshot:
         """The running job, queued jobs per tier, loaded model, vruntime per
-        producer, budget share per class, counters (DESIGN §2)."""
+        producer, budget share per class, counters (docs/design.md §2)."""
         now = self.now()
         queued: dict[int, list[JobInfo]] = {tier: [] for tier in range(5)}
         for job in self.policy.queued():

@@ -70,7 +70,7 @@ class SchedulerStats:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSnapshot:
-    """What ``Scheduler.snapshot()`` returns (DESIGN §2)."""
+    """What ``Scheduler.snapshot()`` returns (docs/design.md §2)."""
 
     now: float
     running: JobInfo | None

@@ -1,6 +1,6 @@
 """The lane beside the LLM scheduler: a flood of embeddings leaves chat untouched.
 
-Issue 6: "while a flood runs, the LLM scheduler's chat time-to-first-token is
+"While a flood runs, the LLM scheduler's chat time-to-first-token is
 unchanged (same figure with and without the flood, in virtual time)".
 """
 

@@ -1,4 +1,4 @@
-"""The Scheduler driving real inference, in real time (issue 4, DESIGN §7).
+"""The Scheduler driving real inference, in real time (docs/design.md §7).
 
 Everything else in the suite checks scheduling on a virtual clock; these tests
 run the real ``Scheduler`` over ``LlamaCppRunner`` (generated GGUF models,

@@ -1,4 +1,4 @@
-"""``/v1/embeddings`` (issue 6): OpenAI's embeddings endpoint, served by the
+"""``/v1/embeddings``: OpenAI's embeddings endpoint, served by the
 embedding lane beside the LLM scheduler, never by it.
 
 Real uvicorn gateways on 127.0.0.1 and the official ``openai`` client; the real

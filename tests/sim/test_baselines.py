@@ -143,7 +143,7 @@ def test_strict_priority_preempts_lower_classes_only() -> None:
 
 
 def test_seed_literal_two_ganas_of_one_kind_do_not_alternate() -> None:
-    """DESIGN §6.1: the seed keeps vruntime per kind, so Gana-A's backlog runs
+    """docs/design.md §6.1: the seed keeps vruntime per kind, so Gana-A's backlog runs
     before Gana-B starts (seed scenario 2 expects alternation)."""
 
     async def main() -> None:
@@ -158,7 +158,7 @@ def test_seed_literal_two_ganas_of_one_kind_do_not_alternate() -> None:
 
 
 def test_seed_literal_opened_note_hoists_the_whole_backfill() -> None:
-    """DESIGN §6.2: the seed's foreground is a kind, so opening one note makes
+    """docs/design.md §6.2: the seed's foreground is a kind, so opening one note makes
     every queued extraction T1, where the budget does not apply."""
 
     async def main() -> None:
@@ -181,7 +181,7 @@ def test_seed_literal_opened_note_hoists_the_whole_backfill() -> None:
 
 
 def test_seed_literal_budget_is_not_work_conserving() -> None:
-    """DESIGN §6.4: with only extraction queued and its budget blown, the seed's
+    """docs/design.md §6.4: with only extraction queued and its budget blown, the seed's
     picker returns nothing: the device idles until the next arrival."""
 
     async def main() -> None:
@@ -203,7 +203,7 @@ def test_seed_literal_budget_is_not_work_conserving() -> None:
 
 
 def test_seed_literal_arrival_cancels_a_job_only_to_restart_it() -> None:
-    """DESIGN §6.6: an arrival of a lower tier cancels the running job even when
+    """docs/design.md §6.6: an arrival of a lower tier cancels the running job even when
     the picker then cannot run the newcomer (its T2 budget is blown)."""
 
     async def main() -> None:

@@ -1,4 +1,4 @@
-"""The metric functions against hand-computed cases (issue 3 tests)."""
+"""The metric functions against hand-computed cases."""
 
 from __future__ import annotations
 

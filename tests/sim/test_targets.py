@@ -1,4 +1,4 @@
-"""Issue 3's target checks read the metrics as documented."""
+"""The simulator's target checks read the metrics as documented."""
 
 from __future__ import annotations
 

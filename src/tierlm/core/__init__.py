@@ -1,4 +1,4 @@
-"""The policy core, sans-I/O: no asyncio, no clock reads, no HTTP (DESIGN §1).
+"""The policy core, sans-I/O: no asyncio, no clock reads, no HTTP (docs/design.md §1).
 
 Time is an argument of every call; the same inputs give the same decisions.
 """

@@ -1,6 +1,6 @@
 """Rolling-window accounting of busy device time for a budgeted class.
 
-DESIGN §4 budget: a class's share is its busy time over all busy time in the
+docs/design.md §4 budget: a class's share is its busy time over all busy time in the
 last ``window`` seconds, counted continuously, including the running job's
 elapsed time (not only at completion, or one long job could overrun the cap
 unseen). Idle time counts for no one.

@@ -1,4 +1,4 @@
-"""Task classes as data (DESIGN §3): the seed's tiers, configurable.
+"""Task classes as data (docs/design.md §3): the seed's tiers, configurable.
 
 A task class says how a kind of work is treated: its base tier, whether it is in
 the fair pool, whether a preempted job goes back to the queue, and an optional
@@ -21,14 +21,14 @@ __all__ = [
     "resolve_classes",
 ]
 
-# DESIGN §3 / seed "T2 budget": "capped at ~60 % of cumulative LLM time over each
+# docs/design.md §3 / seed "T2 budget": "capped at ~60 % of cumulative LLM time over each
 # rolling 5-minute window".
 DEFAULT_BUDGET_WINDOW = 300.0
 DEFAULT_EXTRACT_SHARE = 0.6
 
 
 class Tier(enum.IntEnum):
-    """Effective tiers (DESIGN §4); a lower number always runs first."""
+    """Effective tiers (docs/design.md §4); a lower number always runs first."""
 
     T0 = 0
     """A person typed: chat."""
@@ -62,7 +62,7 @@ class Budget:
 
 @dataclass(frozen=True, slots=True)
 class TaskClass:
-    """How one kind of work is scheduled (DESIGN §3).
+    """How one kind of work is scheduled (docs/design.md §3).
 
     - ``tier``: the base tier, 0 to 4 (see :class:`Tier`).
     - ``fair``: in the fair pool, ordered by per-producer virtual runtime. The
@@ -95,14 +95,14 @@ class TaskClass:
         if self.tier == Tier.T0 and self.requeue:
             raise ValueError(
                 f"task class {self.name!r}: tier 0 is a person waiting and is never "
-                f"re-queued (DESIGN §4 chat); use requeue=False"
+                f"re-queued (docs/design.md §4 chat); use requeue=False"
             )
         if self.budget is not None and self.tier == Tier.T0:
             raise ValueError(f"task class {self.name!r}: tier 0 cannot have a budget")
 
 
 def default_classes() -> dict[str, TaskClass]:
-    """The seed's four producers (DESIGN §3)."""
+    """The seed's four producers (docs/design.md §3)."""
     return {
         c.name: c
         for c in (

@@ -13,15 +13,15 @@ __all__ = ["SchedulerConfig"]
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    """Tunables of the tiered policy and its shell (DESIGN §4)."""
+    """Tunables of the tiered policy and its shell (docs/design.md §4)."""
 
     max_affinity_wait: float = 120.0
-    """DESIGN §4 affinity: the longest the best job waits behind same-model work
+    """docs/design.md §4 affinity: the longest the best job waits behind same-model work
     before its swap is forced (the starvation bound). 120 s = 12 swaps' worth of
     the seed's ~10 s swap, so affinity saves most swaps yet nothing waits long."""
 
     chat_grace: float = 30.0
-    """DESIGN §4 affinity: no swap away from a model within this many seconds
+    """docs/design.md §4 affinity: no swap away from a model within this many seconds
     of its last chat, "a person likely types again" (seed scenario 6)."""
 
     decay_period: float = DEFAULT_DECAY_PERIOD
@@ -35,7 +35,7 @@ class SchedulerConfig:
 
     cancel_grace: float = 5.0
     """Seconds a cancelled job may take to stop before the shell reports it as
-    stuck and stops waiting for it (issue 4). Runners stop within a token, so
+    stuck and stops waiting for it. Runners stop within a token, so
     5 s is many tokens even on a phone."""
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The fair pool's virtual runtime, kept per producer (DESIGN §4 fair pool, §6.1).
+"""The fair pool's virtual runtime, kept per producer (docs/design.md §4 fair pool, §6.1).
 
 Linux CFS adapted to one inference device, as in VTC (arXiv:2501.14312):
 
@@ -88,13 +88,13 @@ class FairPool:
         by one of three rules:
 
         - new, or back after more than ``idle_reset`` seconds: the smallest
-          vruntime of the producers present (DESIGN §4, CFS's min_vruntime);
+          vruntime of the producers present (docs/design.md §4, CFS's min_vruntime);
         - back sooner: ``max(own, min_present - lag)``, where ``lag`` is how far
           behind the others it was when it left. What it was owed while it
           waited is kept; time spent away earns nothing. Without this, a
           producer idle for 4 minutes returned with minutes of "credit" and ran
           alone while backlogged peers waited (VTC's on/off case; fair-pool
-          Jain 0.94 -> see docs/design-notes.md). This is EEVDF's lag, clamped
+          Jain 0.94 -> see docs/design.md §4 fair pool). This is EEVDF's lag, clamped
           so it never raises a producer that was ahead.
 
         A re-queue after preemption is not a return: its place stands.

@@ -9,7 +9,7 @@ from tierlm.core.classes import TaskClass
 __all__ = ["Foreground", "Job", "Subject"]
 
 Subject = str | int
-"""What a foreground or a job is about: a note id, a Gana id (DESIGN §6.2)."""
+"""What a foreground or a job is about: a note id, a Gana id (docs/design.md §6.2)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -17,7 +17,7 @@ class Job:
     """A unit of device work as the policy sees it.
 
     ``id`` is the submit order: FIFO tiers order by it, so a re-queued job, which
-    keeps its id, goes back to the front of its tier (DESIGN §4 re-queue).
+    keeps its id, goes back to the front of its tier (docs/design.md §4 re-queue).
     ``submitted_at`` is the first submit, so waiting time survives re-queues
     (the ``max_affinity_wait`` starvation bound counts from it).
     """
@@ -48,7 +48,7 @@ class Foreground:
     subject: Subject | None = None
 
     def matches(self, job: Job) -> bool:
-        """DESIGN §4 rule 2: same class, and no subject or the same subject."""
+        """docs/design.md §4 rule 2: same class, and no subject or the same subject."""
         return job.class_name == self.class_name and (
             self.subject is None or job.subject == self.subject
         )

@@ -2,7 +2,7 @@
 
 Every policy, ours (`TieredPolicy`) and the baselines the simulator compares it
 with, implements this, so every comparison runs through the same shell
-(DESIGN §1). A policy is sans-I/O: time is an argument, it never reads a clock,
+(docs/design.md §1). A policy is sans-I/O: time is an argument, it never reads a clock,
 never awaits, never touches a runner. The shell tells it what happened and asks
 it what to do.
 """

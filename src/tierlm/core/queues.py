@@ -1,7 +1,7 @@
 """Indexed queues that answer "best job of this class on this model" in O(log n).
 
 The seed's picker scans every queued job on every pick (O(n)); a 100 000-chunk
-backfill makes that quadratic (DESIGN §6.9). Here every (model, class) pair has
+backfill makes that quadratic (docs/design.md §6.9). Here every (model, class) pair has
 its own heaps, with lazy deletion: removing a job only forgets its version, and
 stale heap entries are dropped when they reach the top.
 
@@ -98,11 +98,11 @@ class ClassQueue:
             self.producer_counts[producer] = self.producer_counts.get(producer, 0) + 1
             self._producer_of[job.id] = producer
             # A new or re-queued job can be its producer's new oldest: keys only
-            # ever get better through here, so push (DESIGN §4: re-queue to front).
+            # ever get better through here, so push (docs/design.md §4: re-queue to front).
             heapq.heappush(self._producer_heap, (vruntime, job.id, producer))
 
     def mark_overdue(self, job: Job, version: int) -> None:
-        """A T4 job's deadline passed: it is T3 now (DESIGN §4 rule 4)."""
+        """A T4 job's deadline passed: it is T3 now (docs/design.md §4 rule 4)."""
         assert job.deadline is not None
         self.cache_ok = False
         heapq.heappush(self.deadlines, (job.deadline, job.id, version))

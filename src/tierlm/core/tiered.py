@@ -1,8 +1,8 @@
 """tierlm's policy: tiers, foreground, EDF, budgets, CFS fair pool, affinity.
 
-A pure state machine (DESIGN §1 core): the shell passes time in and tells it
+A pure state machine (docs/design.md §1 core): the shell passes time in and tells it
 what happened; it answers what to run and whether to preempt. Every rule cites
-DESIGN §4, the normative statement of what it implements.
+docs/design.md §4, the normative statement of what it implements.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _T0, _T1, _T2, _T3, _T4 = (int(t) for t in Tier)
 
 
 class TieredPolicy:
-    """The tiered policy of DESIGN §4."""
+    """The tiered policy of docs/design.md §4."""
 
     name = "tierlm"
 
@@ -73,7 +73,7 @@ class TieredPolicy:
         self._enqueue(job, now)
 
     def requeue(self, job: Job, now: float) -> None:
-        """DESIGN §4 re-queue: back to the front of its tier (it keeps its id)."""
+        """docs/design.md §4 re-queue: back to the front of its tier (it keeps its id)."""
         self._advance(now)
         if job.task_class.fair:
             self.fair.job_arrived(job.producer, now, requeued=True)
@@ -102,7 +102,7 @@ class TieredPolicy:
         for meter in self._meters.values():
             meter.stop(now)
         if job.task_class.fair:
-            # DESIGN §4 fair pool: "you ran, you pay", cancelled or not, swap included.
+            # docs/design.md §4 fair pool: "you ran, you pay", cancelled or not, swap included.
             self.fair.charge(job.producer, now - self._running_since)
             self._producer_worsened(job.producer)
             self.fair.job_left(job.producer, now)
@@ -152,7 +152,7 @@ class TieredPolicy:
     # -- tiers and order ------------------------------------------------------
 
     def tier(self, job: Job, now: float) -> int:
-        """DESIGN §4 effective tier, rules 1 to 5 in order."""
+        """docs/design.md §4 effective tier, rules 1 to 5 in order."""
         base = job.task_class.tier
         if base == Tier.T0:
             return Tier.T0
@@ -165,7 +165,7 @@ class TieredPolicy:
         return Tier.T4
 
     def _candidate(self, job: Job, now: float, skip: frozenset[str]) -> _Candidate | None:
-        """The order key of one job (the running one, DESIGN §4 preemption)."""
+        """The order key of one job (the running one, docs/design.md §4 preemption)."""
         tier = self.tier(job, now)
         if tier >= Tier.T2 and job.class_name in skip:
             return None
@@ -264,7 +264,7 @@ class TieredPolicy:
     def _choose(
         self, now: float, loaded_model: str | None, skip: frozenset[str], extra: Job | None
     ) -> int | None:
-        """DESIGN §4 affinity and swaps: the id of the job to run, or None."""
+        """docs/design.md §4 affinity and swaps: the id of the job to run, or None."""
         best: _Candidate | None = None
         best_loaded: _Candidate | None = None
         for model_id, model in self._models.items():
@@ -323,7 +323,7 @@ class TieredPolicy:
         skip = self._over_budget(now) if self._meters else _NO_SKIP
         choice = self._choose(now, loaded_model, skip, extra)
         if choice is None and skip:
-            # Work-conserving budget (DESIGN §6.4): the device never idles for it.
+            # Work-conserving budget (docs/design.md §6.4): the device never idles for it.
             choice = self._choose(now, loaded_model, _NO_SKIP, extra)
         return choice
 
@@ -336,7 +336,7 @@ class TieredPolicy:
         return job
 
     def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
-        """DESIGN §4 preemption: best = pick(queue + running); stop if it ranks higher.
+        """docs/design.md §4 preemption: best = pick(queue + running); stop if it ranks higher.
 
         Because the running job takes part in the pick, a preemption that would
         only lead back to it, or to a pointless swap, never happens (§6.6).
@@ -353,7 +353,7 @@ class TieredPolicy:
         # Budgeted work at its own tier waits for the device instead of
         # preempting: otherwise each time its share dips under the cap it would
         # cut a fair-pool job short, wasting that work and starving the pool.
-        # (Departure from DESIGN §4, see docs/design-notes.md.)
+        # (docs/design.md §4 budget.)
         if best_tier >= Tier.T2 and best.task_class.budget is not None:
             return False
         return best_tier < self.tier(running, now)

@@ -1,4 +1,4 @@
-"""The embedding lane and its embedders (DESIGN §5, issue 6).
+"""The embedding lane and its embedders (docs/design.md §5).
 
 Embeddings run beside the LLM scheduler, never through it::
 

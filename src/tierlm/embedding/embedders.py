@@ -1,4 +1,4 @@
-"""Embedders: what the lane batches texts for (issue 6).
+"""Embedders: what the lane batches texts for.
 
 An embedder is anything with ``dim``, ``max_input_tokens`` and
 ``embed_batch(texts) -> vectors`` (plain or ``async def``); see :class:`Embedder`.
@@ -66,7 +66,7 @@ class Embedder(Protocol):
 
 # ------------------------------------------------------------------ simulated
 
-# Defaults from issue 6's MiniLM measurement on 2 cores: ~9 ms for one text and
+# Defaults from a MiniLM measurement on 2 cores: ~9 ms for one text and
 # ~64 ms for a batch of 32, i.e. ~7.2 ms per call plus ~1.8 ms per text.
 SIMULATED_FIXED_SECONDS = 0.0072
 SIMULATED_PER_TEXT_SECONDS = 0.0018

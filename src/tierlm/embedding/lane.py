@@ -1,4 +1,6 @@
-"""The embedding lane: concurrent ``embed`` calls coalesced into bounded batches (DESIGN §5).
+"""The embedding lane: concurrent ``embed`` calls coalesced into bounded batches.
+
+See docs/design.md §5.
 
 Embeddings never go through the LLM scheduler: the lane owns its embedder and
 its own worker threads, so it never blocks, preempts or is preempted by a chat.
@@ -8,7 +10,7 @@ What it adds over calling the embedder directly:
   to ``max_batch`` at a time; the lane waits at most ``max_wait_ms`` after the
   oldest queued text arrived for a batch to fill. A batch is several times
   cheaper per text than single calls (MiniLM on 2 cores: ~9 ms for one text,
-  ~64 ms for 32, issue 6).
+  ~64 ms for 32).
 - **Bounded work.** At most ``concurrency`` batches run at once, and at most
   ``max_queue`` texts wait for a batch. A caller that finds the queue full waits
   for room (pushback), in arrival order; with ``nowait=True`` it gets
@@ -72,7 +74,7 @@ __all__ = [
     "total_memory_bytes",
 ]
 
-# DESIGN §5's signature. 32 is sentence-transformers' own default batch size,
+# docs/design.md §5's signature. 32 is sentence-transformers' own default batch size,
 # past which MiniLM's cost per text stops falling on a small CPU.
 DEFAULT_MAX_BATCH = 32
 # A single call waits this long at most for company: small next to one MiniLM
@@ -172,7 +174,7 @@ def total_memory_bytes(meminfo: str | os.PathLike[str] = "/proc/meminfo") -> int
 
 
 def default_concurrency(cpu_count: int | None = None, memory_bytes: int | None = None) -> int:
-    """2 batches at once; 3 on machines with >= 8 cores and >= 16 GiB (DESIGN §5).
+    """2 batches at once; 3 on machines with >= 8 cores and >= 16 GiB (docs/design.md §5).
 
     Arguments left None are detected (``os.cpu_count()``, :func:`total_memory_bytes`);
     a machine that cannot be measured counts as small.

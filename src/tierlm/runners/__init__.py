@@ -1,4 +1,4 @@
-"""How tokens are produced: the runner protocol and its backends (DESIGN §1).
+"""How tokens are produced: the runner protocol and its backends (docs/design.md §1).
 
 Backends that need optional packages are imported lazily, so
 ``from tierlm.runners import SimulatedRunner`` works on the base install.

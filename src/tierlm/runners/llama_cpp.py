@@ -1,4 +1,4 @@
-"""llama.cpp in-process through llama-cpp-python (issue 4).
+"""llama.cpp in-process through llama-cpp-python.
 
 The direct analogue of the seed's on-device runner: one ``Llama`` (one GGUF,
 one context) at a time. ``load`` closes the old model and opens the new one;
@@ -98,7 +98,7 @@ def default_threads() -> int:
     """All the cores this process may use.
 
     llama-cpp-python defaults to half the cores; on a 2-core machine all cores
-    doubled decode speed (issue 4), and the device runs one generation at a time.
+    doubled decode speed, and the device runs one generation at a time.
     """
     try:
         return max(1, len(os.sched_getaffinity(0)))

@@ -1,4 +1,4 @@
-"""A runner for Ollama's native API: ``/api/chat`` and ``/api/generate`` (issue 4).
+"""A runner for Ollama's native API: ``/api/chat`` and ``/api/generate``.
 
 Ollama streams newline-delimited JSON objects, one per token
 (``{"message": {"content": "The"}, "done": false}`` from ``/api/chat``,

@@ -1,4 +1,4 @@
-"""A runner for any OpenAI-compatible server, streaming over HTTP (issue 4).
+"""A runner for any OpenAI-compatible server, streaming over HTTP.
 
 llama.cpp's ``llama-server``, llama-cpp-python's ``llama_cpp.server``, vLLM,
 LM Studio, Ollama's ``/v1`` and llama-swap all speak ``/v1/chat/completions``

@@ -1,9 +1,9 @@
-"""The runner protocol: what every inference backend implements (DESIGN §2).
+"""The runner protocol: what every inference backend implements (docs/design.md §2).
 
 A runner knows how to produce tokens; it knows no policy. The scheduler tells it
 which model to hold (`load`) and what to generate (`generate`), and stops it
 through a `CancelToken`. This module holds every type a runner needs, so that
-runners import nothing else from tierlm (DESIGN §1 dependency rules).
+runners import nothing else from tierlm (docs/design.md §1 dependency rules).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class GenerationRequest:
     """One generation: a prompt (completion) or messages (chat), not both.
 
     ``resume_text`` is output already produced by an earlier, preempted run of the
-    same request (DESIGN §4 re-queue): the runner continues from prompt +
+    same request (docs/design.md §4 re-queue): the runner continues from prompt +
     ``resume_text`` (for chat, as a continued assistant message) and yields only
     the new text. ``max_tokens`` counts the new tokens only.
 
@@ -222,7 +222,7 @@ async def aclosing_stream(stream: AsyncIterator[str]) -> AsyncIterator[AsyncIter
 
 @runtime_checkable
 class Runner(Protocol):
-    """What every backend implements (DESIGN §2).
+    """What every backend implements (docs/design.md §2).
 
     ``loaded_model`` is the model the device holds now (None before any load).
     ``load`` is the swap; the scheduler never interrupts it. ``generate`` yields

@@ -1,6 +1,6 @@
 """A deterministic runner that spends loop time instead of computing tokens.
 
-It is the device of the tests and the simulator (DESIGN §2): a swap costs
+It is the device of the tests and the simulator (docs/design.md §2): a swap costs
 ``swap_seconds``; a generation costs ``prefill_per_token`` for each prompt token,
 then ``token_interval`` for each generated token. On the virtual-time loop
 (`tierlm.testing.run_virtual`) those costs take no wall time.
@@ -11,7 +11,7 @@ Two ways to generate:
   watch the tokens (a chat stream, the gateway's ``sim`` backend).
 - ``complete`` spends the same time in one or two timers and returns a summary:
   for the simulator, which runs days of background work and needs only counts
-  (issue 2: "do not schedule one event per token when nothing observes them").
+  (do not schedule one event per token when nothing observes them).
 
 Both stop at the next token boundary once cancelled; a prefill is aborted at
 once, as llama.cpp's abort callback allows.

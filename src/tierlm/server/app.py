@@ -6,7 +6,7 @@ from the modules, one list each; a component that lives beside the scheduler
 mounts the same way: its routes go in ``_routes``, its start/stop in
 ``lifespan`` (an ``AsyncExitStack``), its metrics in ``gateway.metrics.registry``
 and its state in ``gateway.extensions`` (shown by the state API and the
-dashboard). The embedding lane of issue 6 (``embeddings.py``) is one.
+dashboard). The embedding lane (``embeddings.py``) is one.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """API keys: who may use which task classes, and who may steer the scheduler.
 
-The operator decides who may be ``chat`` (issue 5): each key lists the classes
+The operator decides who may be ``chat``: each key lists the classes
 its requests may claim, the class they get when they claim none, and whether it
 is an admin key (the scheduler API, the dashboard, ``/metrics``). Without keys
 the gateway binds loopback only (``config``), and every request may do anything.

@@ -54,7 +54,7 @@ BACKENDS: tuple[BackendKind, ...] = ("sim", "llama-cpp", "openai", "ollama")
 EmbedBackend = Literal["minilm", "llama-cpp", "sim", "none"]
 EMBED_BACKENDS: tuple[EmbedBackend, ...] = ("minilm", "llama-cpp", "sim", "none")
 
-# 127.0.0.1: nothing but this machine can reach an unkeyed gateway (issue 5).
+# 127.0.0.1: nothing but this machine can reach an unkeyed gateway.
 DEFAULT_HOST = "127.0.0.1"
 # 8000: uvicorn's and vLLM's default, the usual local OpenAI-compatible port; it
 # leaves llama.cpp's server (8080) and Ollama (11434), likely upstreams, free.
@@ -137,7 +137,7 @@ class BackendSettings:
 
 @dataclass(frozen=True, slots=True)
 class EmbeddingSettings:
-    """``[embeddings]``: the embedding lane behind ``/v1/embeddings`` (issue 6)."""
+    """``[embeddings]``: the embedding lane behind ``/v1/embeddings``."""
 
     backend: EmbedBackend | None = None
     """None (unset): ``sim`` when the LLM backend is ``sim``, so ``tierlm serve``
@@ -418,7 +418,7 @@ def settings_from_dict(
 
 
 def check_bind(settings: ServerSettings, server: _Reader | None = None) -> None:
-    """Refuse a non-loopback address without API keys (issue 5), saying why."""
+    """Refuse a non-loopback address without API keys, saying why."""
     if settings.keys or is_loopback(settings.host):
         return
     reader = server or _Reader({}, "server", {})

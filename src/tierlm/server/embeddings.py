@@ -1,6 +1,6 @@
 """``/v1/embeddings``: OpenAI's embeddings endpoint, served by the embedding lane.
 
-Embeddings never go through the LLM scheduler (DESIGN §5, issue 6): the
+Embeddings never go through the LLM scheduler (docs/design.md §5): the
 gateway owns an :class:`~tierlm.embedding.EmbeddingLane` beside the scheduler,
 with its own embedder and worker threads; a request's texts are queued in the
 lane, batched with other requests' texts, and answered in order. The scheduler

@@ -74,7 +74,7 @@ class Gateway:
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_JOBS)
         self.extensions: dict[str, StateExtension] = {}
         """Extra sections of the state API and the dashboard, by name: a
-        component mounted beside the scheduler (the embedding lane, issue 6)
+        component mounted beside the scheduler (the embedding lane)
         registers a function returning its JSON-ready state here."""
         self.embedding_model: str | None = None
         """The name /v1/embeddings serves, if any: a chat naming it is told so."""
@@ -378,7 +378,7 @@ class GatewayJob:
         return self.handle.state
 
     async def work(self, ctx: JobContext) -> str:
-        """One run of the job: resumes from ``produced`` (DESIGN §4 re-queue)."""
+        """One run of the job: resumes from ``produced`` (docs/design.md §4 re-queue)."""
         self.wake.set()
         self._run_tokens = 0
         self._run_first = self._run_last = 0.0

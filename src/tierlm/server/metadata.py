@@ -1,7 +1,7 @@
 """A request's scheduling metadata: its API key, then the X-Tierlm-* headers.
 
 The key decides what is allowed (its classes, its default class and producer);
-within that, the headers choose (issue 5):
+within that, the headers choose:
 
 - ``X-Tierlm-Class``: the task class (403 if the key does not allow it);
 - ``X-Tierlm-Producer``: the fair-pool producer (default: the key's producer or

@@ -1,4 +1,4 @@
-"""Prometheus metrics at /metrics (issue 5), in a registry of the app's own.
+"""Prometheus metrics at /metrics, in a registry of the app's own.
 
 Counters and histograms are fed by scheduler events and by the gateway's jobs;
 the values that are a state (queue depth per tier, budget share, vruntime,

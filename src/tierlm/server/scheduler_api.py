@@ -1,4 +1,4 @@
-"""The scheduler API: foreground, state, pause and resume (issue 5).
+"""The scheduler API: foreground, state, pause and resume.
 
 With keys configured these need an admin key: they change what everyone's
 requests wait for. Without keys (loopback only) anyone local may call them.

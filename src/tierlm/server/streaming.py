@@ -1,7 +1,7 @@
 """ASGI responses that wait for a job while watching for the client to leave.
 
 A client that disconnects, queued or running, has its job cancelled at once
-(issue 5): no orphan generation keeps the device busy. Starlette's
+: no orphan generation keeps the device busy. Starlette's
 ``StreamingResponse`` notices a disconnect only when a write fails, which for a
 queued job that writes nothing may be never; so these responses read the ASGI
 ``receive`` channel themselves, which reports ``http.disconnect`` the moment

@@ -1,10 +1,10 @@
-"""The simulator: the REAL scheduler, a simulated device, virtual time (DESIGN §1 sim).
+"""The simulator: the REAL scheduler, a simulated device, virtual time (docs/design.md §1 sim).
 
 Workloads (``tierlm.sim.workloads``) are producers that submit jobs over time;
 ``tierlm.sim.engine`` runs one workload under one policy, ours or a baseline
 (``tierlm.sim.baselines``), through the same :class:`tierlm.Scheduler` with a
 :class:`tierlm.runners.SimulatedRunner` on a virtual-time loop, and records
-every job; ``tierlm.sim.metrics`` turns the records into the numbers DESIGN §8
+every job; ``tierlm.sim.metrics`` turns the records into the numbers docs/design.md §8
 asks for, whichever policy ran; ``report`` and ``charts`` show them.
 """
 

@@ -46,7 +46,7 @@ def non_negative_float(text: str) -> float:
 
 
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("simulated device (defaults: phone-class, issue 3)")
+    group = parser.add_argument_group("simulated device (defaults: phone-class)")
     group.add_argument(
         "--decode-tps",
         type=positive_float,

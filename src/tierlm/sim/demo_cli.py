@@ -1,7 +1,7 @@
 """``tierlm demo``: the README's main job.
 
 Replays issue #118 (``issue118`` workload) under all five policies in one run,
-prints the table and the issue's targets, and writes the device timeline and
+prints the table and its targets, and writes the device timeline and
 the chat waiting-time CDF (plus results.json) to ``./tierlm-demo/``. Simulated
 time: 20 minutes of a busy phone take a few seconds.
 """

@@ -1,4 +1,4 @@
-"""The simulated device: decode and prefill speed, swap cost (issue 3 defaults)."""
+"""The simulated device: decode and prefill speed, swap cost."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tierlm.runners.simulated import SimulatedRunner
 
 __all__ = ["DeviceModel"]
 
-# Issue 3, "Device model defaults: phone-class": 15 tokens/s decode, 150 tokens/s
+# Phone-class defaults: 15 tokens/s decode, 150 tokens/s
 # prefill, and the seed's "~10 s to unload + load on flutter_gemma 1.1.x".
 DEFAULT_DECODE_TPS = 15.0
 DEFAULT_PREFILL_TPS = 150.0

@@ -1,8 +1,8 @@
 """Run one workload under one policy: the real Scheduler, a SimulatedRunner,
-virtual time (DESIGN §1 sim, issue 3 item 1). No second scheduler exists here.
+virtual time (docs/design.md §1 sim). No second scheduler exists here.
 
 Jobs spend device time through ``SimulatedRunner.complete`` (a few timers per
-run, not one per token: issue 2, "do not schedule one event per token when
+run, not one per token: "do not schedule one event per token when
 nothing observes them"). Each job accounts its own work: tokens, first token,
 and what a preemption threw away (``records.account_run``); the scheduler's
 events give the rest (``recorder.Recorder``).
@@ -139,7 +139,7 @@ class SimContext:
             if left <= 0:
                 return
             # Resume: the next run prefills prompt + the partial output again
-            # (DESIGN §4 re-queue); restart: the prompt alone, every token again.
+            # (docs/design.md §4 re-queue); restart: the prompt alone, every token again.
             request = GenerationRequest(
                 ctx.model_id,
                 prompt="simulated",

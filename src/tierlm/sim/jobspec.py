@@ -15,7 +15,7 @@ class JobSpec:
 
     ``resumable``: a generate-style job (a chat turn, a Nataraj card), which
     resumes after a preemption under policies that resume; otherwise a closure
-    job (an extraction, a Gana round), which restarts (DESIGN §4 re-queue).
+    job (an extraction, a Gana round), which restarts (docs/design.md §4 re-queue).
     ``deadline`` is absolute, in simulated seconds.
     """
 

@@ -1,6 +1,6 @@
 """All the simulator's metrics, from the records alone, whichever policy ran.
 
-One function, :func:`compute_metrics` (issue 3 item 4; DESIGN §8). Every
+One function, :func:`compute_metrics` (docs/design.md §8). Every
 definition is here, with its reason:
 
 - chat TTFT: first token - submit. A chat with no first token by the end
@@ -19,7 +19,7 @@ definition is here, with its reason:
   of them in one window. Consecutive windows with the same backlogged set
   form an epoch; ``jain`` is Jain's index of their service over each epoch,
   weighted by epoch length (``jain_min``: the worst epoch). Service counts the
-  swaps a producer's jobs caused, as DESIGN §4 charges them.
+  swaps a producer's jobs caused, as docs/design.md §4 charges them.
 - budget: each budgeted class's share of busy time in every 300 s window
   ending on a multiple of 30 s; "contended" windows are those where another
   class had a job queued or running throughout.
@@ -49,8 +49,8 @@ __all__ = [
 ]
 
 CHAT_CLASS = "chat"
-FAIR_WINDOW = 60.0  # issue 3: "max service difference ... over 60 s windows (VTC's measure)"
-BUDGET_WINDOW = 300.0  # DESIGN §3: "per rolling 300 s"
+FAIR_WINDOW = 60.0  # max service difference over 60 s windows (VTC's measure)
+BUDGET_WINDOW = 300.0  # docs/design.md §3: "per rolling 300 s"
 BUDGET_STEP = 30.0
 _EPS = 1e-9
 

@@ -1,10 +1,10 @@
 """The five policies the simulator compares, by name, and how each treats work.
 
 ``resumes``: whether a preempted generate-style job (a chat, a Nataraj card)
-keeps its tokens and continues from prompt + partial output (DESIGN §4
+keeps its tokens and continues from prompt + partial output (docs/design.md §4
 re-queue, §6.8: tierlm's ``Scheduler.generate``), or restarts from scratch as
 the seed does ("re-queued ... so it runs again later from scratch"). Every
-baseline restarts (issue 3's brief). For ``strict-priority`` that is the
+baseline restarts. For ``strict-priority`` that is the
 app-level view: vLLM's own recompute preemption keeps the request's generated
 tokens and recomputes their KV cache, i.e. it resumes; its wasted time here is
 therefore an upper bound for vLLM itself. Closure jobs (extraction, Gana
@@ -48,7 +48,7 @@ POLICIES: dict[str, PolicySpec] = {
             "tierlm",
             lambda classes, config: TieredPolicy(classes, config),
             resumes=True,
-            summary="tiers, foreground, EDF, budget, CFS per producer, affinity (DESIGN §4)",
+            summary="tiers, foreground, EDF, budget, CFS per producer, affinity (design §4)",
         ),
         PolicySpec(
             "fifo",

@@ -2,7 +2,7 @@
 
 The engine fills these from the scheduler's events (submit, start, swap, end)
 and from the jobs' own work (tokens, first token, discarded work); the metrics
-are computed from them alone, whichever policy ran (issue 3 item 4).
+are computed from them alone, whichever policy ran.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class JobRecord:
     output_tokens: int
     resumable: bool
     """A generate-style job (a chat, a Nataraj card): it resumes under policies
-    that resume (DESIGN §4 re-queue, §6.8), restarts under the others."""
+    that resume (docs/design.md §4 re-queue, §6.8), restarts under the others."""
     ideal_seconds: float
     """Prefill of the prompt + decode of every token: its device time uninterrupted."""
     first_token: float | None = None
@@ -59,7 +59,7 @@ class JobRecord:
     tokens_kept: int = 0
     tokens_discarded: int = 0
     wasted_seconds: float = 0.0
-    """Device time whose work was thrown away (DESIGN §8 wasted device time)."""
+    """Device time whose work was thrown away (docs/design.md §8 wasted device time)."""
     swaps: int = 0
     swap_seconds: float = 0.0
     runs: list[RunRecord] = field(default_factory=list)
@@ -106,7 +106,7 @@ def account_run(
     tokens: int,
     preempted: bool,
 ) -> None:
-    """Account one run's work as kept or wasted (DESIGN §8 wasted device time).
+    """Account one run's work as kept or wasted (docs/design.md §8 wasted device time).
 
     ``elapsed`` is the run's device time after any swap, ``prefill`` the prefill
     it would have needed (the part of ``elapsed`` spent before the first token is
@@ -115,7 +115,7 @@ def account_run(
     - Restart (closure jobs, and every job under policies that restart, as the
       seed does: "re-queued ... so it runs again later from scratch"): a
       preempted run's whole time and tokens are discarded.
-    - Resume (DESIGN §6.8: generated text is kept): the tokens are kept; what
+    - Resume (docs/design.md §6.8: generated text is kept): the tokens are kept; what
       is redone is the prefill of prompt + partial output on the next run, so a
       run's prefill is wasted when an earlier run already prefilled the prompt,
       and a run stopped before its first token wastes everything it spent.

@@ -147,7 +147,7 @@ def metrics_tables(comparison: Comparison) -> list[Table]:
 def targets_table(comparison: Comparison) -> Table | None:
     if not comparison.targets:
         return None
-    table = Table(title="issue 3 targets", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(title="targets", title_justify="left", box=box.SIMPLE_HEAD)
     for header in ("", "policy", "target", "measured", "bound", "note"):
         table.add_column(header)
     for check in comparison.targets:

@@ -1,6 +1,6 @@
-"""Issue 3's targets, checked against measured metrics (never tuned to pass).
+"""The simulator's targets, checked against measured metrics (never tuned to pass).
 
-Each check says what it measured and against what bound; where the issue's
+Each check says what it measured and against what bound; where a target's
 wording admits two readings, the check states the one it applies and the
 metrics hold the numbers for the other.
 """
@@ -35,7 +35,7 @@ class TargetCheck:
 def check_targets(
     workload: str, metrics: Mapping[str, Metrics], token_interval: float
 ) -> list[TargetCheck]:
-    """The issue's targets for ``workload``, for the policies that ran."""
+    """The targets for ``workload``, for the policies that ran."""
     checks: list[TargetCheck] = []
     if workload == "issue118":
         checks += _issue118(metrics, token_interval)
@@ -122,7 +122,7 @@ def _issue118(metrics: Mapping[str, Metrics], token_interval: float) -> list[Tar
             _check(
                 "issue118",
                 "seed-literal",
-                "wasted share (DESIGN §6.6, §6.8)",
+                "wasted share (docs/design.md §6.6, §6.8)",
                 seed["waste"]["wasted_share"],
                 None,
                 None,
@@ -153,7 +153,7 @@ def _budget(
                 bound,
                 ok,
                 (
-                    "DESIGN §6.2: the opened note hoists the whole backfill to T1"
+                    "docs/design.md §6.2: the opened note hoists the whole backfill to T1"
                     if informational
                     else f"{budget['contended_windows']} contended windows"
                 ),
@@ -170,7 +170,7 @@ def _seed_waste(workload: str, metrics: Mapping[str, Metrics]) -> list[TargetChe
         _check(
             workload,
             "seed-literal",
-            "wasted share (DESIGN §6.6: arrivals cancel, then restart)",
+            "wasted share (docs/design.md §6.6: arrivals cancel, then restart)",
             seed["waste"]["wasted_share"],
             None,
             None,
@@ -219,7 +219,7 @@ def _fair_pool(metrics: Mapping[str, Metrics]) -> list[TargetCheck]:
             _check(
                 "fair-pool",
                 "seed-literal",
-                "Jain's index (DESIGN §6.1: vruntime per kind)",
+                "Jain's index (docs/design.md §6.1: vruntime per kind)",
                 seed["fairness"]["jain"],
                 None,
                 None,

@@ -13,7 +13,7 @@ __all__ = ["Workload"]
 
 
 class Workload(abc.ABC):
-    """A seeded, deterministic set of producers (issue 3 item 3).
+    """A seeded, deterministic set of producers.
 
     Producers are open loop (arrivals do not wait for completions) except where
     a producer is naturally sequential: a chat turn waits for its reply, a deck

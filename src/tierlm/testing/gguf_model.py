@@ -1,7 +1,7 @@
 """Tiny llama-architecture GGUF models with random weights, for tests and benchmarks.
 
 The real-backend tests need a model that llama.cpp loads and runs, without a
-download (issue 4). This module writes one with the ``gguf`` package:
+download. This module writes one with the ``gguf`` package:
 
 - architecture ``llama`` (RMSNorm, rotary attention, SwiGLU feed-forward);
 - a byte-level BPE vocabulary (``tokenizer.ggml.model = gpt2``): the 256 bytes,

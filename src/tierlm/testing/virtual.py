@@ -1,6 +1,6 @@
 """A virtual-time asyncio event loop: time jumps to the next timer when all wait.
 
-Everything time-dependent in tierlm is tested on this loop (DESIGN §7): a test of
+Everything time-dependent in tierlm is tested on this loop (docs/design.md §7): a test of
 a 5-minute budget window takes milliseconds and never flakes, because nothing
 sleeps on the wall clock.
 

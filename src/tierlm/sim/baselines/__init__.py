@@ -1,4 +1,4 @@
-"""Baseline policies: the schedulers tierlm is compared with (issue 3 item 2).
+"""Baseline policies: the schedulers tierlm is compared with.
 
 Each implements :class:`tierlm.core.Policy` (sans-I/O) and runs through the
 same :class:`tierlm.Scheduler` shell as tierlm's own policy, via ``policy=``.

@@ -3,7 +3,7 @@
 `seed/inference-scheduler.md` §"Pseudocode" (`InferenceScheduler`): `_tier`,
 `_t2BudgetExceeded`, `_pickBest`, `_resolveWithinTier`, `_onJobArrived`,
 `setForeground`, `_finishRunning`, newcomer seeding and the 5-minute halving
-sweeper. It is what DESIGN §6 departs from, kept faithful so the departures
+sweeper. It is what docs/design.md §6 departs from, kept faithful so the departures
 show in numbers:
 
 - vruntime per KIND (class), not per producer (§6.1): two Ganas share one
@@ -228,7 +228,7 @@ class SeedLiteralPolicy:
             self._next_sweep += SEED_SWEEP_PERIOD
 
     def next_wakeup(self, now: float) -> float | None:
-        # The seed has no timer that re-runs the picker (DESIGN §6.7).
+        # The seed has no timer that re-runs the picker (docs/design.md §6.7).
         return None
 
     # -- observation --------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The simulator's workloads by name (issue 3 item 3)."""
+"""The simulator's workloads by name."""
 
 from __future__ import annotations
 

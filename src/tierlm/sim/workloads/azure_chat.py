@@ -6,7 +6,7 @@ Dataset, CC-BY 4.0; Patel et al., "Splitwise", ISCA 2024), read in place from
 error when it is missing.
 
 The trace is a datacentre's (5 requests/s of ~1 150-token prompts); the
-simulated device is a phone. Replayed as issue 3 asks, "rate scaled to the
+simulated device is a phone. Replayed "rate scaled to the
 simulated device": a window of consecutive requests, starting at a seeded
 offset, with the gaps between arrivals stretched so that the chats alone
 would keep the device busy ``chat_load`` of the time (default 30 %, a person

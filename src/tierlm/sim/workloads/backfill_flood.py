@@ -1,14 +1,14 @@
 """``backfill-flood``: extraction offered 3x its budget while the fair pool competes.
 
-Issue 3: "extraction offered 3x its budget while Nataraj and two Ganas
-compete". The budget is 60 % of busy time (DESIGN §3), so extraction offers
+"extraction offered 3x its budget while Nataraj and two Ganas
+compete". The budget is 60 % of busy time (docs/design.md §3), so extraction offers
 1.8 devices' worth of work: notes of ~3 s (150-300 prompt tokens, 15-30 out)
 arriving as a Poisson stream of 0.6 notes/s. Nataraj fills a deck nobody
 swipes (always backlogged) and two Ganas keep two rounds queued each.
 
 Half-way, the person opens one note for 90 s (foreground ``extract`` with that
 note as subject, and its extraction submitted with ``foregroundHint``, seed
-scenario 7): DESIGN §6.2 hoists that one note; the seed's ``_tier`` hoists the
+scenario 7): docs/design.md §6.2 hoists that one note; the seed's ``_tier`` hoists the
 whole backfill.
 """
 

@@ -1,6 +1,6 @@
 """``fair-pool``: backlogged fair-pool producers, 2 then 8, and one that comes and goes.
 
-Issue 3: "2 and 8 equal fair-pool producers kept backlogged, plus one that
+"2 and 8 equal fair-pool producers kept backlogged, plus one that
 goes idle and returns -- VTC's on/off case" (VTC, arXiv:2501.14312). Equal
 weights, unequal jobs: fairness means equal service whatever the job size,
 which FIFO (service in proportion to job size) does not give.
@@ -8,7 +8,7 @@ which FIFO (service in proportion to job size) does not give.
 - first half: ``gana:a`` (jobs ~6 s) and ``gana:b`` (~15 s);
 - second half: six more join, ``gana:c`` .. ``gana:h`` (~4 to ~20 s);
 - ``gana:onoff`` (~10 s jobs) runs from 0 to 15 % of the run, is idle (more
-  than DESIGN §4's 300 s on the default duration), and returns at 40 %.
+  than docs/design.md §4's 300 s on the default duration), and returns at 40 %.
 
 Each keeps 3 jobs queued or running, submitted in a burst at its start (a Gana
 with a batch of rounds, seed scenario 2).

@@ -1,7 +1,7 @@
 """``issue118``: the bug tierlm was built for (seed §"Why", GitHub issue #118).
 
 "Opening Shiv chat while Nataraj is filling its deck makes chat wait 30-110 s
-before the first token." Around it, the rest of a busy phone (issue 3 item 3):
+before the first token." Around it, the rest of a busy phone:
 
 - the person: on the Nataraj deck page (foreground ``nataraj``) for 60-120 s,
   swiping a card every 15-30 s; then opens chat (foreground ``chat``: also the

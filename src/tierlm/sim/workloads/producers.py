@@ -92,7 +92,7 @@ async def deck_filler(
             prompt_tokens=_draw(rng, CARD_PROMPT),
             output_tokens=_draw(rng, CARD_OUTPUT),
             producer=producer,
-            resumable=True,  # a generated card (DESIGN §4: generate resumes)
+            resumable=True,  # a generated card (docs/design.md §4: generate resumes)
         )
         if await sim.run(spec):
             deck.ready += 1
@@ -163,7 +163,7 @@ def extract_job(
     prompt: Range = EXTRACT_PROMPT,
     output: Range = EXTRACT_OUTPUT,
 ) -> JobSpec:
-    """The extraction of note number ``note`` (its subject, DESIGN §6.2)."""
+    """The extraction of note number ``note`` (its subject, docs/design.md §6.2)."""
     return JobSpec(
         "extract",
         model,
@@ -185,7 +185,7 @@ async def gana_cron(
 ) -> None:
     """GanaEngine.processGana, cron fire: a tick every ``period`` s (open loop).
 
-    The tick is due ``slack`` s after it fires (its deadline, DESIGN §4 rule 4):
+    The tick is due ``slack`` s after it fires (its deadline, docs/design.md §4 rule 4):
     until then it waits in the fair pool, after it is overdue.
     """
     rng = sim.rng(producer)
