@@ -22,10 +22,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tests.helpers import SWAP, TOKEN, runner, work_for
-from tierlm import EventKind, JobContext, JobHandle, Scheduler, SchedulerEvent
+from tierlm import (
+    JobContext,
+    JobEnded,
+    JobEvent,
+    JobHandle,
+    JobStarted,
+    Requeued,
+    RunEnded,
+    Scheduler,
+    SchedulerEvent,
+)
 from tierlm.testing import VirtualTimeLoop
 
-TERMINAL = {EventKind.COMPLETED, EventKind.FAILED, EventKind.CANCELLED}
 CLASSES = ["chat", "extract", "nataraj", "gana"]
 
 
@@ -54,22 +63,22 @@ class SchedulerMachine(RuleBasedStateMachine):
     # -- observation -------------------------------------------------------
 
     def _on_event(self, event: SchedulerEvent) -> None:
-        job = event.job
-        if job is None:
+        if not isinstance(event, JobEvent):
             return
-        if event.kind in TERMINAL:
+        job = event.job
+        if isinstance(event, JobEnded):
             self.ended_at.setdefault(job.id, event.time)
             self.ends[job.id] += 1
             if self.ends[job.id] > 1:
                 self.violations.append(f"job {job.id} ended twice")
-        if event.kind is EventKind.REQUEUED and job.class_name == "chat":
+        if isinstance(event, Requeued) and job.class_name == "chat":
             self.violations.append(f"chat {job.id} was re-queued")
-        if event.kind is EventKind.STARTED:
+        if isinstance(event, JobStarted):
             self.open_runs[job.id] = len(self.runs)
             self.runs.append((job.id, job.class_name, event.time, None))
             self.first_start.setdefault(job.id, event.time)
             self._check_fair_pick(job.id, event.time)
-        if event.kind in TERMINAL or event.kind is EventKind.REQUEUED:
+        if isinstance(event, RunEnded):
             index = self.open_runs.pop(job.id, None)
             if index is not None:
                 job_id, cls, start, _ = self.runs[index]

@@ -394,6 +394,69 @@ class TieredPolicy:
     def budget_shares(self, now: float) -> dict[str, float]:
         return {name: meter.share(now) for name, meter in self._meters.items()}
 
+    # -- the real queue order (a query) ----------------------------------------
+    # ONE self-contained method on purpose: it reads only `tier`/`_candidate`,
+    # the queued jobs, the budget meters and the config, so the fair pool's
+    # rewrite can replace its body without touching anything else.
+
+    def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
+        """Policy.queue_order: the queued jobs in the order ``pick`` would give them.
+
+        Each job ranks by ``_candidate`` (tier, then the tier's order: submit
+        order in T0-T2, EDF in T3, vruntime in T4); then affinity replays
+        ``_choose`` (docs/design.md §4 affinity and swaps): after each job the
+        device holds its model; the best job runs if it is on that model or is
+        T0/T1, else the best job on that model runs first, unless the best job
+        has already waited past ``max_affinity_wait``. Classes over their
+        budget now go last (work-conserving, §6.4). Not modelled, as the
+        protocol says: the chat grace and the open chat surface (they delay a
+        swap, they do not reorder), deadlines and starvation bounds still
+        ahead, vruntime charged as jobs run. O(n log n).
+        """
+        skip = self._over_budget(now) if self._meters else _NO_SKIP
+        ranked: list[tuple[bool, _Candidate, Job]] = []
+        for job in self._jobs.values():
+            candidate = self._candidate(job, now, skip)
+            over_budget = candidate is None
+            if candidate is None:
+                candidate = self._candidate(job, now, _NO_SKIP)
+                assert candidate is not None
+            ranked.append((over_budget, candidate, job))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        jobs = [job for _over, _candidate, job in ranked]
+        # The budget's two passes: jobs over budget run only once all others did.
+        split = next((i for i, item in enumerate(ranked) if item[0]), len(jobs))
+        by_model: dict[str, list[int]] = {}
+        for i, job in enumerate(jobs):
+            by_model.setdefault(job.model_id, []).append(i)
+        heads = dict.fromkeys(by_model, 0)  # next untaken index per model
+        taken = [False] * len(jobs)
+        order: list[Job] = []
+        best = 0
+        model = loaded_model
+        while len(order) < len(jobs):
+            while taken[best]:
+                best += 1
+            choice = best
+            best_job = jobs[best]
+            if (
+                model is not None
+                and best_job.model_id != model
+                and ranked[best][1][0] > Tier.T1
+                and now < best_job.submitted_at + self.config.max_affinity_wait
+            ):
+                same = by_model.get(model, [])
+                head = heads.get(model, 0)
+                while head < len(same) and taken[same[head]]:
+                    head += 1
+                heads[model] = head
+                if head < len(same) and (best >= split or same[head] < split):
+                    choice = same[head]
+            taken[choice] = True
+            order.append(jobs[choice])
+            model = jobs[choice].model_id
+        return order
+
 
 _NO_SKIP: frozenset[str] = frozenset()
 

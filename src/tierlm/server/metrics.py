@@ -32,7 +32,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tierlm.snapshot import EventKind, SchedulerEvent, SchedulerSnapshot
+from tierlm.events import (
+    JobCancelled,
+    JobCompleted,
+    JobFailed,
+    JobStarted,
+    Preempting,
+    Requeued,
+    RunEnded,
+    SchedulerEvent,
+    SwapFinished,
+)
+from tierlm.snapshot import SchedulerSnapshot
 
 __all__ = ["REJECT_REASONS", "Metrics"]
 
@@ -56,12 +67,7 @@ REJECT_REASONS = (
     "embeddings_disabled",
 )
 
-_OUTCOMES = {
-    EventKind.COMPLETED: "completed",
-    EventKind.FAILED: "failed",
-    EventKind.CANCELLED: "cancelled",
-    EventKind.REQUEUED: "requeued",
-}
+_OUTCOMES = tuple(end.outcome for end in (JobCompleted, JobFailed, JobCancelled, Requeued))
 
 
 class Metrics:
@@ -119,7 +125,7 @@ class Metrics:
             self.wait.labels(name)
             self.ttft.labels(name)
             self.preemptions.labels(name)
-            for outcome in _OUTCOMES.values():
+            for outcome in _OUTCOMES:
                 self.jobs.labels(name, outcome)
             for state in ("queued", "running"):
                 self.disconnects.labels(name, state)
@@ -130,19 +136,16 @@ class Metrics:
     # -- feeds --------------------------------------------------------------
 
     def on_event(self, event: SchedulerEvent) -> None:
-        job = event.job
-        if job is None:
-            return
-        kind = event.kind
-        if kind is EventKind.STARTED and event.detail.get("attempt") == 1:
-            self.wait.labels(job.class_name).observe(max(0.0, event.time - job.submitted_at))
-        elif kind is EventKind.PREEMPTING:
-            self.preemptions.labels(job.class_name).inc()
-        elif kind is EventKind.SWAP_FINISHED:
-            self.swaps.labels(job.model_id).inc()
-            self.swap_seconds.labels(job.model_id).inc(float(event.detail.get("seconds", 0.0)))
-        elif kind in _OUTCOMES:
-            self.jobs.labels(job.class_name, _OUTCOMES[kind]).inc()
+        match event:
+            case JobStarted(job=job, attempt=1):
+                self.wait.labels(job.class_name).observe(max(0.0, event.time - job.submitted_at))
+            case Preempting(job=job):
+                self.preemptions.labels(job.class_name).inc()
+            case SwapFinished(job=job, seconds=seconds):
+                self.swaps.labels(job.model_id).inc()
+                self.swap_seconds.labels(job.model_id).inc(seconds)
+            case RunEnded(job=job):
+                self.jobs.labels(job.class_name, event.outcome).inc()
 
     def rejected(self, reason: str) -> None:
         self.rejected_requests.labels(reason).inc()
