@@ -9,7 +9,7 @@ not one at import time.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -127,31 +127,29 @@ def test_no_import_circle() -> None:
     assert cycles(import_graph()) == []
 
 
+def imports_outside(layer: Iterable[str], allowed: tuple[str, ...]) -> dict[str, list[str]]:
+    """{module of ``layer``: the modules it imports that are not ``allowed``}."""
+    graph = import_graph()
+    bad = {m: sorted(t for t in graph[m] if not t.startswith(allowed)) for m in layer}
+    return {module: targets for module, targets in bad.items() if targets}
+
+
+def layer(prefix: str) -> list[str]:
+    return [m for m in source_files() if m == prefix or m.startswith(prefix + ".")]
+
+
 def test_core_imports_nothing_of_tierlm_outside_core() -> None:
     """docs/design.md §1: the policy is sans-I/O and stands alone."""
-    bad = {
-        module: sorted(t for t in targets if not t.startswith("tierlm.core"))
-        for module, targets in import_graph().items()
-        if module.startswith("tierlm.core")
-    }
-    assert {module: targets for module, targets in bad.items() if targets} == {}
+    assert imports_outside(layer("tierlm.core"), ("tierlm.core",)) == {}
 
 
 def test_runners_import_only_runners() -> None:
     """docs/design.md §1: runners know no policy; they import their own protocol."""
-    bad = {
-        module: sorted(t for t in targets if not t.startswith("tierlm.runners"))
-        for module, targets in import_graph().items()
-        if module.startswith("tierlm.runners")
-    }
-    assert {module: targets for module, targets in bad.items() if targets} == {}
+    assert imports_outside(layer("tierlm.runners"), ("tierlm.runners",)) == {}
 
 
 def test_the_shell_imports_only_core_runners_and_itself() -> None:
-    allowed = ("tierlm.core", "tierlm.runners", *SHELL)
-    graph = import_graph()
-    bad = {m: sorted(t for t in graph[m] if not t.startswith(allowed)) for m in SHELL}
-    assert {module: targets for module, targets in bad.items() if targets} == {}
+    assert imports_outside(SHELL, ("tierlm.core", "tierlm.runners", *SHELL)) == {}
 
 
 def oversized() -> dict[str, int]:
