@@ -63,8 +63,10 @@ from tierlm.embedding import (
     LaneStats,
     Vector,
 )
+from tierlm.runners.cancel_scope import until_cancelled
 from tierlm.server.body import json_type, read_json
 from tierlm.server.config import ConfigError, EmbedBackend, EmbeddingSettings, ServerSettings
+from tierlm.server.disconnect import client_gone
 from tierlm.server.errors import APIError
 from tierlm.server.gateway import RETRY_AFTER_MAX, RETRY_AFTER_MIN, Gateway
 
@@ -389,28 +391,11 @@ def render(
     return f'{{"object":"list","data":[{",".join(parts)}],{tail[1:]}'.encode()
 
 
-async def _until_disconnect(request: Request) -> None:
-    # The body has been read: the next message on the channel is the disconnect.
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 async def _embed(request: Request, lane: EmbeddingLane, texts: list[str]) -> list[Vector] | None:
     """The texts' vectors; None if the client went away first (its texts are then
     dropped from the queue, or their batch's result discarded)."""
-    work = asyncio.ensure_future(lane.embed_many(texts, nowait=True))
-    disconnect = asyncio.ensure_future(_until_disconnect(request))
-    try:
-        await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        disconnect.cancel()
-        if not work.done():
-            work.cancel()
-            # Let the lane take the cancel (drop the texts) before going on.
-            await asyncio.wait({work})
-    if work.cancelled():
-        return None
-    return work.result()
+    async with client_gone(request.receive) as gone:
+        return await until_cancelled(gone, lane.embed_many(texts, nowait=True))
 
 
 async def create_embeddings(request: Request) -> Response:
