@@ -11,6 +11,7 @@ import pytest
 
 from tierlm.core.classes import Budget
 from tierlm.server import cli
+from tierlm.server.backends import OpenAIBackend
 from tierlm.server.config import ConfigError, ServerSettings, load_settings, settings_from_dict
 
 DOCS = Path(__file__).parents[2] / "docs" / "gateway.md"
@@ -31,9 +32,9 @@ def error(raw: dict[str, Any], **kw: Any) -> str:
 def test_defaults_run_the_simulated_backend_on_loopback() -> None:
     settings = settings_from_dict({})
     assert settings == ServerSettings()
-    assert (settings.host, settings.port) == ("127.0.0.1", 8000)
+    assert (settings.server.host, settings.server.port) == ("127.0.0.1", 8000)
     assert settings.backend.kind == "sim"
-    assert [m.id for m in settings.backend.models] == ["sim-a", "sim-b"]
+    assert settings.backend.model_ids() == ["sim-a", "sim-b"]
     assert sorted(settings.classes) == ["chat", "extract", "gana", "nataraj"]
     assert settings.keys == ()
     assert settings.anonymous_class() == "chat"
@@ -52,10 +53,10 @@ def test_the_documented_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     config.write_text(blocks[0])
     settings = load_settings(config)
     assert settings.backend.kind == "llama-cpp"
-    qwen, coder = settings.backend.models
+    qwen, coder = settings.backend.models.values()
     assert qwen.path == tmp_path / "models" / "qwen2.5-1.5b-instruct-q4_k_m.gguf"
-    assert qwen.options == {"n_ctx": 4096, "n_threads": 4}
-    assert coder.options == {"options": {"flash_attn": True}}
+    assert qwen.load_options() == {"n_ctx": 4096, "n_threads": 4}
+    assert coder.load_options() == {"options": {"flash_attn": True}}
     assert settings.classes["extract"].budget == Budget(0.5, 300)
     assert settings.queue_limit("extract") == 5000 and settings.queue_limit("chat") == 1000
     cron = settings.classes["cron"]
@@ -70,8 +71,9 @@ def test_the_documented_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         assert load_settings(config).backend.kind == kind
     config.write_text(blocks[1])
     openai = load_settings(config).backend
-    assert openai.api_key == "sk-up" and openai.options["resume"] == "prefill"
-    assert [(m.id, m.upstream) for m in openai.models] == [("qwen", "qwen2.5:1.5b")]
+    assert isinstance(openai, OpenAIBackend)
+    assert openai.upstream_key() == "sk-up" and openai.resume == "prefill"
+    assert openai.upstream_names() == {"qwen": "qwen2.5:1.5b"}
 
 
 @pytest.mark.parametrize(
@@ -132,9 +134,9 @@ def test_a_public_address_needs_keys() -> None:
     assert message.startswith("server.host: refusing to listen on '0.0.0.0' without API keys")
     assert "Add [[keys]]" in message and "or bind 127.0.0.1" in message
     with_keys = settings_from_dict({"server": {"host": "0.0.0.0"}, "keys": [{"key": "k"}]})
-    assert with_keys.host == "0.0.0.0"
+    assert with_keys.server.host == "0.0.0.0"
     for loopback in ("localhost", "127.0.0.2", "::1"):
-        assert settings_from_dict({"server": {"host": loopback}}).host == loopback
+        assert settings_from_dict({"server": {"host": loopback}}).server.host == loopback
 
 
 def test_flags_override_the_file_and_are_named_in_errors(tmp_path: Path) -> None:
@@ -143,14 +145,14 @@ def test_flags_override_the_file_and_are_named_in_errors(tmp_path: Path) -> None
     settings = cli.settings_from_args(
         args("--config", str(config), "--port", "9100", "--model", "z")
     )
-    assert settings.port == 9100
-    assert [m.id for m in settings.backend.models] == ["z"]  # --model replaces the file's
+    assert settings.server.port == 9100
+    assert settings.backend.model_ids() == ["z"]  # --model replaces the file's
     with pytest.raises(ConfigError, match=r"^--port \(server.port\): must be between 0 and 65535"):
         cli.settings_from_args(args("--port", "99999"))
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF")
     settings = cli.settings_from_args(args("--backend", "llama-cpp", "--model", str(gguf)))
-    assert [(m.id, m.path) for m in settings.backend.models] == [("tiny", gguf)]
+    assert [(i, m.path) for i, m in settings.backend.models.items()] == [("tiny", gguf)]
     settings = cli.settings_from_args(args("--host", "0.0.0.0", "--api-key", "sk-1"))
     (key,) = settings.keys
     assert key.admin and key.key == "sk-1" and key.classes == set(settings.classes)

@@ -25,6 +25,7 @@ __all__ = [
     "describe_exception",
     "error_text",
     "http_error_message",
+    "list_names",
     "parse_json_object",
     "post_stream",
 ]
@@ -33,6 +34,8 @@ __all__ = [
 # device can take minutes to evaluate a long prompt before the first byte, and a
 # cancel never relies on this timeout (reads race the cancel token).
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, read=600.0)
+# Listing models is a quick question: an upstream that takes longer is down for it.
+LIST_TIMEOUT = 5.0
 
 
 class HttpRunner:
@@ -132,6 +135,17 @@ async def post_stream(
             f"model {model_id!r}: cannot reach {url}: {describe_exception(exc)}",
             model_id=model_id,
         ) from exc
+
+
+async def list_names(client: httpx.AsyncClient, url: str, items: str, name: str) -> list[str]:
+    """The ``name`` of each object in ``GET url``'s ``items`` list (a server's
+    models); RunnerError naming the URL and the cause."""
+    try:
+        response = await client.get(url, timeout=LIST_TIMEOUT)
+        response.raise_for_status()
+        return [str(item[name]) for item in response.json().get(items, [])]
+    except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise RunnerError(f"GET {url} failed: {describe_exception(exc)}") from exc
 
 
 def error_text(error: Any) -> str:

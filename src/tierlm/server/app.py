@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
 from tierlm.server import dashboard, embeddings, openai_api, scheduler_api
-from tierlm.server.config import ServerSettings, check_bind
+from tierlm.server.config import ServerSettings
 from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import exception_handlers
 from tierlm.server.gateway import Gateway
@@ -63,10 +63,10 @@ def create_app(
     program with its own); the app then does not close them. An ``embedder``
     serves /v1/embeddings even when the settings turn embeddings off.
 
-    Raises ``ConfigError`` when the settings cannot be served here (a public
-    address without keys, an embedder whose packages are missing)."""
+    Raises ``ConfigError`` when the settings cannot be served here (an embedder
+    whose packages are missing); ``ServerSettings`` refuses the rest (a public
+    address without keys) when it is made."""
     settings = settings or ServerSettings()
-    check_bind(settings)
     service = EmbeddingService.from_settings(settings, embedder)
     gateway = Gateway(settings, runner)
     if service is not None:

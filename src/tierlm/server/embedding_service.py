@@ -12,9 +12,8 @@ import math
 from typing import Any
 
 from tierlm.embedding import BatchObserver, Embedder, EmbeddingLane, LaneStats
-from tierlm.server.config import ServerSettings
-from tierlm.server.embedders import check_available, make_embedder
 from tierlm.server.gateway import RETRY_AFTER_MAX, RETRY_AFTER_MIN, Gateway
+from tierlm.server.settings import ConfigError, ServerSettings
 
 __all__ = ["EmbeddingService"]
 
@@ -30,12 +29,10 @@ class EmbeddingService:
 
     def __init__(self, settings: ServerSettings, embedder: Embedder | None = None) -> None:
         self.settings = settings.embeddings
-        kind = settings.embedding_backend()
-        self.model = self.settings.served_model(kind)
+        self.model = self.settings.served_model()
         # What the state API shows: an embedder handed to create_app while the
-        # settings say "none" is the program's own.
-        self.kind: str = "custom" if kind == "none" else kind
-        self._kind = kind
+        # settings turn embeddings off is the program's own.
+        self.kind: str = self.settings.backend if self.settings.enabled else "custom"
         self._given = embedder
         self.embedder: Embedder | None = embedder
         self.lane: EmbeddingLane | None = None
@@ -47,9 +44,11 @@ class EmbeddingService:
     ) -> EmbeddingService | None:
         """None when embeddings are off (and no embedder is given)."""
         if embedder is None:
-            if settings.embedding_backend() == "none":
+            if not settings.embeddings.enabled:
                 return None
-            check_available(settings)
+            reason = settings.embeddings.unavailable()
+            if reason is not None:
+                raise ConfigError(f"embeddings.backend: {reason}")
         return cls(settings, embedder)
 
     def mount(self, gateway: Gateway) -> None:
@@ -60,7 +59,7 @@ class EmbeddingService:
     async def start(self) -> None:
         if self.embedder is None:
             # Loading MiniLM takes seconds (torch): off the loop, like a model preload.
-            self.embedder = await asyncio.to_thread(make_embedder, self._kind, self.settings)
+            self.embedder = await asyncio.to_thread(self.settings.make_embedder)
             logger.info(
                 "embeddings: %s served as %r (%d dimensions)",
                 self.kind,

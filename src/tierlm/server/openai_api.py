@@ -23,10 +23,10 @@ from starlette.routing import BaseRoute, Route
 
 from tierlm.runners.protocol import Cancelled, CancelReason, GenerationRequest, RunnerError
 from tierlm.server.body import json_type, read_json
-from tierlm.server.config import LimitSettings
 from tierlm.server.errors import APIError
 from tierlm.server.gateway import Gateway, GatewayJob
 from tierlm.server.metadata import job_meta
+from tierlm.server.settings import LimitSettings
 from tierlm.server.streaming import JobResult, JobStream
 
 __all__ = ["Params", "parse_chat", "parse_completion", "routes"]
@@ -283,7 +283,7 @@ def job_error(job: GatewayJob) -> APIError | None:
             )
         return APIError(409, f"job {job.id} was cancelled", code="cancelled")
     except RunnerError as exc:
-        upstream = job.gateway.settings.backend.kind in ("openai", "ollama")
+        upstream = job.gateway.settings.backend.capabilities.upstream
         return APIError(
             502 if upstream else 500, f"backend: {exc}", code="backend_error", type="server_error"
         )
@@ -399,7 +399,7 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     job = gateway.submit(meta, params.request)
     answer = _Answer(params)
     if params.stream:
-        return JobStream(job, answer, job_error, settings.sse_heartbeat)
+        return JobStream(job, answer, job_error, settings.server.sse_heartbeat)
     return JobResult(job, answer.render, job_error)
 
 
