@@ -174,3 +174,70 @@ def test_serve_refuses_and_says_why(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.run(args("--check")) == 0
     out = capsys.readouterr().out
     assert "backend  sim" in out and "keys     none (loopback only" in out
+
+
+def test_file_environment_and_flags_feed_one_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Precedence: flags > TIERLM_* variables > the file > the defaults."""
+    config = tmp_path / "t.toml"
+    config.write_text(
+        "[server]\nport = 9000\nsse_heartbeat = 5\n"
+        "[backend]\nswap_seconds = 2\n[limits]\nqueue_limit = 7\n"
+    )
+    monkeypatch.setenv("TIERLM_SERVER__PORT", "9100")  # over the file
+    monkeypatch.setenv("TIERLM_BACKEND__SWAP_SECONDS", "0.5")  # text -> the field's type
+    monkeypatch.setenv("tierlm_limits__max_tokens_limit", "300")  # any case
+    monkeypatch.setenv("TIERLM_SCHEDULER__WEIGHTS", '{"indexer": 2}')  # a table, as JSON
+    monkeypatch.setenv("TIERLM_CLASSES__CRON__TIER", "4")  # a table of tables, by path
+    monkeypatch.setenv("TIERLM_CHROMIUM", "/not/a/setting")  # not a section: not read
+    settings = cli.settings_from_args(args("--config", str(config)))
+    assert settings.server.port == 9100 and settings.server.sse_heartbeat == 5
+    assert settings.backend.model_dump()["swap_seconds"] == 0.5
+    assert settings.limits.max_tokens_limit == 300 and settings.limits.queue_limit == 7
+    assert settings.limits.default_max_tokens == 256  # the default, under the limit
+    assert settings.scheduler.weights == {"indexer": 2.0}
+    assert settings.classes["cron"].tier == 4 and settings.classes["cron"].fair
+    flagged = cli.settings_from_args(args("--config", str(config), "--port", "9200"))
+    assert flagged.server.port == 9200  # a flag over the variable
+    assert load_settings(config).server.port == 9100
+    monkeypatch.delenv("TIERLM_SERVER__PORT")
+    assert load_settings(config).server.port == 9000
+    assert load_settings().server.port == 8000
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("TIERLM_SERVER__PORT", "99999", "TIERLM_SERVER__PORT (server.port): must be between"),
+        ("TIERLM_SERVER__PORT", "x", "TIERLM_SERVER__PORT (server.port): must be an integer"),
+        ("TIERLM_SERVER__PROT", "1", "TIERLM_SERVER__PROT (server.prot): unknown field; did you"),
+        ("TIERLM_BACKEND__KIND", "vllm", "TIERLM_BACKEND__KIND (backend.kind): must be one of"),
+        ("TIERLM_BACKEND__PRELOAD", "maybe", "TIERLM_BACKEND__PRELOAD (backend.preload): must be"),
+        ("TIERLM_KEYS", "[{}]", "TIERLM_KEYS (keys[0].key): give exactly one of key or key_env"),
+        ("TIERLM_SCHEDULER__WEIGHTS", "{not json", "TIERLM_*: "),
+    ],
+)
+def test_errors_name_the_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value).startswith(message)
+
+
+def test_flags_are_derived_from_the_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="tierlm serve")
+    cli.add_arguments(parser)
+    parser.print_help()
+    text = " ".join(capsys.readouterr().out.split())
+    # Help, default and choices come from the fields (ServerSection.port, backend kinds).
+    assert "--port N The port (default 8000)" in text
+    assert "--backend {sim,llama-cpp,openai,ollama}" in text
+    assert "--embed-backend {minilm,llama-cpp,sim,none}" in text
+    assert "sim: Seconds per token" in text  # a backend's own field says whose
+    assert "openai: The upstream server's URL, with or without /v1; ollama:" in text
+    assert "--embed-max-batch N Texts per batch" in text  # every embedder has it: no prefix
+    settings = cli.settings_from_args(args("--backend", "ollama", "--url", "http://127.0.0.1:9"))
+    assert settings.backend.summary() == "ollama (http://127.0.0.1:9)"

@@ -11,17 +11,14 @@ import contextlib
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
 import uvicorn
 
 from tierlm.server.app import create_app
 from tierlm.server.config import ConfigError, ServerSettings, load_settings
+from tierlm.server.flags import add_setting_flags, setting_overrides
 from tierlm.server.gateway import Gateway
-from tierlm.server.schema import Flag, Loc, every_field, literal_values, members
-from tierlm.server.validation import dotted
 
 __all__ = ["add_arguments", "run", "settings_from_args"]
 
@@ -29,81 +26,9 @@ __all__ = ["add_arguments", "run", "settings_from_args"]
 API_KEY_ENV = "TIERLM_API_KEY"
 
 
-@dataclass(frozen=True, slots=True)
-class SettingFlag:
-    """A flag derived from a field's ``Flag`` marker: it sets ``path``."""
-
-    flag: Flag
-    path: Loc
-    type: type[Any]
-    choices: tuple[str, ...] | None
-    help: str
-
-    @property
-    def dest(self) -> str:
-        return self.flag.name.lstrip("-").replace("-", "_")
-
-
-def setting_flags() -> list[SettingFlag]:
-    """The flags of ``ServerSettings``' fields, each once (``--url`` sets the url
-    of whichever upstream backend is chosen)."""
-    found: dict[str, SettingFlag] = {}
-    where: dict[str, list[str]] = {}
-    for entry in every_field(ServerSettings):
-        site, field = entry.site, entry.field
-        flag = site.marker(Flag)
-        if flag is None:
-            continue
-        tags = [tag.split(" = ")[1].strip("'") for tag in entry.when]
-        where.setdefault(flag.name, []).extend(tags)
-        if flag.name in found:
-            continue
-        if site.discriminator is not None:  # a union's flag chooses its member
-            choices: tuple[str, ...] | None = tuple(str(t) for t, _ in members(site))
-            found[flag.name] = SettingFlag(
-                flag, (*site.path, site.discriminator), str, choices, _describe(field)
-            )
-            continue
-        values = literal_values(site.type)
-        kind = site.type if site.type in (int, float) else str
-        default = field.get_default(call_default_factory=False)
-        text = _describe(field)
-        if not entry.when and isinstance(default, int | float | str) and not values:
-            text += f" (default {default})"
-        choices = tuple(str(v) for v in values) or None
-        found[flag.name] = SettingFlag(flag, site.path, kind, choices, text)
-    result = []
-    for name, spec in found.items():
-        if where[name]:
-            spec = SettingFlag(
-                spec.flag,
-                spec.path,
-                spec.type,
-                spec.choices,
-                f"{'/'.join(where[name])}: {spec.help}",
-            )
-        result.append(spec)
-    return result
-
-
-def _describe(field: Any) -> str:
-    """A field's docstring, up to its first full stop, on one line."""
-    text = " ".join((field.description or "").split())
-    head, _, _ = text.partition(". ")
-    return head.rstrip(".")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (docs/gateway.md)")
-    for spec in setting_flags():
-        parser.add_argument(
-            spec.flag.name,
-            dest=spec.dest,
-            type=spec.type,
-            choices=spec.choices,
-            metavar=None if spec.choices else spec.flag.metavar,
-            help=spec.help,
-        )
+    add_setting_flags(parser)
     parser.add_argument(
         "--model",
         action="append",
@@ -124,13 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
-    overrides: dict[str, Any] = {}
-    flags: dict[str, str] = {}
-    for spec in setting_flags():
-        value = getattr(args, spec.dest, None)
-        if value is not None:
-            overrides[dotted(spec.path)] = value
-            flags[dotted(spec.path)] = spec.flag.name
+    overrides, flags = setting_overrides(args)
     if args.model:
         models: dict[str, str | None] = {}
         for item in args.model:

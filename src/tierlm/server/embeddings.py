@@ -22,7 +22,7 @@ What the endpoint takes (OpenAI's fields):
   OpenAI's format; the official Python client asks for it by default);
 - ``dimensions``: accepted only when it equals the model's dimension (these
   models cannot shorten their vectors);
-- ``user``: ignored, as are unknown fields.
+- ``user``: accepted; it changes no vector. Unknown fields are 400.
 
 A full lane answers 429 with ``Retry-After`` at once (the lane's ``nowait``)
 rather than holding the request: every held request would keep its texts in
@@ -39,8 +39,7 @@ import logging
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -54,22 +53,17 @@ from tierlm.embedding import (
     Vector,
 )
 from tierlm.runners.cancel_scope import until_cancelled
-from tierlm.server.body import json_type, read_json
+from tierlm.server.body import read_json
 from tierlm.server.disconnect import client_gone
 from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import APIError
 from tierlm.server.gateway import Gateway
+from tierlm.server.requests import MAX_INPUTS, EmbeddingRequest, parse
 
-__all__ = [
-    "EmbeddingParams",
-    "parse_embeddings",
-    "routes",
-]
+__all__ = ["MAX_INPUTS", "render", "routes"]
 
 logger = logging.getLogger("tierlm.server")
 
-# OpenAI's own limit on the inputs of one request.
-MAX_INPUTS = 2048
 # usage.prompt_tokens is an estimate, as for completions: ~4 characters a token.
 CHARS_PER_TOKEN = 4
 # Serialising to JSON costs ~1-2 µs per float (measured: a 384-d vector ~0.8 ms).
@@ -79,36 +73,10 @@ CHARS_PER_TOKEN = 4
 RENDER_IN_THREAD_FLOATS = 8192
 
 
-# -- requests -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class EmbeddingParams:
-    """A validated request."""
-
-    texts: list[str]
-    encoding_format: Literal["float", "base64"]
-
-
-def _bad(param: str, message: str, *, code: str | None = None) -> APIError:
-    return APIError(
-        400,
-        f"{param}: {message}",
-        param=param,
-        code=code,
-        reason="unsupported" if code == "unsupported" else "invalid_request",
-    )
-
-
-def parse_embeddings(body: Any, service: EmbeddingService) -> EmbeddingParams:
+def _embedding_request(body: Any, service: EmbeddingService) -> EmbeddingRequest:
     """Validate a request against the served model and the lane's limits."""
-    if not isinstance(body, dict):
-        raise APIError(400, f"request body: must be a JSON object, got {json_type(body)}")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        got = "nothing" if model is None else json_type(model)
-        raise _bad("model", f"must be a non-empty string naming a model, got {got}")
-    if model != service.model:
+    model = body.get("model") if isinstance(body, dict) else None
+    if isinstance(model, str) and model and model != service.model:
         raise APIError(
             404,
             f"model {model!r}: not an embedding model of this gateway "
@@ -117,76 +85,8 @@ def parse_embeddings(body: Any, service: EmbeddingService) -> EmbeddingParams:
             code="model_not_found",
             reason="unknown_model",
         )
-    lane = service.running_lane()
-    texts = _texts(body.get("input"), lane)
-    encoding: Literal["float", "base64"]
-    match body.get("encoding_format"):
-        case None | "float":
-            encoding = "float"
-        case "base64":
-            encoding = "base64"
-        case other:
-            shown = repr(other) if isinstance(other, str) else json_type(other)
-            raise _bad("encoding_format", f"must be 'float' or 'base64', got {shown}")
-    dimensions = body.get("dimensions")
-    if dimensions is not None:
-        if isinstance(dimensions, bool) or not isinstance(dimensions, int):
-            raise _bad("dimensions", f"must be an integer, got {json_type(dimensions)}")
-        if dimensions != lane.dim:
-            raise _bad(
-                "dimensions",
-                f"{service.model!r} has {lane.dim} dimensions and cannot shorten its "
-                f"vectors: leave dimensions out or send {lane.dim}; got {dimensions}",
-                code="unsupported",
-            )
-    return EmbeddingParams(texts, encoding)
-
-
-def _texts(value: Any, lane: EmbeddingLane) -> list[str]:
-    if isinstance(value, str):
-        return [_text(value, "input", lane)]
-    if not isinstance(value, list):
-        got = "nothing" if value is None else json_type(value)
-        raise _bad("input", f"must be a string or an array of strings, got {got}")
-    if not value:
-        raise _bad("input", "must not be an empty array: there is nothing to embed")
-    if all(isinstance(v, list) for v in value) or all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise _bad(
-            "input",
-            "arrays of token ids are not supported: token ids only mean something to "
-            "one tokenizer, and this gateway makes no promise about its models' "
-            "tokenizers; send the text",
-            code="unsupported",
-        )
-    if len(value) > MAX_INPUTS:
-        raise _bad("input", f"at most {MAX_INPUTS} inputs per request, got {len(value)}")
-    if len(value) > lane.max_queue:
-        raise _bad(
-            "input",
-            f"{len(value)} inputs, more than the embedding queue holds "
-            f"(embeddings.max_queue = {lane.max_queue}); split the request",
-        )
-    return [_text(text, f"input[{i}]", lane) for i, text in enumerate(value)]
-
-
-def _text(text: Any, where: str, lane: EmbeddingLane) -> str:
-    # The lane's own rules (it would raise on the same texts), checked here so
-    # that errors name OpenAI's field.
-    if not isinstance(text, str):
-        raise _bad(where, f"must be a string, got {json_type(text)}")
-    if not text.strip():
-        raise _bad(where, "empty or whitespace-only text has no embedding")
-    if len(text) > lane.max_chars and lane.overlong == "error":
-        raise _bad(
-            where,
-            f"{len(text)} characters, over the limit of {lane.max_chars} "
-            f"(embeddings.max_chars; the model reads only its first "
-            f"{lane.embedder.max_input_tokens} tokens anyway)",
-            code="input_too_long",
-        )
-    return text
+    context = {"lane": service.running_lane(), "model": service.model}
+    return parse(EmbeddingRequest, body, context)
 
 
 # -- answers ------------------------------------------------------------------
@@ -200,13 +100,13 @@ def _encode(vector: Vector, encoding: str) -> str:
 
 
 def render(
-    vectors: Sequence[Vector], params: EmbeddingParams, model: str, max_tokens: int
+    vectors: Sequence[Vector], params: EmbeddingRequest, model: str, max_tokens: int
 ) -> bytes:
     """OpenAI's embeddings response. Each vector is encoded by its own call, so that,
     run in a thread, the rendering lets the event loop in between vectors."""
     parts = []
     for index, vector in enumerate(vectors):
-        encoded = _encode(vector, params.encoding_format)
+        encoded = _encode(vector, params.encoding_format or "float")
         if params.encoding_format == "base64":
             encoded = json.dumps(encoded)
         parts.append(f'{{"object":"embedding","index":{index},"embedding":{encoded}}}')
@@ -240,7 +140,7 @@ async def create_embeddings(request: Request) -> Response:
             reason="embeddings_disabled",
         )
     body = await read_json(request, gateway.settings.limits.max_body_bytes)
-    params = parse_embeddings(body, service)
+    params = _embedding_request(body, service)
     lane = service.running_lane()
     try:
         vectors = await _embed(request, lane, params.texts)

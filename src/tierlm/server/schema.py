@@ -35,6 +35,7 @@ __all__ = [
     "Site",
     "every_field",
     "fields_of",
+    "is_member_root",
     "literal_values",
     "locate",
     "members",
@@ -125,6 +126,8 @@ class Site:
     """The model owning the field there (the parent of an unknown field)."""
     discriminator: str | None = None
     """The field a discriminated union there is told apart by."""
+    field: FieldInfo | None = None
+    """The model field there, if it is one."""
 
     def marker(self, kind: type[Any]) -> Any:
         """The outermost marker of ``kind`` (the field's own over its type's)."""
@@ -161,6 +164,7 @@ def _field_site(model: type[BaseModel], parent: Loc, name: str, field: FieldInfo
         metadata + tuple(field.metadata),
         model,
         discriminator,
+        field,
     )
 
 
@@ -183,6 +187,30 @@ def members(site: Site) -> list[tuple[str | None, Site]]:
             tag = str(values[0]) if values else None
         result.append((tag, Site(site.path, bare, site.metadata + metadata, site.model)))
     return result
+
+
+_SEQUENCES = (list, tuple, collections.abc.Sequence)
+
+
+def is_member_root(root: type[BaseModel], loc: Sequence[str | int]) -> bool:
+    """Whether ``loc`` ends at a member of an undiscriminated union (an error
+    there says the value is not that member's type, whatever it is)."""
+    if not loc:
+        return False
+    parent = locate(root, loc[:-1])
+    if not _is_union(parent.type):
+        return False
+    here = step(parent, loc[-1])
+    return here is not parent and here.path == parent.path
+
+
+def _label(tp: Any) -> str:
+    """How pydantic names a union member in an error's location: ``str``, ``list[str]``."""
+    origin = get_origin(tp)
+    if origin is None:
+        return getattr(tp, "__name__", str(tp))
+    args = ", ".join(_label(_unwrap(arg)[0]) for arg in get_args(tp))
+    return f"{getattr(origin, '__name__', str(origin))}[{args}]"
 
 
 def _has_field(model: type[BaseModel], item: str | int) -> bool:
@@ -210,7 +238,12 @@ def step(site: Site, item: str | int) -> Site:
         for _, member in options:  # a path written without the tag (a validator's)
             if _is_model(member.type) and _has_field(member.type, item):
                 return step(member, item)
-        # An undiscriminated union's member label ('str', 'int'): not a path step.
+        for _, member in options:  # an undiscriminated union's member, by pydantic's label
+            if item == _label(member.type):
+                return member
+        for _, member in options:  # an index, written without the label (a validator's)
+            if isinstance(item, int) and get_origin(member.type) in _SEQUENCES:
+                return step(member, item)
         return site
     if _is_model(tp):
         for name, field in tp.model_fields.items():
@@ -232,10 +265,10 @@ class Entry:
     """One field of a schema, wherever it is (``every_field``)."""
 
     site: Site
-    """Its site; a table's or a list's items are ``*`` in the path."""
+    """Its site; in the path, a table's entries are ``*``, a list's items ``[]``."""
     field: FieldInfo
-    when: tuple[str, ...]
-    """The union members it belongs to, as ``kind = "openai"``."""
+    when: tuple[tuple[str, str], ...]
+    """The union members it belongs to: (discriminator, tag) pairs, outermost first."""
 
 
 def every_field(root: type[BaseModel]) -> Iterator[Entry]:
@@ -244,9 +277,9 @@ def every_field(root: type[BaseModel]) -> Iterator[Entry]:
     yield from _entries(Site((), root), ())
 
 
-def _entries(site: Site, when: tuple[str, ...]) -> Iterator[Entry]:
+def _entries(site: Site, when: tuple[tuple[str, str], ...]) -> Iterator[Entry]:
     for tag, member in members(site):
-        cond = (*when, f"{site.discriminator} = {tag!r}") if tag and site.discriminator else when
+        cond = (*when, (site.discriminator, tag)) if tag and site.discriminator else when
         bare = member.type
         origin = get_origin(bare)
         if _is_model(bare):
@@ -255,7 +288,8 @@ def _entries(site: Site, when: tuple[str, ...]) -> Iterator[Entry]:
                 yield from _entries(child, cond)
         elif origin in (dict, collections.abc.Mapping, list, tuple, collections.abc.Sequence):
             item, metadata = _unwrap(get_args(bare)[-1 if origin is not tuple else 0])
-            yield from _entries(Site((*member.path, "*"), item, metadata), cond)
+            key = "*" if origin in (dict, collections.abc.Mapping) else "[]"
+            yield from _entries(Site((*member.path, key), item, metadata), cond)
 
 
 def locate(root: type[BaseModel], loc: Sequence[str | int]) -> Site:

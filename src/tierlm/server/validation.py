@@ -21,6 +21,7 @@ from tierlm.server.schema import (
     Loc,
     Required,
     Site,
+    is_member_root,
     literal_values,
     locate,
     members,
@@ -113,7 +114,6 @@ _TYPE_ERRORS = {
     "int_from_float": "int",
     "float_type": "float",
     "float_parsing": "float",
-    "finite_number": "float",
     "bool_type": "bool",
     "bool_parsing": "bool",
     "string_type": "str",
@@ -209,6 +209,8 @@ def explain(error: ErrorDetails, root: type[BaseModel], words: Wording) -> Probl
         message = f"must be {expect.text}, got {words.describe(value)}"
     elif kind == "too_long":
         message = f"at most {ctx.get('max_length')} items, got {ctx.get('actual_length')}"
+    elif kind == "finite_number":
+        message = f"must be a finite number, got {value}"
     elif kind in _TYPE_ERRORS:
         text = expect.text if expect else words.kinds[_TYPE_ERRORS[kind]]
         message = f"must be {text}, got {words.describe(value)}"
@@ -218,5 +220,9 @@ def explain(error: ErrorDetails, root: type[BaseModel], words: Wording) -> Probl
 
 
 def first_problem(exc: ValidationError, root: type[BaseModel], words: Wording) -> Problem:
-    """The first of ``exc``'s errors, explained."""
-    return explain(exc.errors()[0], root, words)
+    """The first of ``exc``'s errors, explained. A union tries each member: an
+    error saying the value is not some member's type is told only if no member
+    got further (``["ok", 3]`` is about ``input[1]``, not "not a string")."""
+    errors = exc.errors()
+    deeper = [e for e in errors if not is_member_root(root, e["loc"])]
+    return explain((deeper or errors)[0], root, words)
