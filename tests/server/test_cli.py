@@ -107,23 +107,16 @@ def test_serve_without_the_server_extra_says_what_to_install(tmp_path: Path) -> 
         [sys.executable, "-c", "import tierlm, starlette"], env=env, capture_output=True, text=True
     )
     assert "No module named 'starlette'" in probe.stderr  # the fake works
-    result = subprocess.run(
-        [sys.executable, "-m", "tierlm.cli", "serve", "--check"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
+
+    def run_tierlm(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tierlm.cli", *argv]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=WAIT)
+
+    result = run_tierlm("serve", "--check")
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()  # one line, no traceback
     assert line.startswith("tierlm serve: needs the 'server' extra (")
     assert line.endswith("is not installed): pip install 'tierlm[server]'")
     # The base install still runs its own commands.
-    demo = subprocess.run(
-        [sys.executable, "-m", "tierlm.cli", "simulate", "--help"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
-    assert demo.returncode == 0, demo.stderr
+    simulate = run_tierlm("simulate", "--help")
+    assert simulate.returncode == 0, simulate.stderr

