@@ -38,7 +38,6 @@ __all__ = [
     "ChatRequest",
     "CompletionRequest",
     "EmbeddingRequest",
-    "ForegroundRequest",
     "Message",
     "TextPart",
     "not_supported",
@@ -368,36 +367,4 @@ class EmbeddingRequest(Schema):
                 "dimensions",
                 code="unsupported",
             )
-        return self
-
-
-# -- the scheduler API ------------------------------------------------------------
-
-
-def _subject(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, str | int | None):
-        raise FieldError(f"must be a string, an integer or null, got {json_type(value)}")
-    return value
-
-
-class ForegroundRequest(Schema):
-    """``PUT /v1/scheduler/foreground``: the class (and subject) a person looks
-    at; ``null`` or ``{"class": null}`` clears it. Validated against the
-    gateway's classes (``context={"classes": ...}``)."""
-
-    class_name: Annotated[str | None, Field(alias="class"), Expect("a string or null")] = None
-    subject: Annotated[str | int | None, BeforeValidator(_subject)] = None
-    """Jobs' subjects come from a header, always text: a number matches its digits."""
-
-    @model_validator(mode="after")
-    def _known(self, info: ValidationInfo) -> ForegroundRequest:
-        classes = (info.context or {}).get("classes", ())
-        if self.class_name is not None and self.class_name not in classes:
-            raise FieldError(
-                f"unknown task class {self.class_name!r} (classes: {', '.join(sorted(classes))})",
-                "class",
-                reason="unknown_class",
-            )
-        if self.subject is not None and self.class_name is None:
-            raise FieldError("needs a class", "subject")
         return self

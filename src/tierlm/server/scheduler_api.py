@@ -14,20 +14,52 @@ requests wait for. Without keys (loopback only) anyone local may call them.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.server.body import read_json
 from tierlm.server.gateway import Gateway
-from tierlm.server.requests import ForegroundRequest, parse
+from tierlm.server.requests import parse
+from tierlm.server.schema import Expect, FieldError, Schema
+from tierlm.server.validation import json_type
 
 __all__ = ["routes"]
 
 # Pause tasks started without ?wait: referenced until done (asyncio keeps only weak ones).
 _pausing: set[asyncio.Task[None]] = set()
+
+
+def _subject(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, str | int | None):
+        raise FieldError(f"must be a string, an integer or null, got {json_type(value)}")
+    return value
+
+
+class ForegroundRequest(Schema):
+    """``PUT /v1/scheduler/foreground``: the class (and subject) a person looks
+    at; ``null`` or ``{"class": null}`` clears it. Validated against the
+    gateway's classes (``context={"classes": ...}``)."""
+
+    class_name: Annotated[str | None, Field(alias="class"), Expect("a string or null")] = None
+    subject: Annotated[str | int | None, BeforeValidator(_subject)] = None
+    """Jobs' subjects come from a header, always text: a number matches its digits."""
+
+    @model_validator(mode="after")
+    def _known(self, info: ValidationInfo) -> ForegroundRequest:
+        classes = (info.context or {}).get("classes", ())
+        if self.class_name is not None and self.class_name not in classes:
+            raise FieldError(
+                f"unknown task class {self.class_name!r} (classes: {', '.join(sorted(classes))})",
+                "class",
+                reason="unknown_class",
+            )
+        if self.subject is not None and self.class_name is None:
+            raise FieldError("needs a class", "subject")
+        return self
 
 
 def _admin(request: Request) -> Gateway:
