@@ -39,7 +39,7 @@ from tierlm.handles import JobContext, JobHandle, JobState, resuming_work
 from tierlm.runners.protocol import GenerationRequest, Runner
 from tierlm.scheduler import Scheduler
 from tierlm.server.auth import KeyRing
-from tierlm.server.backends import close_runner, list_upstream_models, make_runner
+from tierlm.server.backends import close_runner
 from tierlm.server.config import ServerSettings
 from tierlm.server.errors import APIError
 from tierlm.server.metadata import JobMeta
@@ -73,14 +73,14 @@ StateExtension = Callable[[], Mapping[str, Any]]
 class Gateway:
     def __init__(self, settings: ServerSettings, runner: Runner | None = None) -> None:
         self.settings = settings
-        self.runner = runner if runner is not None else make_runner(settings.backend)
+        self.runner = runner if runner is not None else settings.backend.make_runner()
         self._owns_runner = runner is None
         self.keys = KeyRing(settings.keys, settings.classes, settings.anonymous_class())
         self.metrics = Metrics(self._snapshot_or_none, settings.classes)
-        self.timeline = Timeline(settings.dashboard_window)
-        self.model_ids: list[str] = [m.id for m in settings.backend.models]
-        self.passthrough = not self.model_ids and settings.backend.kind in ("openai", "ollama")
-        """An openai/ollama backend without configured models: any name goes
+        self.timeline = Timeline(settings.server.dashboard_window)
+        self.model_ids: list[str] = settings.backend.model_ids()
+        self.passthrough = settings.backend.passthrough
+        """An upstream backend without configured models: any name goes
         upstream, and /v1/models lists the upstream's."""
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_JOBS)
         self.extensions: dict[str, StateExtension] = {}
@@ -136,7 +136,7 @@ class Gateway:
                 # which then gets the error (an upstream may come up later).
                 logger.warning("preloading %s failed: %s", model, exc)
         if self.passthrough:
-            self.model_ids = await list_upstream_models(backend)
+            self.model_ids = await backend.list_models(self.runner)
         # Created after the preload: the scheduler reads the loaded model once.
         scheduler = Scheduler(self.runner, self.settings.classes, self.settings.scheduler)
         scheduler.add_listener(self._on_event)

@@ -21,17 +21,21 @@ Series (all prefixed ``tierlm_``):
 - ``rejected_requests_total{reason}``;
 - ``loaded_model{model}`` (1 for the loaded one), ``paused``.
 
-The embedding lane adds its own ``embedding_*`` series (``embeddings.py``).
+With embeddings on, the embedding lane's ``embedding_*`` series too
+(``LaneMetrics``): its queue and counts read from ``lane.stats()`` at scrape
+time, and two histograms (batch size, latency) fed batch by batch through the
+lane's ``BatchObserver`` hook.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tierlm.embedding import LaneStats
 from tierlm.events import (
     JobCancelled,
     JobCompleted,
@@ -45,11 +49,15 @@ from tierlm.events import (
 )
 from tierlm.snapshot import SchedulerSnapshot
 
-__all__ = ["REJECT_REASONS", "Metrics"]
+__all__ = ["REJECT_REASONS", "LaneMetrics", "Metrics"]
 
 # From a fast local token (10 ms) past the affinity starvation bound
 # (SchedulerConfig.max_affinity_wait, 120 s) to a background job's long wait.
 WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+# A text's time in the embedding lane: from one warm MiniLM call (~5 ms) to a
+# queue that took a minute to drain.
+EMBED_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 REJECT_REASONS = (
     "invalid_request",
@@ -167,6 +175,51 @@ class Metrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def embedding_lane(self, stats: Callable[[], LaneStats | None], max_batch: int) -> LaneMetrics:
+        """Register an embedding lane's series; the result is its ``BatchObserver``."""
+        return LaneMetrics(self.registry, stats, max_batch)
+
+
+class LaneMetrics:
+    """The embedding lane's series; a ``BatchObserver`` for its histograms."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        stats: Callable[[], LaneStats | None],
+        max_batch: int,
+    ) -> None:
+        self.batch_size = Histogram(
+            "tierlm_embedding_batch_size",
+            "Texts per embedding batch",
+            buckets=batch_size_buckets(max_batch),
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "tierlm_embedding_latency_seconds",
+            "Seconds from a text's arrival in the lane to its vector",
+            buckets=EMBED_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        registry.register(_LaneCollector(stats))
+
+    def batch_ran(self, size: int, latencies: Sequence[float]) -> None:
+        self.batch_size.observe(size)
+        for seconds in latencies:
+            self.latency.observe(seconds)
+
+
+def batch_size_buckets(max_batch: int) -> list[int]:
+    """Powers of two up to ``max_batch``, and ``max_batch`` itself: size 1 means
+    no batching happened, ``max_batch`` that the lane was saturated."""
+    bounds = []
+    bound = 1
+    while bound < max_batch:
+        bounds.append(bound)
+        bound *= 2
+    bounds.append(max_batch)
+    return bounds
+
 
 class _StateCollector(Collector):
     """Scrape-time values read from the scheduler's snapshot."""
@@ -231,4 +284,46 @@ class _StateCollector(Collector):
         yield loaded
         yield GaugeMetricFamily(
             "tierlm_paused", "1 while the scheduler is paused", value=int(snap.paused)
+        )
+
+
+class _LaneCollector(Collector):
+    """The embedding lane's state and counts, read from ``lane.stats()`` at scrape
+    time (the lane keeps its own counts; nothing is counted twice)."""
+
+    def __init__(self, stats: Callable[[], LaneStats | None]) -> None:
+        self._stats = stats
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # dynamic: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        if s is None:
+            return
+        for name, doc, value in (
+            ("queue_depth", "Texts waiting in the embedding queue for a batch", s.queue_depth),
+            ("queue_limit", "Texts the embedding queue holds (embeddings.max_queue)", s.max_queue),
+            ("in_flight_batches", "Embedding batches running now", s.in_flight_batches),
+            ("in_flight_texts", "Texts in the embedding batches running now", s.in_flight_texts),
+        ):
+            yield GaugeMetricFamily(f"tierlm_embedding_{name}", doc, value=value)
+        texts = CounterMetricFamily(
+            "tierlm_embedding_texts",
+            "Texts offered to the embedding lane, by outcome (embedded; failed: its "
+            "batch failed; rejected: the queue was full; dropped: the client left first)",
+            labels=["outcome"],
+        )
+        for outcome, count in (
+            ("embedded", s.embedded),
+            ("failed", s.failed),
+            ("rejected", s.rejected),
+            ("dropped", s.dropped),
+        ):
+            texts.add_metric([outcome], count)
+        yield texts
+        yield CounterMetricFamily(
+            "tierlm_embedding_truncated_texts",
+            "Texts cut to embeddings.max_chars (overlong = truncate)",
+            value=s.truncated,
         )
