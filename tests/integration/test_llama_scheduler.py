@@ -287,7 +287,11 @@ def test_chat_does_not_wait_for_a_background_jobs_long_prompt_evaluation(
     uninterrupted text."""
 
     async def main() -> None:
-        runner = LlamaCppRunner({"m": LlamaModelSpec(medium_model, n_threads=THREADS)})
+        # No KV snapshot pool: it would keep the long prompt's state from the
+        # reference run, and the background job would not evaluate it again.
+        runner = LlamaCppRunner(
+            {"m": LlamaModelSpec(medium_model, n_threads=THREADS)}, kv_pool_bytes=0
+        )
         await runner.load("m")
         long_prompt = [{"role": "user", "content": "The quick brown fox jumps. " * 36}]
         background = request("m", long_prompt, 30)

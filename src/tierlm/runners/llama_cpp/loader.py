@@ -117,6 +117,11 @@ class LoadedModel:
     """Read by llama.cpp's abort callback during a prompt evaluation."""
     abort_cb: Any = field(default=None)
 
+    @property
+    def key(self) -> str:
+        """Whose KV states fit this context: the model id and every load option."""
+        return f"{self.model_id}\0{self.spec!r}"
+
     def close(self) -> None:
         self.llm.close()
         self.abort_cb = None

@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.faults import FaultInjection
+    from tierlm.runners.llama_cpp.kv_pool import PoolStats
     from tierlm.runners.llama_cpp.spec import LlamaModelSpec
     from tierlm.runners.protocol import GenerationRequest
 
 __all__ = [
     "Command",
+    "Configure",
     "Event",
     "Failed",
     "Generate",
@@ -65,6 +67,8 @@ class GenerationStats:
     preempted run (re-evaluated), or the re-tokenized text."""
     saved_state_bytes: int = 0
     """Bytes of KV state saved when this generation was preempted."""
+    pool: PoolStats | None = None
+    """The KV snapshot pool after this generation."""
     prefill_seconds: float = 0.0
     """From the start of the generation on the worker to its first token (or abort)."""
     decode_seconds: float = 0.0
@@ -85,6 +89,14 @@ class LoadInfo:
 
 
 # -- commands -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    """The worker's settings; sent first to every new worker."""
+
+    call_id: int
+    kv_pool_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +147,7 @@ class Shutdown:
     call_id: int = 0
 
 
-Command = Load | Unload | Generate | RenderPrompt | InjectFault | Shutdown
+Command = Configure | Load | Unload | Generate | RenderPrompt | InjectFault | Shutdown
 
 
 # -- events -------------------------------------------------------------------

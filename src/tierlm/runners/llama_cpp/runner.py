@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Literal
 
 from tierlm.runners.llama_cpp.calls import Call, Calls, WorkerCrashed
 from tierlm.runners.llama_cpp.control import StopReason
+from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES, PoolStats
 from tierlm.runners.llama_cpp.messages import (
+    Configure,
     Generate,
     GenerationStats,
     InjectFault,
@@ -76,8 +78,9 @@ class LlamaCppRunner:
     What a gateway can show: ``worker_pid``, ``restarts``, ``last_crash``,
     ``loaded_model``, ``last_load`` (the options llama.cpp really applied),
     ``extra_bufts_off`` (models the start-up probe had to load without
-    weight repacking); and per request ``await count_prompt_tokens(request)``
-    (exact, from the model's tokenizer) and ``last_stats``.
+    weight repacking), ``kv_pool`` (the KV snapshot pool); and per request
+    ``await count_prompt_tokens(request)`` (exact, from the model's tokenizer)
+    and ``last_stats``.
     """
 
     def __init__(
@@ -86,7 +89,10 @@ class LlamaCppRunner:
         *,
         isolation: Isolation = "process",
         probe: bool = True,
+        kv_pool_bytes: int = DEFAULT_KV_POOL_BYTES,
     ) -> None:
+        if not isinstance(kv_pool_bytes, int) or kv_pool_bytes < 0:
+            raise ValueError(f"kv_pool_bytes: must be an int >= 0, got {kv_pool_bytes!r}")
         if isolation not in ISOLATIONS:
             raise ValueError(
                 f"isolation: must be one of {', '.join(ISOLATIONS)}, got {isolation!r}"
@@ -96,6 +102,12 @@ class LlamaCppRunner:
             for model_id, spec in models.items()
         }
         self.isolation: Isolation = isolation
+        self.kv_pool_bytes = kv_pool_bytes
+        """Bytes of KV state the worker keeps for preempted generations and long
+        prefixes (docs/design.md §4 zero-loss preemption); 0 keeps none (resumes
+        then re-evaluate the exact tokens)."""
+        self.kv_pool: PoolStats | None = None
+        """The KV snapshot pool, as of the last generation."""
         self.probe = probe
         """Run the start-up probe after each load (process isolation only: in a
         thread, a crash would end this process)."""
@@ -148,6 +160,7 @@ class LlamaCppRunner:
         worker: Worker = kind(calls.on_event, calls.on_exit)
         self._worker, self._calls = worker, calls
         weakref.finalize(self, _stop_worker, worker)
+        worker.send(Configure(next(self._ids), self.kv_pool_bytes))
         fault = self.fault_injection
         if fault is not None and fault.every_worker:
             worker.send(InjectFault(next(self._ids), fault))
@@ -355,6 +368,7 @@ class LlamaCppRunner:
                 await call.result()
             if call.done.done() and call.done.exception() is None:
                 self.last_stats = call.done.result()
+                self.kv_pool = self.last_stats.pool
 
     # -- tests ---------------------------------------------------------------
 

@@ -20,9 +20,12 @@ import threading
 from typing import TYPE_CHECKING
 
 from tierlm.runners.llama_cpp import snapshots
+from tierlm.runners.llama_cpp.control import StopReason
 from tierlm.runners.llama_cpp.decode import Journal, decode
+from tierlm.runners.llama_cpp.kv_pool import KvPool
 from tierlm.runners.llama_cpp.loader import LoadedModel, Vocab, open_model, open_vocab
 from tierlm.runners.llama_cpp.messages import (
+    Configure,
     Failed,
     Generate,
     GenerationStats,
@@ -64,6 +67,7 @@ class DecodeService:
         self._model: LoadedModel | None = None
         self._vocabs: dict[tuple[str, str, str | None], Vocab] = {}
         self._faults: list[FaultInjection] = []
+        self._pool = KvPool()
 
     def start(self) -> None:
         self._thread.start()
@@ -100,6 +104,9 @@ class DecodeService:
                 self._send(Failed(command.call_id, f"llama.cpp worker error: {exc!r}"))
 
     def _execute(self, command: Command) -> object:
+        if isinstance(command, Configure):
+            self._pool = KvPool(command.kv_pool_bytes)
+            return None
         if isinstance(command, Load):
             return self._load(command)
         if isinstance(command, Generate):
@@ -154,7 +161,7 @@ class DecodeService:
         if self.control.stop_reason(command.gen_id) is not None:
             stats.ended = "cancelled"
             return stats
-        plan = snapshots.plan(model, request)
+        plan = snapshots.plan(model, request, self._pool, self._fault("restore"))
         n_ctx = model.llm.n_ctx()
         stats.prompt_tokens = len(plan.tokens)
         stats.evaluated_tokens = len(plan.tokens) - plan.reused
@@ -185,6 +192,13 @@ class DecodeService:
             raise RunnerError(
                 f"model {request.model_id!r}: generation failed: {exc}", model_id=request.model_id
             ) from exc
+        preempted = self.control.stop_reason(command.gen_id) is StopReason.PREEMPTED
+        if preempted and stats.ended in ("cancelled", "prefill_aborted"):
+            # docs/design.md §4 zero-loss preemption: its resume continues from here.
+            stats.saved_state_bytes = snapshots.save_preempted(model, self._pool, plan, journal)
+        elif plan.source is not None:
+            self._pool.remove(plan.source)  # resumed and done: nobody continues it again
+        stats.pool = self._pool.stats()
         return stats
 
     # -- the command thread -------------------------------------------------------
