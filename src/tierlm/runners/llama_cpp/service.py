@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from tierlm.runners.llama_cpp import snapshots
@@ -166,6 +167,7 @@ class DecodeService:
         stats.prompt_tokens = len(plan.tokens)
         stats.evaluated_tokens = len(plan.tokens) - plan.reused
         stats.restored_tokens = plan.restored
+        stats.restore_seconds = plan.kv_seconds
         stats.resumed_from = plan.resumed_from
         if len(plan.tokens) >= n_ctx:
             raise RunnerError(
@@ -195,7 +197,9 @@ class DecodeService:
         preempted = self.control.stop_reason(command.gen_id) is StopReason.PREEMPTED
         if preempted and stats.ended in ("cancelled", "prefill_aborted"):
             # docs/design.md §4 zero-loss preemption: its resume continues from here.
+            saving = time.perf_counter()
             stats.saved_state_bytes = snapshots.save_preempted(model, self._pool, plan, journal)
+            stats.save_seconds = time.perf_counter() - saving
         elif plan.source is not None:
             self._pool.remove(plan.source)  # resumed and done: nobody continues it again
         stats.pool = self._pool.stats()

@@ -20,6 +20,7 @@ After a preempted generation, ``save_preempted`` stores its state and tokens.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -66,6 +67,8 @@ class Plan:
     """The preempted snapshot this resume continues."""
     carried: list[tuple[int, str, bool]] = field(default_factory=list)
     """The resume text's output segments (kept in the next snapshot)."""
+    kv_seconds: float = 0.0
+    """Spent keeping the context's state and restoring a snapshot's."""
 
 
 def _tokens(model: LoadedModel, request: GenerationRequest, pool: KvPool | None) -> Plan:
@@ -114,6 +117,7 @@ def plan(
     """Choose the tokens and put as much of their KV state in the context as
     the context and the pool allow."""
     chosen = _tokens(model, request, pool)
+    started = time.perf_counter()
     tokens = chosen.tokens
     llm = model.llm
     context: list[int] = llm.input_ids[: llm.n_tokens].tolist()
@@ -144,6 +148,7 @@ def plan(
                 in_context = 0
         elif lost >= MIN_STASH:
             _stash(model, pool, context)
+        chosen.kv_seconds = time.perf_counter() - started
     # All of them cached: generate() evaluates the last one again, for its logits.
     chosen.reused = in_context - 1 if in_context == len(tokens) and in_context > 0 else in_context
     chosen.restored = min(chosen.restored, chosen.reused)
