@@ -420,3 +420,43 @@ def test_bad_model_files_fail_with_the_model_and_cause(
         assert len(await collect(runner, chat(max_tokens=3))) == 3
 
     run(main())
+
+
+# -- sampling options -----------------------------------------------------------
+
+
+def test_a_gbnf_grammar_constrains_the_output(tiny_models: TinyModels) -> None:
+    async def main() -> None:
+        runner = runner_for(tiny_models)
+        await runner.load("a")
+        grammar = 'root ::= ("yes" | "no") " " [0-9] [0-9]'
+        request = GenerationRequest(
+            model_id="a", prompt="Answer:", max_tokens=20, temperature=0, extra={"grammar": grammar}
+        )
+        text = "".join(await collect(runner, request))
+        assert text[:3] in ("yes", "no ") and text[-2:].isdigit()
+        assert runner.last_stats is not None and runner.last_stats.ended == "eos"
+        await runner.aclose()
+
+    run(main())
+
+
+def test_bad_or_unsupported_sampling_options_are_refused_by_name(tiny_models: TinyModels) -> None:
+    """An invalid grammar would make llama-cpp-python add a null sampler (a
+    segfault); it is refused with a clear error instead, and nothing crashes."""
+
+    async def main() -> None:
+        runner = runner_for(tiny_models)
+        await runner.load("a")
+        for extra, pattern in (
+            ({"grammar": "root ::= yes"}, r"'a': grammar: not a valid GBNF grammar"),
+            ({"logit_bias": {"1": 5.0}}, r"'a': logit_bias: not supported"),
+        ):
+            request = GenerationRequest(model_id="a", prompt="x", max_tokens=4, extra=extra)
+            with pytest.raises(RunnerError, match=pattern):
+                await collect(runner, request)
+        assert runner.restarts == 0
+        assert len(await collect(runner, chat(max_tokens=4))) == 4
+        await runner.aclose()
+
+    run(main())

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -306,6 +307,42 @@ def test_counting_does_not_wait_for_a_running_generation(tiny_models: TinyModels
         assert await runner.count_prompt_tokens(chat()) > 0
         assert runner.last_stats is None or runner.last_stats.ended != "max_tokens"
         await stream.aclose()  # type: ignore[attr-defined]
+        await runner.aclose()
+
+    run(main())
+
+
+# -- the worker process -------------------------------------------------------------
+
+
+def environ_of(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+
+
+def threads_of(pid: int) -> set[str]:
+    return set(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_the_worker_waits_passively_and_decodes_on_one_persistent_thread(
+    tiny_models: TinyModels,
+) -> None:
+    """OMP_WAIT_POLICY=passive in the worker (spinning OpenMP threads crawl on a
+    busy machine), and no new thread per generation (a fresh OpenMP team per
+    thread costs first-token time): the worker's threads are the same after
+    many generations as after the first."""
+
+    async def main() -> None:
+        runner = LlamaCppRunner({"a": LlamaModelSpec(tiny_models.a, n_threads=2)})
+        await runner.load("a")
+        pid = runner.worker_pid
+        assert pid is not None
+        expected = os.environ.get("OMP_WAIT_POLICY", "passive")
+        assert f"OMP_WAIT_POLICY={expected}".encode() in environ_of(pid)
+        await text(runner, chat(max_tokens=5))
+        threads = threads_of(pid)
+        for _ in range(5):
+            await text(runner, chat(max_tokens=5))
+        assert threads_of(pid) == threads
         await runner.aclose()
 
     run(main())

@@ -66,12 +66,13 @@ _SAMPLING_KEYS = {
 _NOT_YET = ("logit_bias",)
 
 
-def sampling_options(request: GenerationRequest, model_id: str) -> dict[str, Any]:
+def sampling_options(request: GenerationRequest, llm: Any) -> dict[str, Any]:
     """``Llama.generate`` keyword arguments for ``request``.
 
     ``extra["grammar"]`` is a GBNF grammar (llama.cpp's) that constrains the
     output; keys this runner does not know are left to other backends.
     """
+    model_id = request.model_id
     sampling = dict(_SAMPLING_DEFAULTS)
     if request.temperature is not None:
         sampling["temp"] = request.temperature
@@ -85,15 +86,29 @@ def sampling_options(request: GenerationRequest, model_id: str) -> dict[str, Any
             )
     grammar = request.extra.get("grammar")
     if grammar is not None:
-        from llama_cpp.llama_grammar import LlamaGrammar
-
-        try:
-            sampling["grammar"] = LlamaGrammar.from_string(str(grammar), verbose=False)
-        except Exception as exc:
-            raise RunnerError(
-                f"model {model_id!r}: grammar: not a valid GBNF grammar: {exc}", model_id=model_id
-            ) from None
+        sampling["grammar"] = _grammar(str(grammar), llm, model_id)
     return sampling
+
+
+def _grammar(text: str, llm: Any, model_id: str) -> Any:
+    """A checked GBNF grammar: llama.cpp returns no sampler for a grammar it
+    cannot parse, and llama-cpp-python would add that null to the sampler
+    chain (a segfault), so it is parsed once here first."""
+    import llama_cpp
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    grammar = LlamaGrammar.from_string(text, verbose=False)
+    sampler = llama_cpp.llama_sampler_init_grammar(
+        llm._model.vocab, text.encode("utf-8"), grammar._root.encode("utf-8")
+    )
+    if not sampler:
+        raise RunnerError(
+            f"model {model_id!r}: grammar: not a valid GBNF grammar (llama.cpp could not "
+            "parse it; its message is in the worker's log)",
+            model_id=model_id,
+        )
+    llama_cpp.llama_sampler_free(sampler)
+    return grammar
 
 
 class Journal:
@@ -126,7 +141,6 @@ def decode(
     plan arranged), sending one ``Piece`` per token; fill ``stats``."""
     import llama_cpp
 
-    model_id = request.model_id
     llm = model.llm
     started = time.perf_counter()
 
@@ -143,7 +157,7 @@ def decode(
         send(Piece(gen_id, text))
         return True
 
-    sampling = sampling_options(request, model_id)
+    sampling = sampling_options(request, llm)
     model_seed = llm._seed
     if "seed" in request.extra:  # for this request only; restored below
         llm.set_seed(int(request.extra["seed"]))
