@@ -130,6 +130,7 @@ class LlamaCppRunner:
         self._calls = Calls()
         self._ids = itertools.count(1)
         self._recovery: asyncio.Future[str] | None = None
+        """The reload after the last crash."""
 
     # -- state --------------------------------------------------------------
 
@@ -176,24 +177,25 @@ class LlamaCppRunner:
         """After ``dead`` crashed: a new worker, holding the model again.
 
         Returns how that went, for the crash's error message. Once per crash:
-        a second caller waits for the first one's recovery.
+        a later caller waits for the same reload, which runs as a task of its
+        own (a caller that is cancelled does not interrupt it).
         """
-        if self._worker is not dead:
-            recovery = self._recovery
-            return await asyncio.shield(recovery) if recovery is not None else "restarted"
-        self._restart(dead)
-        model_id = self.loaded_model
-        if model_id is None:
-            return "restarted"
-        self._recovery = recovery = asyncio.get_running_loop().create_future()
+        if self._worker is dead:
+            self._restart(dead)
+            model_id = self.loaded_model
+            self._recovery = (
+                None if model_id is None else asyncio.ensure_future(self._reload(model_id))
+            )
+        recovery = self._recovery
+        return "restarted" if recovery is None else await asyncio.shield(recovery)
+
+    async def _reload(self, model_id: str) -> str:
         try:
             await self._open(model_id)
-            outcome = "restarted"
         except RunnerError as exc:
             self.loaded_model = None
-            outcome = f"restarted, but loading model {model_id!r} again failed: {exc}"
-        recovery.set_result(outcome)
-        return outcome
+            return f"restarted, but loading model {model_id!r} again failed: {exc}"
+        return "restarted"
 
     async def _live(self) -> tuple[Worker, Calls]:
         """The worker, started (or restarted after a crash) when needed."""
