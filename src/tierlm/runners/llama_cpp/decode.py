@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.control import ControlBlock
     from tierlm.runners.llama_cpp.faults import FaultInjection
     from tierlm.runners.llama_cpp.loader import LoadedModel
-    from tierlm.runners.llama_cpp.snapshots import Plan
+    from tierlm.runners.llama_cpp.snapshots import Plan, TokenLog
     from tierlm.runners.protocol import GenerationRequest
 
-__all__ = ["RUN_AHEAD", "Journal", "decode", "sampling_options"]
+__all__ = ["RUN_AHEAD", "decode", "sampling_options"]
 
 RUN_AHEAD = 8
 """Tokens the decode loop may produce beyond what its reader has taken.
@@ -111,20 +111,6 @@ def _grammar(text: str, llm: Any, model_id: str) -> Any:
     return grammar
 
 
-class Journal:
-    """The tokens a generation produced and what it sent for each: the exact
-    tokens a resume continues from (snapshots.py)."""
-
-    __slots__ = ("clean", "pieces", "tokens")
-
-    def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self.pieces: list[str] = []
-        self.clean: list[bool] = []
-        """After token i, was everything it decoded sent? (False while text is
-        held back for a possible stop string or an unfinished UTF-8 character.)"""
-
-
 def decode(
     model: LoadedModel,
     request: GenerationRequest,
@@ -134,7 +120,7 @@ def decode(
     control: ControlBlock,
     send: Callable[[Piece], None],
     stats: GenerationStats,
-    journal: Journal,
+    journal: TokenLog,
     fault: FaultInjection | None = None,
 ) -> None:
     """Generate from ``plan.tokens`` (already partly in the KV cache, as the
@@ -238,7 +224,7 @@ def decode(
             stats.decode_seconds = time.perf_counter() - first_at
 
 
-def _record(journal: Journal, token: int, piece: str, *, clean: bool) -> None:
+def _record(journal: TokenLog, token: int, piece: str, *, clean: bool) -> None:
     journal.tokens.append(token)
     journal.pieces.append(piece)
     journal.clean.append(clean)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from tierlm.runners.llama_cpp import snapshots
 from tierlm.runners.llama_cpp.control import StopReason
-from tierlm.runners.llama_cpp.decode import Journal, decode
+from tierlm.runners.llama_cpp.decode import decode
 from tierlm.runners.llama_cpp.kv_pool import KvPool
 from tierlm.runners.llama_cpp.loader import LoadedModel, Vocab, open_model, open_vocab
 from tierlm.runners.llama_cpp.messages import (
@@ -175,7 +175,7 @@ class DecodeService:
                 f"the context of {n_ctx} tokens",
                 model_id=request.model_id,
             )
-        journal = Journal()
+        log = snapshots.TokenLog()
         try:
             decode(
                 model,
@@ -185,7 +185,7 @@ class DecodeService:
                 control=self.control,
                 send=self._send,
                 stats=stats,
-                journal=journal,
+                journal=log,
                 fault=self._fault("token"),
             )
         except RunnerError:
@@ -198,7 +198,7 @@ class DecodeService:
         if preempted and stats.ended in ("cancelled", "prefill_aborted"):
             # docs/design.md §4 zero-loss preemption: its resume continues from here.
             saving = time.perf_counter()
-            stats.saved_state_bytes = snapshots.save_preempted(model, self._pool, plan, journal)
+            stats.saved_state_bytes = snapshots.save_preempted(model, self._pool, plan, log)
             stats.save_seconds = time.perf_counter() - saving
         elif plan.source is not None:
             self._pool.remove(plan.source)  # resumed and done: nobody continues it again

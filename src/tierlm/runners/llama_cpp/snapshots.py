@@ -33,12 +33,11 @@ from tierlm.runners.llama_cpp.kv_pool import (
 )
 
 if TYPE_CHECKING:
-    from tierlm.runners.llama_cpp.decode import Journal
     from tierlm.runners.llama_cpp.faults import FaultInjection
     from tierlm.runners.llama_cpp.loader import LoadedModel
     from tierlm.runners.protocol import GenerationRequest
 
-__all__ = ["MIN_GAIN", "MIN_STASH", "Plan", "plan", "save_preempted"]
+__all__ = ["MIN_GAIN", "MIN_STASH", "Plan", "TokenLog", "plan", "save_preempted"]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
 
@@ -155,7 +154,21 @@ def plan(
     return chosen
 
 
-def save_preempted(model: LoadedModel, pool: KvPool, chosen: Plan, journal: Journal) -> int:
+class TokenLog:
+    """The tokens a generation produced and what it sent for each: the exact
+    tokens a resume continues from (save_preempted, below)."""
+
+    __slots__ = ("clean", "pieces", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.pieces: list[str] = []
+        self.clean: list[bool] = []
+        """After token i, was everything it decoded sent? (False while text is
+        held back for a possible stop string or an unfinished UTF-8 character.)"""
+
+
+def save_preempted(model: LoadedModel, pool: KvPool, chosen: Plan, journal: TokenLog) -> int:
     """Keep a preempted generation's exact tokens and its KV state; returns the
     state's size in bytes (0 if the pool keeps none)."""
     llm = model.llm
