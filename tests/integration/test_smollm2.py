@@ -12,6 +12,7 @@ import asyncio
 import os
 import random
 import signal
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -28,10 +29,12 @@ pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
 
 from tierlm.runners.llama_cpp import (  # noqa: E402
     DEFAULT_CHAT_MODEL_ID,
+    DEFAULT_SYSTEM_PROMPT,
     RUN_AHEAD,
     LlamaCppRunner,
     LlamaModelSpec,
     default_chat_model,
+    default_chat_spec,
 )
 
 MODEL = DEFAULT_CHAT_MODEL_ID
@@ -61,6 +64,31 @@ def test_the_embedded_model_is_a_gguf(smollm2: Path) -> None:
     assert smollm2.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     with smollm2.open("rb") as f:
         assert f.read(4) == b"GGUF"
+
+
+def test_the_default_spec_answers_a_bare_question_with_its_own_system_message(
+    smollm2: Path,
+) -> None:
+    """What a newcomer sends: the question alone, no system message."""
+
+    async def main() -> None:
+        spec = default_chat_spec()
+        assert spec is not None and spec.path == smollm2
+        runner = LlamaCppRunner({MODEL: replace(spec, n_threads=1)})
+        await runner.load(MODEL)
+        bare = [{"role": "user", "content": "What is the capital of France?"}]
+        request = GenerationRequest(model_id=MODEL, messages=bare, max_tokens=24, temperature=0.0)
+        rendered = await runner.prompt_text(request)
+        assert DEFAULT_SYSTEM_PROMPT in rendered
+        answer = "".join([piece async for piece in runner.generate(request, CancelToken())])
+        assert "Paris" in answer
+        # A client's own system message replaces the default, not joins it.
+        own = [{"role": "system", "content": "Answer in one word."}, *bare]
+        rendered = await runner.prompt_text(replace(request, messages=own))
+        assert DEFAULT_SYSTEM_PROMPT not in rendered and "Answer in one word." in rendered
+        await runner.aclose()
+
+    run(main())
 
 
 def test_the_capital_of_france_is_paris_with_exact_usage(smollm2: Path) -> None:

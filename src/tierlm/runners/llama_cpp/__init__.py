@@ -14,7 +14,12 @@ model is loaded.
 """
 
 from tierlm.runners.llama_cpp.decode import RUN_AHEAD
-from tierlm.runners.llama_cpp.default_model import DEFAULT_CHAT_MODEL_ID, default_chat_model
+from tierlm.runners.llama_cpp.default_model import (
+    DEFAULT_CHAT_MODEL_ID,
+    DEFAULT_SYSTEM_PROMPT,
+    default_chat_model,
+    default_chat_spec,
+)
 from tierlm.runners.llama_cpp.messages import GenerationStats, LoadInfo
 from tierlm.runners.llama_cpp.runner import ISOLATIONS, Isolation, LlamaCppRunner
 from tierlm.runners.llama_cpp.spec import (
@@ -29,6 +34,7 @@ __all__ = [
     "DEFAULT_CHAT_MODEL_ID",
     "DEFAULT_N_BATCH",
     "DEFAULT_N_CTX",
+    "DEFAULT_SYSTEM_PROMPT",
     "ISOLATIONS",
     "RUN_AHEAD",
     "GenerationStats",
@@ -37,6 +43,7 @@ __all__ = [
     "LlamaModelSpec",
     "LoadInfo",
     "default_chat_model",
+    "default_chat_spec",
     "default_threads",
     "physical_cores",
 ]

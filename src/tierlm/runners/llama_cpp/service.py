@@ -66,7 +66,7 @@ class DecodeService:
         self._queue: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tierlm-llama-decode", daemon=True)
         self._model: LoadedModel | None = None
-        self._vocabs: dict[tuple[str, str, str | None], Vocab] = {}
+        self._vocabs: dict[tuple[str, str, str | None, str | None], Vocab] = {}
         self._faults: list[FaultInjection] = []
         self._pool = KvPool()
 
@@ -209,7 +209,8 @@ class DecodeService:
 
     def _render(self, command: RenderPrompt) -> None:
         # A vocabulary depends on the file and the template, not the load options.
-        key = (command.model_id, str(command.spec.path), command.spec.chat_template)
+        spec = command.spec
+        key = (command.model_id, str(spec.path), spec.chat_template, spec.system_prompt)
         try:
             vocab = self._vocabs.get(key)
             if vocab is None:

@@ -125,6 +125,9 @@ class LlamaModelSpec:
     """Sampling seed; None = llama.cpp's default (a random seed)."""
     chat_template: str | None = None
     """Overrides the model's ``tokenizer.chat_template``."""
+    system_prompt: str | None = None
+    """A system message put first when a chat request has none (what an Ollama
+    Modelfile's ``SYSTEM`` does); None = the chat template's own default."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Other ``llama_cpp.Llama`` keyword arguments (``use_mmap``, ``type_k``...),
     checked by name against ``Llama()`` when the model loads."""
@@ -147,6 +150,8 @@ class LlamaModelSpec:
                 raise TypeError(f"{name}: must be true or false, got {value!r}")
         if self.chat_template is not None and not isinstance(self.chat_template, str):
             raise TypeError("chat_template: must be a string (a Jinja2 template)")
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise TypeError("system_prompt: must be a string or None")
         clash = sorted((_TYPED | _RESERVED) & set(self.options))
         if clash:
             raise ValueError(
