@@ -475,9 +475,11 @@ class Scheduler:
         finally:
             entry.swapping = False
             self._swapping_to = None
-        seconds = self._loop.time() - started
+        finished = self._loop.time()
+        seconds = finished - started
         self.stats.swaps += 1
         self.stats.swap_seconds += seconds
+        self.policy.swapped(model_id, seconds, finished)
         self._emit(EventKind.SWAP_FINISHED, entry.job, previous=previous, seconds=seconds)
 
     def _stop_running(self, reason: CancelReason) -> None:
