@@ -36,12 +36,16 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Any
 
-__all__ = ["SCALE", "ChildIndex", "Entity", "OpCount", "Rank", "clamp", "to_ns"]
+__all__ = ["SCALE", "ChildIndex", "Entity", "Loan", "OpCount", "Rank", "clamp", "to_ns"]
 
 SCALE = 1 << 20
 """Integer load of weight 1. Loads are ``round(weight * SCALE)``: 1/1000 is
 still 1049, so weights from 0.001 to 1000 keep better than 0.1 % precision."""
+
+Loan = tuple[float, int]
+"""(due, job id) of an overdue job: EDF order, ties by submit order."""
 
 Rank = tuple[int, int, int, int]
 """How an entity ranks among its siblings, the smaller the sooner:
@@ -67,7 +71,9 @@ class Entity:
         "loans",
         "name",
         "overdue",
+        "overdue_n",
         "parent",
+        "path",
         "queued",
         "running",
         "seq",
@@ -87,6 +93,8 @@ class Entity:
         self.name = name
         """Producer path ("swarm/3"), class name, or "" for the root."""
         self.depth: int = 0 if parent is None else parent.depth + 1
+        self.path: list[Entity] = [] if parent is None else [self, *parent.path]
+        """This entity and its ancestors below the root, itself first."""
         self.load = load
         self.slice_v = slice_ns * SCALE // load
         self.seq = seq
@@ -103,9 +111,11 @@ class Entity:
         self.queued: dict[str, int] = {}
         """Queued jobs in this subtree per model: a member of the parent's
         index for exactly these models."""
-        self.loans: dict[str, int] = {}
-        """Per model: the earliest due time (ns) of an overdue job below it whose
-        whole path below it is eligible (what a deadline loan may borrow)."""
+        self.overdue_n: dict[str, int] = {}
+        """Queued overdue jobs in this subtree per model (no loan to look for at 0)."""
+        self.loans: dict[str, Loan] = {}
+        """Per model: the earliest overdue job below it whose whole path below
+        it is eligible (what a deadline loan may borrow)."""
         # Groups (children) or the leaf (jobs); the other stays empty.
         self.children: dict[str | None, Entity] = {}
         self.indexes: dict[str, ChildIndex] = {}
@@ -114,7 +124,7 @@ class Entity:
         self.vbase = 0
         """A group's zero-lag point when it has no active child."""
         self.jobs: dict[str, list[tuple[int, int]]] = {}  # model -> heap (job id, ticket)
-        self.overdue: dict[str, list[tuple[int, int, int]]] = {}  # model -> (due ns, id, ticket)
+        self.overdue: dict[str, list[tuple[float, int, int]]] = {}  # model -> (due, id, ticket)
 
     def average(self) -> int:
         """V: the weighted average ``v`` of the active children (floor)."""
@@ -134,7 +144,8 @@ class Entity:
         return f"<Entity {self.name or 'root'}:{self.key!r} v={self.v} vd={self.vd}>"
 
 
-_Entry = tuple[int, int, int, Entity]  # (key, seq, ticket, entity)
+# (key, seq, ticket, entity): key is v, vd or a Loan, one kind per heap.
+_Entry = tuple[Any, int, int, Entity]
 
 
 class OpCount:
@@ -154,7 +165,7 @@ class ChildIndex:
 
     def __init__(self, ops: OpCount) -> None:
         # member -> (ticket, v, vd, loan); ticket > 0: placed ready, < 0: waiting.
-        self._state: dict[Entity, tuple[int, int, int, int | None]] = {}
+        self._state: dict[Entity, tuple[int, int, int, Loan | None]] = {}
         self._waiting: list[_Entry] = []
         self._ready: list[_Entry] = []
         self._loans: list[_Entry] = []
@@ -171,7 +182,7 @@ class ChildIndex:
         """Heap entries held, stale ones included (bounded by ~3x members)."""
         return len(self._waiting) + len(self._ready) + len(self._loans)
 
-    def update(self, node: Entity, child: Entity, loan: int | None) -> None:
+    def update(self, node: Entity, child: Entity, loan: Loan | None) -> None:
         """Insert ``child``, or re-place it if its v, vd or loan changed."""
         old = self._state.get(child)
         if old is not None and old[1:] == (child.v, child.vd, loan):
@@ -187,7 +198,7 @@ class ChildIndex:
         ):
             self._compact()
 
-    def _place(self, child: Entity, ready: bool, loan: int | None) -> None:
+    def _place(self, child: Entity, ready: bool, loan: Loan | None) -> None:
         ticket = self._next
         self._next += 1
         self.ops.n += 1
@@ -208,10 +219,12 @@ class ChildIndex:
     def _promote(self, node: Entity) -> None:
         """Move every waiting child that has become eligible to ready."""
         waiting = self._waiting
+        states = self._state
         load, total = node.sum_load, node.sum_lv
         while waiting:
             entry = waiting[0]
-            if not self._live(entry):
+            state = states.get(entry[3])
+            if state is None or state[0] != entry[2]:
                 heapq.heappop(waiting)
                 self.ops.n += 1
                 continue
@@ -224,10 +237,12 @@ class ChildIndex:
 
     def _top(self, node: Entity, heap: list[_Entry]) -> Entity | None:
         """The top of a ready heap once stale and no-longer-eligible entries are gone."""
+        states = self._state
         load, total = node.sum_load, node.sum_lv
         while heap:
             entry = heap[0]
-            if not self._live(entry):
+            state = states.get(entry[3])
+            if state is None or state[0] != entry[2]:
                 heapq.heappop(heap)
                 self.ops.n += 1
                 continue
@@ -243,6 +258,8 @@ class ChildIndex:
     def pick(self, node: Entity) -> Entity | None:
         """EEVDF: the eligible child with the earliest virtual deadline; if no
         child is eligible, the one with the smallest ``v`` (furthest behind)."""
+        if len(self._state) == 1:  # the common case: a producer and its own jobs
+            return next(iter(self._state))
         self._promote(node)
         best = self._top(node, self._ready)
         if best is not None:
@@ -253,16 +270,20 @@ class ChildIndex:
             self.ops.n += 1
         return waiting[0][3] if waiting else None
 
-    def best_loan(self, node: Entity) -> tuple[int, Entity] | None:
-        """(due, child): the eligible child whose subtree holds the earliest
-        overdue job that may borrow (docs/design.md §4 deadlines are loans)."""
+    def best_loan(self, node: Entity) -> Loan | None:
+        """The earliest overdue job that may borrow among the eligible
+        children's subtrees (docs/design.md §4 deadlines are loans)."""
+        if len(self._state) == 1:
+            ((sole, state),) = self._state.items()
+            loan_of_sole = state[3]
+            if loan_of_sole is None or not node.eligible(sole):
+                return None
+            return loan_of_sole
         self._promote(node)
         child = self._top(node, self._loans)
         if child is None:
             return None
-        loan = self._state[child][3]
-        assert loan is not None
-        return loan, child
+        return self._state[child][3]
 
     def ordered(self, node: Entity) -> list[Entity]:
         """Every member in pick order: eligible by deadline, then the rest by

@@ -8,19 +8,10 @@ producer's leaf, asking one ``ChildIndex`` per level: O(depth x log n).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from tierlm.core.eevdf import Entity
+from tierlm.core.eevdf import Entity, Loan, Rank
 from tierlm.core.fairness import FairPool
 
 __all__ = ["best", "best_loan", "order", "vruntimes"]
-
-
-def _classes(pool: FairPool, model: str, skip: frozenset[str], running: bool) -> Iterator[Entity]:
-    """The pool's classes with work on ``model`` (or the running job), not skipped."""
-    for entity in pool.root.children.values():
-        if entity.name not in skip and (model in entity.queued or (running and entity.running)):
-            yield entity
 
 
 def best(
@@ -38,12 +29,15 @@ def best(
     path = pool.running_path
     root = node = pool.root
     chosen: Entity | None = None
-    for entity in _classes(pool, model, skip, running):
-        if chosen is None or root.rank(entity) < root.rank(chosen):
-            chosen = entity
+    chosen_rank: Rank | None = None
+    for entity in root.children.values():
+        if entity.name not in skip and (model in entity.queued or (running and entity.running)):
+            rank = root.rank(entity)
+            if chosen_rank is None or rank < chosen_rank:
+                chosen, chosen_rank = entity, rank
     ranks: list[object] = []
     while chosen is not None:
-        ranks.append(node.rank(chosen))
+        ranks.append(chosen_rank if node is root else node.rank(chosen))
         node = chosen
         if node.key is None:  # a producer's own jobs
             oldest = pool.oldest(node, model)
@@ -65,24 +59,20 @@ def best(
 def best_loan(pool: FairPool, model: str, skip: frozenset[str]) -> int | None:
     """The queued overdue job on ``model`` with the earliest due time whose
     producer is eligible at every level: a deadline is a loan against the
-    producer's share, open only while it is not ahead (docs/design.md §4)."""
+    producer's share, open only while it is not ahead (docs/design.md §4).
+    Each class keeps its best such job up to date (``Entity.loans``)."""
     root = pool.root
-    chosen: Entity | None = None
-    best_key: tuple[int, int] | None = None
-    for entity in _classes(pool, model, skip, False):
+    best: Loan | None = None
+    for entity in root.children.values():
         loan = entity.loans.get(model)
-        if loan is not None and root.eligible(entity):
-            key = (loan, entity.seq)
-            if best_key is None or key < best_key:
-                chosen, best_key = entity, key
-    while chosen is not None and chosen.key is not None:
-        index = chosen.indexes.get(model)
-        found = index.best_loan(chosen) if index is not None else None
-        chosen = found[1] if found is not None else None
-    if chosen is None:
-        return None
-    top = pool.overdue_top(chosen, model)
-    return top[1] if top is not None else None
+        if (
+            loan is not None
+            and (best is None or loan < best)
+            and entity.name not in skip
+            and root.eligible(entity)
+        ):
+            best = loan
+    return best[1] if best is not None else None
 
 
 def order(pool: FairPool) -> list[int]:

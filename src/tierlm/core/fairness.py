@@ -35,7 +35,7 @@ import heapq
 from collections import deque
 from collections.abc import Mapping
 
-from tierlm.core.eevdf import SCALE, ChildIndex, Entity, OpCount, clamp, to_ns
+from tierlm.core.eevdf import SCALE, ChildIndex, Entity, Loan, OpCount, clamp, to_ns
 from tierlm.core.jobs import Job
 
 __all__ = ["DEFAULT_IDLE_RESET", "MAX_PATH_PARTS", "FairPool", "weight_load"]
@@ -73,6 +73,7 @@ class FairPool:
         self.entities = 0
         """Entities remembered (active, or away for less than idle_reset)."""
         self._queued: dict[int, tuple[Entity, int]] = {}  # job id -> (leaf, ticket)
+        self._overdue: set[int] = set()  # queued job ids counted in overdue_n
         self._ticket = 0
         self._departed: deque[tuple[float, Entity, int]] = deque()
         self._running: list[Entity] = []  # the running job's path, class first
@@ -109,12 +110,7 @@ class FairPool:
     @staticmethod
     def path(leaf: Entity) -> list[Entity]:
         """``leaf`` and its ancestors below the root, leaf first."""
-        out = []
-        node: Entity | None = leaf
-        while node is not None and node.parent is not None:
-            out.append(node)
-            node = node.parent
-        return out
+        return leaf.path
 
     # -- presence -----------------------------------------------------------------
 
@@ -147,17 +143,25 @@ class FairPool:
         entity.departures += 1
         self._departed.append((now, entity, entity.departures))
 
-    def _activate(self, leaf: Entity, now: float) -> None:
-        for entity in self.path(leaf):
+    def _activate(self, leaf: Entity, now: float) -> bool:
+        """One more job below each entity of the path; True if any arrived (V moved)."""
+        moved = False
+        for entity in leaf.path:
             entity.active += 1
             if entity.active == 1:
                 self._arrive(entity, now)
+                moved = True
+        return moved
 
-    def _deactivate(self, leaf: Entity, now: float) -> None:
-        for entity in self.path(leaf):
+    def _deactivate(self, leaf: Entity, now: float) -> bool:
+        """One job fewer below each entity of the path; True if any departed."""
+        moved = False
+        for entity in leaf.path:
             entity.active -= 1
             if entity.active == 0:
                 self._depart(entity, now)
+                moved = True
+        return moved
 
     def forget_idle(self, now: float) -> None:
         """Forget entities away for more than ``idle_reset`` (amortised O(1))."""
@@ -177,6 +181,8 @@ class FairPool:
 
     def enqueue(self, job: Job, now: float, overdue: bool) -> None:
         leaf = self.leaf(job.class_name, job.producer)
+        if not leaf.active:
+            self.charge(now)  # it arrives: place it against the true average
         self._ticket += 1
         ticket = self._ticket
         self._queued[job.id] = (leaf, ticket)
@@ -185,28 +191,39 @@ class FairPool:
         self.ops.n += 1
         if overdue:
             self._push_overdue(leaf, job, ticket)
-        self._activate(leaf, now)
-        for entity in self.path(leaf):
+        moved = self._activate(leaf, now)
+        for entity in leaf.path:
             entity.queued[model] = entity.queued.get(model, 0) + 1
-        self._refresh(leaf)
+        self._refresh(leaf, None if moved else model)
 
     def mark_overdue(self, job: Job) -> None:
         """docs/design.md §4 rule 4: the job's deadline passed while it waited."""
         leaf, ticket = self._queued[job.id]
         self._push_overdue(leaf, job, ticket)
-        self._refresh(leaf)
+        self._refresh(leaf, job.model_id)  # only this model's loans can change
 
     def _push_overdue(self, leaf: Entity, job: Job, ticket: int) -> None:
         due = job.due
         assert due is not None
-        heapq.heappush(leaf.overdue.setdefault(job.model_id, []), (to_ns(due), job.id, ticket))
+        model = job.model_id
+        heapq.heappush(leaf.overdue.setdefault(model, []), (due, job.id, ticket))
         self.ops.n += 1
+        self._overdue.add(job.id)
+        for entity in leaf.path:
+            entity.overdue_n[model] = entity.overdue_n.get(model, 0) + 1
 
     def dequeue(self, job: Job, now: float, *, to_run: bool) -> None:
         """``job`` leaves the queue: to run (its path stays present) or for good."""
         leaf, _ticket = self._queued.pop(job.id)
         model = job.model_id
-        for entity in self.path(leaf):
+        overdue = job.id in self._overdue
+        if overdue:
+            self._overdue.discard(job.id)
+        for entity in leaf.path:
+            if overdue:
+                entity.overdue_n[model] -= 1
+                if not entity.overdue_n[model]:
+                    del entity.overdue_n[model]
             left = entity.queued[model] - 1
             if left:
                 entity.queued[model] = left
@@ -223,9 +240,8 @@ class FairPool:
         if model not in leaf.queued:
             leaf.jobs.pop(model, None)
             leaf.overdue.pop(model, None)
-        if not to_run:
-            self._deactivate(leaf, now)
-        self._refresh(leaf)
+        moved = not to_run and self._deactivate(leaf, now)
+        self._refresh(leaf, None if moved else model)
 
     def is_queued(self, job_id: int) -> bool:
         return job_id in self._queued
@@ -234,7 +250,7 @@ class FairPool:
 
     def start(self, job: Job, now: float) -> None:
         """``job`` (already dequeued to run) holds the device from ``now``."""
-        self._running = list(reversed(self.path(self.leaf(job.class_name, job.producer))))
+        self._running = list(reversed(self.leaf(job.class_name, job.producer).path))
         self._running_job = job
         for entity in self._running:
             entity.running = True
@@ -289,16 +305,18 @@ class FairPool:
 
     # -- keeping the indexes and loans up to date ---------------------------------------
 
-    def _refresh(self, leaf: Entity) -> None:
+    def _refresh(self, leaf: Entity, only: str | None = None) -> None:
         """Re-place every entity of one path in its parent's indexes, bottom-up:
         a change anywhere on a path can move V, hence eligibility and the loans,
-        of every level above it, and of nothing else."""
+        of every level above it, and of nothing else. ``only``: nothing moved
+        but one model's queue below the leaf (no arrival, departure or charge),
+        so the other models' entries stand."""
         self.version += 1
-        for entity in self.path(leaf):
+        for entity in leaf.path:
             parent = entity.parent
             assert parent is not None
-            for model in entity.queued:
-                loan = self._loan_below(entity, model)
+            for model in entity.queued if only is None else (only,) * (only in entity.queued):
+                loan = self._loan_below(entity, model) if model in entity.overdue_n else None
                 if loan is None:
                     entity.loans.pop(model, None)
                 else:
@@ -309,16 +327,14 @@ class FairPool:
                         index = parent.indexes[model] = ChildIndex(self.ops)
                     index.update(parent, entity, loan)
 
-    def _loan_below(self, entity: Entity, model: str) -> int | None:
+    def _loan_below(self, entity: Entity, model: str) -> Loan | None:
         if entity.key is None:
-            top = self.overdue_top(entity, model)
-            return top[0] if top is not None else None
+            return self.overdue_top(entity, model)
         index = entity.indexes.get(model)
-        found = index.best_loan(entity) if index is not None else None
-        return found[0] if found is not None else None
+        return index.best_loan(entity) if index is not None else None
 
-    def overdue_top(self, leaf: Entity, model: str) -> tuple[int, int] | None:
-        """(due ns, job id) of the leaf's earliest overdue job on ``model``."""
+    def overdue_top(self, leaf: Entity, model: str) -> Loan | None:
+        """(due, job id) of the leaf's earliest overdue job on ``model``."""
         heap = leaf.overdue.get(model)
         queued = self._queued
         while heap:
@@ -346,13 +362,18 @@ class FairPool:
     def path_eligible(self, job: Job) -> bool:
         """Whether ``job``'s producer is present and eligible at every level
         (the loan check)."""
-        leaf = self._find_leaf(job)
+        queued = self._queued.get(job.id)
+        if queued is not None:
+            leaf: Entity | None = queued[0]
+        elif job is self._running_job:
+            leaf = self._running[-1]
+        else:
+            leaf = self._find_leaf(job)
         return (
             leaf is not None
             and leaf.active > 0
             and all(
-                entity.parent is not None and entity.parent.eligible(entity)
-                for entity in self.path(leaf)
+                entity.parent is not None and entity.parent.eligible(entity) for entity in leaf.path
             )
         )
 

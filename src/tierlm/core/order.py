@@ -11,6 +11,7 @@ they change when, not in which order. O(n log n), off the dispatch path.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,7 +46,7 @@ def dispatch_order(
         if job_rank == _T4:
             key: tuple[Any, ...] = (pool_position.get(job.id, len(pool_position)), job.id)
         elif job_rank in (_T3, _T3 + 2):
-            key = (job.due, job.id)
+            key = (job.due if job.due is not None else math.inf, job.id)
         else:
             key = (job.id,)
         phase = 1 if skipped(job, job_rank) else 0

@@ -79,7 +79,6 @@ class TieredPolicy:
 
     def submit(self, job: Job, now: float) -> None:
         self._book.advance(now)
-        self._charge_running(now)  # a newcomer is placed against the true average
         self._book.add(job, now)
 
     def requeue(self, job: Job, now: float) -> None:
@@ -191,11 +190,11 @@ class TieredPolicy:
         return (rank, (job.id,), job.id)
 
     def _pool_candidate(
-        self, model: str, skip: frozenset[str], running: Job | None
+        self, model: str, skip: frozenset[str], running: Job | None, t4: bool
     ) -> Candidate | None:
-        """The pool's best job on ``model``: an open loan (T3, EDF) or the
-        EEVDF pick (T4); ``running`` competes in the latter."""
-        key = (self.fair.version, skip, self.floor.active, running)
+        """The pool's best job on ``model``: an open loan (T3, EDF) or, if
+        ``t4``, the EEVDF pick (T4), in which ``running`` competes."""
+        key = (self.fair.version, skip, self.floor.active, running, t4)
         cached = self._pool_cache.get(model)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -206,7 +205,7 @@ class TieredPolicy:
                 due = self._jobs[loan].due
                 assert due is not None
                 candidate = (_T3, (due, loan), loan)
-        if candidate is None:
+        if candidate is None and t4:
             found = fair_choice.best(self.fair, model, skip, with_running=running is not None)
             if found is not None:
                 candidate = (_T4, found[0], found[1])
@@ -220,10 +219,17 @@ class TieredPolicy:
         return frozenset(over) if over else _NO_SKIP
 
     def _choose(
-        self, now: float, loaded_model: str | None, skip: frozenset[str], extra: Job | None
+        self,
+        now: float,
+        loaded_model: str | None,
+        skip: frozenset[str],
+        extra: Job | None,
+        t4: bool,
     ) -> int | None:
         """The best candidate of each model, then docs/design.md §4 affinity
-        and swaps (``affinity.choose``): the id of the job to run, or None."""
+        and swaps (``affinity.choose``): the id of the job to run, or None.
+        Without ``t4`` the pool's own order is left out (``extra``, in it,
+        stands for it): enough to know whether anything outranks ``extra``."""
         best: Candidate | None = None
         best_loaded: Candidate | None = None
         in_pool = mine = None
@@ -231,6 +237,8 @@ class TieredPolicy:
             mine = self._candidate(extra, now, skip)
             if mine is None and extra.task_class.fair and extra.class_name not in skip:
                 in_pool = extra  # ranks T4: the pool compares it along its path
+                if not t4:
+                    mine = (_T4, (), extra.id)
         models = list(self._book.models)
         if extra is not None and extra.model_id not in self._book.models:
             models.append(extra.model_id)
@@ -241,10 +249,11 @@ class TieredPolicy:
                 if queues is not None
                 else None
             )
-            running = in_pool if in_pool is not None and in_pool.model_id == model_id else None
-            pool = self._pool_candidate(model_id, skip, running)
-            if pool is not None and (candidate is None or pool < candidate):
-                candidate = pool
+            if candidate is None or candidate[0] >= _T3:  # else the pool cannot win here
+                running = in_pool if in_pool is not None and in_pool.model_id == model_id else None
+                pool = self._pool_candidate(model_id, skip, running, t4)
+                if pool is not None and (candidate is None or pool < candidate):
+                    candidate = pool
             if (
                 mine is not None
                 and extra is not None
@@ -281,13 +290,15 @@ class TieredPolicy:
         foreground = self.foreground
         return foreground is not None and self.classes[foreground.class_name].tier == Tier.T0
 
-    def _select(self, now: float, loaded_model: str | None, extra: Job | None) -> int | None:
+    def _select(
+        self, now: float, loaded_model: str | None, extra: Job | None, t4: bool = True
+    ) -> int | None:
         self._affinity_expiry = self._grace_expiry = None
         skip = self._over_budget(now) if self._meters else _NO_SKIP
-        choice = self._choose(now, loaded_model, skip, extra)
+        choice = self._choose(now, loaded_model, skip, extra, t4)
         if choice is None and skip:
             # Work-conserving budget (docs/design.md §6.4): the device never idles for it.
-            choice = self._choose(now, loaded_model, _NO_SKIP, extra)
+            choice = self._choose(now, loaded_model, _NO_SKIP, extra, t4)
         return choice
 
     def pick(self, now: float, loaded_model: str | None) -> Job | None:
@@ -317,11 +328,18 @@ class TieredPolicy:
         if not self._jobs:
             return False
         self._prepare(now)
-        choice = self._select(now, loaded_model, running)
+        run_rank = self._rank(running, now)
+        start = self._slice_start
+        in_slice = start is None or now - start < self.config.slice - _EPSILON
+        # The pool's own order (T4) can displace only a pool job past its slice,
+        # or overdue work waiting for the floor; anything else yields only to a
+        # higher tier, so the hot case (an arrival) skips the EEVDF descent.
+        t4 = run_rank == _T3_AFTER_POOL or (run_rank == _T4 and not in_slice)
+        choice = self._select(now, loaded_model, running, t4)
         if choice is None or choice == running.id:
             return False
         best = self._jobs[choice]
-        best_rank, run_rank = self._rank(best, now), self._rank(running, now)
+        best_rank = self._rank(best, now)
         # Budgeted work at its own tier waits for the device instead of
         # preempting: otherwise each time its share dips under the cap it would
         # cut a fair-pool job short (docs/design.md §4 budget).
@@ -334,12 +352,7 @@ class TieredPolicy:
             return False
         if run_rank == _T3_AFTER_POOL:
             return best_rank == _T4  # the pool is owed its floor
-        start = self._slice_start
-        return (
-            run_rank == best_rank == _T4
-            and start is not None
-            and now - start >= self.config.slice - _EPSILON
-        )
+        return run_rank == best_rank == _T4 and not in_slice
 
     def next_wakeup(self, now: float) -> float | None:
         """When the last decision may change with no event.
