@@ -67,7 +67,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tierlm import EventKind, JobContext, Scheduler, SchedulerEvent
+from tierlm import (
+    JobContext,
+    JobEvent,
+    JobStarted,
+    JobSubmitted,
+    Preempting,
+    Requeued,
+    RunEnded,
+    Scheduler,
+    SchedulerEvent,
+    SwapFinished,
+)
 from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
 from tierlm.runners.protocol import CancelToken, GenerationRequest
 from tierlm.testing.gguf_model import PRESETS, write_model_pair
@@ -217,14 +228,19 @@ async def preemption_trial(
     marks: dict[str, float] = {}
     stopped_tokens: list[int] = []
 
+    names = {JobSubmitted: "submitted", Preempting: "preempting", Requeued: "requeued"}
+
     def listen(event: SchedulerEvent) -> None:
-        if event.job is None:
+        if not isinstance(event, JobEvent):
             return
-        key = f"{event.job.class_name}:{event.kind.value}"
-        if event.kind is EventKind.STARTED:
-            key += f":{event.detail.get('attempt')}"
-        marks.setdefault(key, event.time)
-        if event.kind is EventKind.REQUEUED:
+        if isinstance(event, JobStarted):
+            kind = f"started:{event.attempt}"
+        elif isinstance(event, RunEnded):
+            kind = event.outcome
+        else:
+            kind = names.get(type(event), type(event).__name__)
+        marks.setdefault(f"{event.job.class_name}:{kind}", event.time)
+        if isinstance(event, Requeued):
             # The runner's stream has ended: read its stop time and stats now,
             # before the chat's generation replaces them.
             assert clock.ended_at is not None and runner.last_stats is not None
@@ -347,9 +363,9 @@ async def swap_times(runner: LlamaCppRunner, reps: int) -> dict[str, list[float]
     times: dict[str, list[float]] = {"a->b": [], "b->a": []}
 
     def listen(event: SchedulerEvent) -> None:
-        if event.kind is EventKind.SWAP_FINISHED and event.job is not None:
-            pair = f"{event.detail['previous']}->{event.job.model_id}"
-            times.setdefault(pair, []).append(event.detail["seconds"] * 1e3)
+        if isinstance(event, SwapFinished):
+            pair = f"{event.previous}->{event.job.model_id}"
+            times.setdefault(pair, []).append(event.seconds * 1e3)
 
     # A fresh scheduler: no chat on record, so no chat grace holds a swap back.
     async with Scheduler(runner) as sched:

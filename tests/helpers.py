@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from tierlm import EventKind, JobContext, Scheduler, SchedulerEvent
+from tierlm import JobContext, JobHandle, JobStarted, RunEnded, Scheduler, SchedulerEvent
 from tierlm.runners import GenerationRequest, SimulatedRunner
+
+E = TypeVar("E")
 
 TOKEN = 0.05  # token interval of the tests' device: 20 tokens/s
 SWAP = 10.0  # the seed's ~10 s swap
@@ -77,23 +79,16 @@ class Recorder:
 
     def __call__(self, event: SchedulerEvent) -> None:
         self.events.append(event)
-        job = event.job
-        if job is None:
-            return
-        if event.kind is EventKind.STARTED:
+        if isinstance(event, JobStarted):
+            job = event.job
             run = Run(job.id, job.class_name, job.producer, job.model_id, event.time)
             self.runs.append(run)
             self.open[job.id] = run
-        elif event.kind in (
-            EventKind.COMPLETED,
-            EventKind.REQUEUED,
-            EventKind.FAILED,
-            EventKind.CANCELLED,
-        ):
-            run_or_none = self.open.pop(job.id, None)
+        elif isinstance(event, RunEnded):
+            run_or_none = self.open.pop(event.job.id, None)
             if run_or_none is not None:
                 run_or_none.end = event.time
-                run_or_none.how = event.kind.value
+                run_or_none.how = event.outcome
 
     @classmethod
     def attach(cls, sched: Scheduler) -> Recorder:
@@ -107,8 +102,9 @@ class Recorder:
     def order(self) -> list[int]:
         return [r.job_id for r in self.runs]
 
-    def kinds(self, kind: EventKind) -> list[SchedulerEvent]:
-        return [e for e in self.events if e.kind is kind]
+    def kinds(self, kind: type[E]) -> list[E]:
+        """The events of one type (``tierlm.events``), in order."""
+        return [e for e in self.events if isinstance(e, kind)]
 
     def busy_by_producer(self, start: float, end: float, now: float) -> dict[str, float]:
         """Device seconds each producer held within [start, end]."""
@@ -144,3 +140,29 @@ async def first_token_time(stream: Any) -> tuple[float | None, str]:
 
 
 MSG = [{"role": "user", "content": "hello"}]
+
+
+async def mixed_queue(sched: Scheduler) -> list[JobHandle[int]]:
+    """Every tier on two models (m1 loaded), queued while the scheduler is paused.
+
+    T0: two chats; T1: the opened note's card; T2: two extractions; T3: two
+    overdue Gana rounds (EDF: the later submit has the earlier deadline); T4:
+    three fair-pool producers. Each job is 1 s of decoding; swaps are 10 s.
+    """
+    await asyncio.sleep(20)
+    await sched.pause()
+    sched.set_foreground("nataraj", subject=7)
+    now = sched.now()
+    jobs = [
+        ("gana", "m1", {"producer": "g4"}),
+        ("chat", "m2", {}),
+        ("nataraj", "m1", {"producer": "n1"}),
+        ("extract", "m1", {}),
+        ("gana", "m1", {"producer": "g1", "deadline": now - 5}),
+        ("chat", "m1", {}),
+        ("nataraj", "m2", {"producer": "n7", "subject": 7}),
+        ("gana", "m2", {"producer": "g2", "deadline": now - 10}),
+        ("extract", "m2", {}),
+        ("gana", "m2", {"producer": "g3"}),
+    ]
+    return [sched.submit(class_name, model, work_for(1), **kw) for class_name, model, kw in jobs]

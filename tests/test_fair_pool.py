@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from tests.helpers import Recorder, resumable_work_for, runner, work_for
-from tierlm import Cancelled, EventKind, Scheduler, SchedulerConfig, SchedulerEvent, TaskClass
+from tierlm import (
+    Cancelled,
+    JobCompleted,
+    JobStarted,
+    Scheduler,
+    SchedulerConfig,
+    SwapFinished,
+    TaskClass,
+)
 from tierlm.core import Job, TieredPolicy, default_classes
 from tierlm.testing import run_virtual
 
@@ -317,7 +325,7 @@ def test_a_slice_starts_after_the_swap_it_paid_for() -> None:
             first = sched.submit("gana", "m2", resumable_work_for(20), "a")
             keep_backlogged(sched, "gana", "b", 20, model="m2")
             await asyncio.sleep(60)
-            swap_end = rec.kinds(EventKind.SWAP_FINISHED)[0].time
+            swap_end = rec.kinds(SwapFinished)[0].time
             run = rec.runs[0]
             assert run.job_id == first.id and run.start < swap_end
             assert run.end is not None and run.end - swap_end >= 4.0
@@ -467,14 +475,13 @@ def test_window_helpers_measure_what_they_say() -> None:
     rec = Recorder()
     t = 0.0
     for producer, length in [("a", 20.0), ("b", 5.0)] * 20:
-        rec(_event(EventKind.STARTED, t, producer))
+        rec(JobStarted(t, _job(producer), attempt=1))
         t += length
-        rec(_event(EventKind.COMPLETED, t, producer))
+        rec(JobCompleted(t, _job(producer)))
     # Best minute for "a": 20 + 5 + 20 + 5 + 10 of "a" -> a 50, b 10.
     assert max_window_difference(rec, "a", "b", 60.0, 0, t) == pytest.approx(40.0)
     assert min_window_share(rec, {"b"}, 0, t) == pytest.approx(0.2)
 
 
-def _event(kind: EventKind, time: float, producer: str) -> SchedulerEvent:
-    job = Job(ord(producer), default_classes()["gana"], "m1", producer, None, None, 0.0)
-    return SchedulerEvent(kind, time, job)
+def _job(producer: str) -> Job:
+    return Job(ord(producer), default_classes()["gana"], "m1", producer, None, None, 0.0)

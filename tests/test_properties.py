@@ -41,12 +41,23 @@ from hypothesis.stateful import (
 )
 
 from tests.helpers import SWAP, TOKEN, resumable_work_for, runner
-from tierlm import EventKind, JobContext, JobHandle, Scheduler, SchedulerEvent
+from tierlm import (
+    JobContext,
+    JobEnded,
+    JobEvent,
+    JobHandle,
+    JobStarted,
+    Preempting,
+    Requeued,
+    RunEnded,
+    Scheduler,
+    SchedulerEvent,
+    SwapFinished,
+)
 from tierlm.core import Job, TieredPolicy
 from tierlm.core.eevdf import Entity
 from tierlm.testing import VirtualTimeLoop
 
-TERMINAL = {EventKind.COMPLETED, EventKind.FAILED, EventKind.CANCELLED}
 CLASSES = ["chat", "extract", "nataraj", "gana"]
 PRODUCERS = ["a", "b", "swarm/1", "swarm/2", "swarm"]
 
@@ -112,27 +123,27 @@ class SchedulerMachine(RuleBasedStateMachine):
     # -- observation -------------------------------------------------------
 
     def _on_event(self, event: SchedulerEvent) -> None:
-        job = event.job
-        if job is None:
+        if not isinstance(event, JobEvent):
             return
-        if event.kind in TERMINAL:
+        job = event.job
+        if isinstance(event, JobEnded):
             self.ended_at.setdefault(job.id, event.time)
             self.ends[job.id] += 1
             if self.ends[job.id] > 1:
                 self.violations.append(f"job {job.id} ended twice")
-        if event.kind is EventKind.REQUEUED and job.class_name == "chat":
+        if isinstance(event, Requeued) and job.class_name == "chat":
             self.violations.append(f"chat {job.id} was re-queued")
-        if event.kind is EventKind.STARTED:
+        if isinstance(event, JobStarted):
             self.open_runs[job.id] = len(self.runs)
             self.runs.append((job.id, job.class_name, event.time, None))
             self.first_start.setdefault(job.id, event.time)
             self.slice_start = event.time
             self._check_pool_start(job, event.time)
-        if event.kind is EventKind.SWAP_FINISHED:
+        if isinstance(event, SwapFinished):
             self.slice_start = event.time  # a slice counts from the end of the swap
-        if event.kind is EventKind.PREEMPTING:
+        if isinstance(event, Preempting):
             self._check_slice(job, event.time)
-        if event.kind in TERMINAL or event.kind is EventKind.REQUEUED:
+        if isinstance(event, RunEnded):
             index = self.open_runs.pop(job.id, None)
             if index is not None:
                 job_id, cls, start, _ = self.runs[index]
@@ -144,11 +155,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         if not job.task_class.fair or policy.tier(job, now) != 4:
             return
         _check_eevdf_pick(policy, job, self.violations)
+        if policy.floor.active:
+            return  # the pool was owed its floor at this decision: loans were closed
         for other in policy.queued():
             if (
                 other.task_class.fair
                 and other.model_id == job.model_id
-                and policy.tier(other, now) == 3
+                and other.deadline is not None
+                and now >= other.deadline
+                and policy.fair.path_eligible(other)
             ):
                 self.violations.append(f"t={now}: pool job {job!r} ran before open loan {other!r}")
 

@@ -19,10 +19,13 @@ from tierlm import (
     Budget,
     Cancelled,
     CancelReason,
-    EventKind,
     JobContext,
+    JobStuck,
+    Requeued,
     Scheduler,
     SchedulerConfig,
+    SwapFinished,
+    SwapStarted,
     TaskClass,
 )
 from tierlm.core import Job, TieredPolicy, default_classes
@@ -271,7 +274,7 @@ def test_chat_page_open_holds_the_model_until_chat_idle_then_swaps() -> None:
             await asyncio.sleep(45)  # past chat_grace (30 s), within chat_idle
             assert sched.stats.swaps == 0
             await other
-            assert rec.kinds(EventKind.SWAP_STARTED)[0].time == pytest.approx(last_chat + 60.0)
+            assert rec.kinds(SwapStarted)[0].time == pytest.approx(last_chat + 60.0)
 
     run_virtual(main())
 
@@ -290,7 +293,7 @@ def test_ski_rental_a_fast_swap_never_idles_the_device_for_a_chat_hold() -> None
             last_chat = sched.now()
             sched.set_foreground("chat")
             await sched.run("gana", "Y", work_for(1))
-            swaps = [e.time for e in rec.kinds(EventKind.SWAP_STARTED)]
+            swaps = [e.time for e in rec.kinds(SwapStarted)]
             assert swaps[-1] == pytest.approx(last_chat + 3 * 0.1)
 
     run_virtual(main())
@@ -378,7 +381,7 @@ def test_no_preemption_for_a_pointless_swap() -> None:
             await other
             # Same-model work finished first (59 s left), then one swap.
             assert rec.starts(other.id)[0] == pytest.approx(60.0)
-            assert rec.kinds(EventKind.SWAP_FINISHED)[0].time == pytest.approx(70.0)
+            assert rec.kinds(SwapFinished)[0].time == pytest.approx(70.0)
             assert sched.stats.swaps == 1
 
     run_virtual(main())
@@ -402,9 +405,7 @@ def test_chat_is_never_requeued_and_its_caller_gets_a_clear_error() -> None:
             with pytest.raises(Cancelled, match="shutdown") as err:
                 await task
             assert err.value.reason is CancelReason.SHUTDOWN
-            assert not [
-                e for e in rec.kinds(EventKind.REQUEUED) if e.job and e.job.class_name == "chat"
-            ]
+            assert not [e for e in rec.kinds(Requeued) if e.job.class_name == "chat"]
 
     run_virtual(main())
 
@@ -518,12 +519,12 @@ def test_stuck_job_is_reported_and_not_waited_on_forever() -> None:
             chat_at = sched.now()
             chat = sched.submit("chat", "m1", work_for(1))
             await chat
-            assert rec.kinds(EventKind.STUCK)
+            assert rec.kinds(JobStuck)
             assert sched.stats.stuck == 1
             # Waited cancel_grace (5 s), then moved on.
             assert rec.starts(chat.id)[0] == pytest.approx(chat_at + 5.0)
             # It was preempted, so re-queued, and runs again once the chat is done.
-            assert [e.job.id for e in rec.kinds(EventKind.REQUEUED) if e.job] == [stuck.id]
+            assert [e.job.id for e in rec.kinds(Requeued)] == [stuck.id]
             assert stuck.state.value == "running"
             stuck.cancel()
             with pytest.raises(Cancelled):

@@ -20,7 +20,7 @@ from tests.helpers import (
     runner,
     work_for,
 )
-from tierlm import Cancelled, CancelReason, EventKind, Scheduler, SchedulerConfig
+from tierlm import Cancelled, CancelReason, Requeued, Scheduler, SchedulerConfig, SwapStarted
 from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.testing import run_virtual
 
@@ -47,7 +47,7 @@ def test_scenario_1_chat_preempts_nataraj_within_one_token_boundary() -> None:
 
             _, card_text = await card
             # Re-queued (not failed), resumed: all 400 tokens, each exactly once.
-            assert [e.job.class_name for e in rec.kinds(EventKind.REQUEUED) if e.job] == ["nataraj"]
+            assert [e.job.class_name for e in rec.kinds(Requeued)] == ["nataraj"]
             assert card_text.split() == [f"w{i}" for i in range(400)]
             assert sched.stats.preemptions == 1
 
@@ -206,7 +206,7 @@ def test_scenario_6_affinity_then_swap_after_chat_grace() -> None:
             assert sched.stats.swaps == 0 and sched.snapshot().running is None
             assert x_done < chat_end + 30
             await gana_y
-            swap = rec.kinds(EventKind.SWAP_STARTED)
+            swap = rec.kinds(SwapStarted)
             assert len(swap) == 1
             assert swap[0].time == pytest.approx(chat_end + 30.0)
             assert rec.starts(gana_y.id)[0] == pytest.approx(chat_end + 30.0)
@@ -225,7 +225,7 @@ def test_scenario_6_foreground_signal_swaps_at_once() -> None:
             opened = sched.now()
             sched.set_foreground("gana", subject="gana-7")  # GanaFormPage opened
             await gana_y
-            assert rec.kinds(EventKind.SWAP_STARTED)[0].time == pytest.approx(opened)
+            assert rec.kinds(SwapStarted)[0].time == pytest.approx(opened)
 
     run_virtual(main())
 

@@ -9,10 +9,30 @@ from tierlm.core.classes import Budget, TaskClass, Tier, default_classes
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Foreground
 from tierlm.embedding import EmbeddingLane
-from tierlm.handles import JobContext, JobHandle, JobState
+from tierlm.events import (
+    Event,
+    ForegroundChanged,
+    JobCancelled,
+    JobCompleted,
+    JobEnded,
+    JobEvent,
+    JobFailed,
+    JobStarted,
+    JobStuck,
+    JobSubmitted,
+    Paused,
+    Preempting,
+    Requeued,
+    Resumed,
+    RunEnded,
+    SchedulerEvent,
+    SwapFinished,
+    SwapStarted,
+)
+from tierlm.handles import GenerationHandle, GenerationRun, JobContext, JobHandle, JobState
 from tierlm.runners.protocol import Cancelled, CancelReason, CancelToken, RunnerError
 from tierlm.scheduler import Scheduler, SchedulerClosedError
-from tierlm.snapshot import EventKind, JobInfo, SchedulerEvent, SchedulerSnapshot
+from tierlm.snapshot import JobInfo, SchedulerSnapshot
 
 __version__ = "0.1.0"
 
@@ -22,18 +42,36 @@ __all__ = [
     "CancelToken",
     "Cancelled",
     "EmbeddingLane",
-    "EventKind",
+    "Event",
     "Foreground",
+    "ForegroundChanged",
+    "GenerationHandle",
+    "GenerationRun",
+    "JobCancelled",
+    "JobCompleted",
     "JobContext",
+    "JobEnded",
+    "JobEvent",
+    "JobFailed",
     "JobHandle",
     "JobInfo",
+    "JobStarted",
     "JobState",
+    "JobStuck",
+    "JobSubmitted",
+    "Paused",
+    "Preempting",
+    "Requeued",
+    "Resumed",
+    "RunEnded",
     "RunnerError",
     "Scheduler",
     "SchedulerClosedError",
     "SchedulerConfig",
     "SchedulerEvent",
     "SchedulerSnapshot",
+    "SwapFinished",
+    "SwapStarted",
     "TaskClass",
     "Tier",
     "default_classes",

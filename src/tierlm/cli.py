@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Commands that need an extra beyond the base install (README "Extras").
+EXTRAS = {"serve": "server"}
+
+
 def _usage() -> str:
     lines = ["usage: tierlm COMMAND [options]", "", "commands:"]
     lines += [f"  {name:<10} {help_text}" for name, (_, help_text) in COMMANDS.items()]
@@ -54,7 +58,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         command = cast(_Command, importlib.import_module(module_name))
     except ImportError as exc:
-        print(f"tierlm {name}: needs an optional dependency: {exc}", file=sys.stderr)
+        extra = EXTRAS.get(name)
+        if extra is None:
+            print(f"tierlm {name}: needs an optional dependency: {exc}", file=sys.stderr)
+        else:
+            print(
+                f"tierlm {name}: needs the {extra!r} extra ({exc.name or exc} is not "
+                f"installed): pip install 'tierlm[{extra}]'",
+                file=sys.stderr,
+            )
         return 2
     parser = argparse.ArgumentParser(prog=f"tierlm {name}", description=help_text)
     command.add_arguments(parser)

@@ -1,40 +1,16 @@
-"""A point-in-time view of the scheduler, and the events it emits."""
+"""A point-in-time view of the scheduler (docs/design.md §2 snapshot).
+
+The events it emits are in ``tierlm.events``.
+"""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from tierlm.core.jobs import Foreground, Job, Subject
+from tierlm.core.jobs import Foreground, Subject
 
-__all__ = ["EventKind", "JobInfo", "SchedulerEvent", "SchedulerSnapshot", "SchedulerStats"]
-
-
-class EventKind(enum.Enum):
-    SUBMITTED = "submitted"
-    STARTED = "started"
-    SWAP_STARTED = "swap_started"
-    SWAP_FINISHED = "swap_finished"
-    PREEMPTING = "preempting"
-    REQUEUED = "requeued"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    STUCK = "stuck"
-    FOREGROUND = "foreground"
-    PAUSED = "paused"
-    RESUMED = "resumed"
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerEvent:
-    """Something that happened, for observers (simulator records, metrics, UI)."""
-
-    kind: EventKind
-    time: float
-    job: Job | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+__all__ = ["JobInfo", "SchedulerSnapshot", "SchedulerStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +27,9 @@ class JobInfo:
     waited: float
     """Seconds since first submitted."""
     preemptions: int
+    position: int | None = None
+    """A queued job's place in the order the policy would dispatch the queue
+    if the device freed now (1 runs next; ``Policy.queue_order``)."""
 
 
 @dataclass(slots=True)
@@ -78,7 +57,8 @@ class SchedulerSnapshot:
     swapping_to: str | None
     loaded_model: str | None
     queued: dict[int, list[JobInfo]]
-    """Queued jobs per effective tier (0..4), oldest first."""
+    """Queued jobs per effective tier (0..4), each tier in dispatch order
+    (``JobInfo.position``: the order across tiers, affinity included)."""
     foreground: Foreground | None
     paused: bool
     closed: bool
@@ -89,6 +69,9 @@ class SchedulerSnapshot:
     stuck: list[JobInfo]
     """Jobs that did not stop within ``cancel_grace`` after a cancel."""
     policy: str
+    journal_bytes: int = 0
+    """Memory the closure jobs' journals hold (docs/design.md §4 zero-loss
+    preemption; bounded by ``SchedulerConfig.journal_bytes_total``)."""
 
     @property
     def queue_depth(self) -> int:

@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tierlm.embedding import EmbeddingLane, SimulatedEmbedder, default_concurrency
-from tierlm.embedding import lane as lane_module
-from tierlm.embedding.lane import total_memory_bytes
+from tierlm.embedding import EmbeddingLane, SimulatedEmbedder, default_concurrency, machine
+from tierlm.embedding.machine import total_memory_bytes
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,14 +31,14 @@ def test_default_concurrency_follows_the_seed(cores: int, memory: int, expected:
 
 
 def test_an_unmeasurable_machine_counts_as_small(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lane_module.os, "cpu_count", lambda: None)
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: None)
     assert default_concurrency(memory_bytes=64 * GIB) == 2
-    monkeypatch.setattr(lane_module, "total_memory_bytes", lambda: None)
+    monkeypatch.setattr(machine, "total_memory_bytes", lambda: None)
     assert default_concurrency(cpu_count=32) == 2
 
 
 def test_the_lane_uses_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lane_module, "default_concurrency", lambda: 3)
+    monkeypatch.setattr(machine, "default_concurrency", lambda: 3)
     assert EmbeddingLane(SimulatedEmbedder()).concurrency == 3
     assert EmbeddingLane(SimulatedEmbedder(), concurrency=1).concurrency == 1
 
@@ -64,7 +63,7 @@ def test_memory_without_psutil_or_proc_uses_sysconf(
 ) -> None:
     monkeypatch.setitem(sys.modules, "psutil", None)
     values = {"SC_PHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}
-    monkeypatch.setattr(lane_module.os, "sysconf", values.__getitem__)
+    monkeypatch.setattr(machine.os, "sysconf", values.__getitem__)
     assert total_memory_bytes(tmp_path / "absent") == 4096 * 1000
 
 
@@ -76,5 +75,5 @@ def test_memory_unknown_when_nothing_answers(
     def refuse(name: str) -> int:
         raise ValueError(name)
 
-    monkeypatch.setattr(lane_module.os, "sysconf", refuse)
+    monkeypatch.setattr(machine.os, "sysconf", refuse)
     assert total_memory_bytes(tmp_path / "absent") is None

@@ -474,7 +474,7 @@ def test_a_cancelled_pushed_back_caller_gives_up_its_place() -> None:
         w1.cancel()
         await settle()
         assert lane.stats().waiting_callers == 1
-        assert len(lane._space_waiters) == 1  # it left the line, not just went quiet
+        assert len(lane._queue._waiters) == 1  # it left the line, not just went quiet
         assert await w2 == emb.vector_for("w2")
         await asyncio.gather(busy, queued)
         assert emb.seen == ["busy", "queued", "w2"]
@@ -497,14 +497,14 @@ def test_a_caller_cancelled_just_after_its_text_was_queued_for_it_is_dropped() -
         await settle()
         assert lane.stats().waiting_callers == 1
 
-        hand_off = lane._wake_space_waiters
+        hand_off = lane._queue._wake_waiters
 
         def hand_off_then_cancel() -> None:
             hand_off()
             if lane.stats().waiting_callers == 0 and not waiter.done():
                 waiter.cancel()  # "w" is queued now, its caller not yet resumed
 
-        lane._wake_space_waiters = hand_off_then_cancel  # type: ignore[method-assign]
+        lane._queue._wake_waiters = hand_off_then_cancel  # type: ignore[method-assign]
         await asyncio.gather(busy, queued)
         await settle()
         assert waiter.cancelled()
@@ -512,7 +512,7 @@ def test_a_caller_cancelled_just_after_its_text_was_queued_for_it_is_dropped() -
         assert emb.seen == ["busy", "queued"]
         stats = lane.stats()
         assert (stats.dropped, stats.queue_depth) == (1, 0)
-        assert lane._room() == lane.max_queue
+        assert lane._queue._room() == lane.max_queue
         await lane.aclose()
 
     run_virtual(main())
@@ -552,7 +552,7 @@ def test_random_cancellations_keep_the_books_straight() -> None:
         assert survivors > 300
         assert stats.queue_depth == 0
         assert stats.waiting_callers == 0
-        assert lane._room() == lane.max_queue  # no queue slot leaked
+        assert lane._queue._room() == lane.max_queue  # no queue slot leaked
         assert stats.embedded + stats.dropped == stats.accepted
         await lane.aclose()
 
@@ -757,11 +757,22 @@ def test_bad_settings_are_refused(kwargs: dict[str, object], match: str) -> None
 # -------------------------------------------------------------------- stats
 
 
-def test_stats_report_latency_histogram_and_percentiles() -> None:
+class BatchLog:
+    """A ``BatchObserver`` that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, list[float]]] = []
+
+    def batch_ran(self, size: int, latencies: Sequence[float]) -> None:
+        self.batches.append((size, list(latencies)))
+
+
+def test_stats_report_latencies_and_the_observer_sees_every_batch() -> None:
     emb = RecordingEmbedder(fixed_seconds=0.01, per_text_seconds=0.0)
+    log = BatchLog()
 
     async def main() -> None:
-        lane = EmbeddingLane(emb, concurrency=1, max_wait_ms=5)
+        lane = EmbeddingLane(emb, concurrency=1, max_wait_ms=5, observer=log)
         assert lane.stats().latency_p50 is None
         for i in range(10):
             await lane.embed(f"t{i}")
@@ -771,11 +782,25 @@ def test_stats_report_latency_histogram_and_percentiles() -> None:
         assert stats.latency_sum == pytest.approx(0.15)
         assert stats.latency_p50 == pytest.approx(0.015)
         assert stats.latency_p99 == pytest.approx(0.015)
-        buckets = dict(stats.latency_buckets)
-        assert buckets[0.01] == 0
-        assert buckets[0.025] == 10
-        assert buckets[float("inf")] == 10
         assert stats.batch_sizes == {1: 10}
+        assert stats.mean_batch_size == 1
+        assert log.batches == [(1, [pytest.approx(0.015)])] * 10
+        await lane.aclose()
+
+    run_virtual(main())
+
+
+def test_the_observer_sees_a_failed_batch_without_latencies() -> None:
+    emb = SimulatedEmbedder(fail_when=lambda texts: "boom" in texts)
+    log = BatchLog()
+
+    async def main() -> None:
+        lane = EmbeddingLane(emb, concurrency=1, max_wait_ms=5, observer=log)
+        with pytest.raises(EmbeddingFailed):
+            await lane.embed_many(["boom", "bystander"])
+        stats = lane.stats()
+        assert (stats.batches, stats.failed_batches, stats.failed, stats.embedded) == (1, 1, 2, 0)
+        assert log.batches == [(2, [])]
         await lane.aclose()
 
     run_virtual(main())

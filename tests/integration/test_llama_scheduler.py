@@ -34,7 +34,22 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.runners.helpers import run
-from tierlm import EventKind, JobContext, JobHandle, RunnerError, Scheduler, SchedulerEvent
+from tierlm import (
+    JobCompleted,
+    JobContext,
+    JobEvent,
+    JobFailed,
+    JobHandle,
+    JobStarted,
+    JobSubmitted,
+    Preempting,
+    Requeued,
+    RunnerError,
+    Scheduler,
+    SchedulerEvent,
+    SwapFinished,
+    SwapStarted,
+)
 from tierlm.runners.protocol import CancelToken, GenerationRequest
 from tierlm.testing.gguf_model import CHATML_TEMPLATE
 
@@ -117,22 +132,24 @@ class Preemption:
     stopped_stats: GenerationStats | None
     """The runner's stats of the background's first run, read as it was re-queued."""
 
-    def job_events(self, class_name: str) -> list[SchedulerEvent]:
-        return [e for e in self.events if e.job is not None and e.job.class_name == class_name]
+    def job_events(self, class_name: str) -> list[JobEvent]:
+        return [
+            e for e in self.events if isinstance(e, JobEvent) and e.job.class_name == class_name
+        ]
 
-    def at(self, kind: EventKind, class_name: str) -> float:
-        return next(e.time for e in self.job_events(class_name) if e.kind is kind)
+    def at(self, kind: type[JobEvent], class_name: str) -> float:
+        return next(e.time for e in self.job_events(class_name) if isinstance(e, kind))
 
     @property
     def arrival(self) -> float:
         """When the chat was submitted (its first read of the stream)."""
-        return self.at(EventKind.SUBMITTED, "chat")
+        return self.at(JobSubmitted, "chat")
 
     @property
     def stop_latency(self) -> float:
         """Arrival to the background job's re-queue: its runner stream has ended
         (LlamaCppRunner returns only once its worker thread left the device)."""
-        return self.at(EventKind.REQUEUED, "nataraj") - self.arrival
+        return self.at(Requeued, "nataraj") - self.arrival
 
     @property
     def first_token_latency(self) -> float:
@@ -159,10 +176,10 @@ async def preempt_background(
 
     def listen(event: SchedulerEvent) -> None:
         events.append(event)
-        if event.job is not None and event.job.class_name == "nataraj":
-            if event.kind is EventKind.STARTED:
+        if isinstance(event, JobEvent) and event.job.class_name == "nataraj":
+            if isinstance(event, JobStarted):
                 started.set()
-            elif event.kind is EventKind.REQUEUED:
+            elif isinstance(event, Requeued):
                 # The runner's stats still describe the stopped run here.
                 stopped.append(getattr(sched.runner, "last_stats", None))
 
@@ -210,17 +227,17 @@ async def preempt_background(
     return Preemption(result, chat, events, stopped[0] if stopped else None)
 
 
-def kinds(events: list[SchedulerEvent]) -> list[EventKind]:
-    return [e.kind for e in events]
+def kinds(events: list[JobEvent]) -> list[type[JobEvent]]:
+    return [type(e) for e in events]
 
 
 PREEMPTED_AND_RESUMED = [
-    EventKind.SUBMITTED,
-    EventKind.STARTED,
-    EventKind.PREEMPTING,
-    EventKind.REQUEUED,
-    EventKind.STARTED,
-    EventKind.COMPLETED,
+    JobSubmitted,
+    JobStarted,
+    Preempting,
+    Requeued,
+    JobStarted,
+    JobCompleted,
 ]
 
 
@@ -255,15 +272,15 @@ def test_chat_preempts_a_long_generation_within_a_few_tokens_and_it_resumes_exac
         assert seen.chat.text == chat_reference.text
         assert kinds(seen.job_events("nataraj")) == PREEMPTED_AND_RESUMED
         assert kinds(seen.job_events("chat")) == [
-            EventKind.SUBMITTED,
-            EventKind.STARTED,
-            EventKind.COMPLETED,
+            JobSubmitted,
+            JobStarted,
+            JobCompleted,
         ]
         # The chat ran between the two runs of the background job.
         assert (
-            seen.at(EventKind.REQUEUED, "nataraj")
-            <= seen.at(EventKind.STARTED, "chat")
-            <= seen.at(EventKind.COMPLETED, "chat")
+            seen.at(Requeued, "nataraj")
+            <= seen.at(JobStarted, "chat")
+            <= seen.at(JobCompleted, "chat")
             <= seen.job_events("nataraj")[4].time
         )
         assert (stats.preemptions, stats.requeues, stats.completed, stats.swaps) == (1, 1, 2, 0)
@@ -401,7 +418,7 @@ def test_a_batch_of_jobs_on_the_other_model_costs_one_swap(tiny_models: TinyMode
             loaded = sched.loaded_model
 
         assert results == [expected[h.model_id] for h in (first, *queued)]
-        started = [e.job for e in events if e.kind is EventKind.STARTED and e.job is not None]
+        started = [e.job for e in events if isinstance(e, JobStarted)]
         assert [job.model_id for job in started] == ["a", "a", "b", "b", "b"]
         assert [job.id for job in started] == [
             first.id,
@@ -410,11 +427,11 @@ def test_a_batch_of_jobs_on_the_other_model_costs_one_swap(tiny_models: TinyMode
             queued[2].id,
             queued[3].id,
         ]
-        swaps = [e for e in events if e.kind is EventKind.SWAP_STARTED]
+        swaps = [e for e in events if isinstance(e, SwapStarted)]
         assert len(swaps) == 1
-        assert swaps[0].job is not None and swaps[0].job.id == queued[0].id
-        assert swaps[0].detail["previous"] == "a"
-        assert [e.kind for e in events].count(EventKind.SWAP_FINISHED) == 1
+        assert swaps[0].job.id == queued[0].id
+        assert swaps[0].previous == "a"
+        assert [type(e) for e in events].count(SwapFinished) == 1
         assert stats.swaps == 1
         assert runner.loads == loads_before + 1  # the device really loaded once
         assert loaded == runner.loaded_model == "b"
@@ -461,9 +478,9 @@ def test_a_missing_or_broken_model_file_fails_only_its_job(
             assert "".join([piece async for piece in chat]) == expected
             stats = sched.stats
 
-        failed = [e for e in events if e.kind is EventKind.FAILED]
-        assert [e.job.model_id for e in failed if e.job is not None] == ["gone", "notes", "gone"]
-        assert all(e.job is not None and repr(e.job.model_id) in e.detail["error"] for e in failed)
+        failed = [e for e in events if isinstance(e, JobFailed)]
+        assert [e.job.model_id for e in failed] == ["gone", "notes", "gone"]
+        assert all(repr(e.job.model_id) in repr(e.error) for e in failed)
         assert (stats.failed, stats.completed) == (3, 2)
         await runner.aclose()
 

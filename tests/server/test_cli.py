@@ -10,11 +10,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
+import tierlm
 from tests.runners.helpers import free_port
 from tests.server.helpers import MESSAGES, WAIT
 
@@ -74,3 +76,47 @@ def test_serve_then_stop_with_a_stream_open(sig: signal.Signals) -> None:
         assert process.returncode == (0 if sig == signal.SIGINT else -signal.SIGTERM)
         output = process.stdout.read()  # type: ignore[union-attr]
         assert "Traceback" not in output
+
+
+# A named fake of a missing install: an import hook (sitecustomize, on
+# PYTHONPATH ahead of everything) that makes the server extra's packages
+# unimportable, as they are after a plain `pip install tierlm`.
+BLOCK_SERVER_EXTRA = """
+import sys
+
+BLOCKED = {"starlette", "uvicorn", "prometheus_client", "pydantic", "pydantic_settings"}
+
+
+class BlockServerExtra:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, BlockServerExtra())
+"""
+
+
+def test_serve_without_the_server_extra_says_what_to_install(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_SERVER_EXTRA)
+    src = Path(tierlm.__file__).resolve().parents[1]
+    paths = [str(tmp_path), str(src), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import tierlm, starlette"], env=env, capture_output=True, text=True
+    )
+    assert "No module named 'starlette'" in probe.stderr  # the fake works
+
+    def run_tierlm(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tierlm.cli", *argv]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=WAIT)
+
+    result = run_tierlm("serve", "--check")
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()  # one line, no traceback
+    assert line.startswith("tierlm serve: needs the 'server' extra (")
+    assert line.endswith("is not installed): pip install 'tierlm[server]'")
+    # The base install still runs its own commands.
+    simulate = run_tierlm("simulate", "--help")
+    assert simulate.returncode == 0, simulate.stderr

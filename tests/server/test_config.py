@@ -11,6 +11,7 @@ import pytest
 
 from tierlm.core.classes import Budget
 from tierlm.server import cli
+from tierlm.server.backends import OpenAIBackend
 from tierlm.server.config import ConfigError, ServerSettings, load_settings, settings_from_dict
 
 DOCS = Path(__file__).parents[2] / "docs" / "gateway.md"
@@ -31,9 +32,9 @@ def error(raw: dict[str, Any], **kw: Any) -> str:
 def test_defaults_run_the_simulated_backend_on_loopback() -> None:
     settings = settings_from_dict({})
     assert settings == ServerSettings()
-    assert (settings.host, settings.port) == ("127.0.0.1", 8000)
+    assert (settings.server.host, settings.server.port) == ("127.0.0.1", 8000)
     assert settings.backend.kind == "sim"
-    assert [m.id for m in settings.backend.models] == ["sim-a", "sim-b"]
+    assert settings.backend.model_ids() == ["sim-a", "sim-b"]
     assert sorted(settings.classes) == ["chat", "extract", "gana", "nataraj"]
     assert settings.keys == ()
     assert settings.anonymous_class() == "chat"
@@ -52,10 +53,10 @@ def test_the_documented_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     config.write_text(blocks[0])
     settings = load_settings(config)
     assert settings.backend.kind == "llama-cpp"
-    qwen, coder = settings.backend.models
+    qwen, coder = settings.backend.models.values()
     assert qwen.path == tmp_path / "models" / "qwen2.5-1.5b-instruct-q4_k_m.gguf"
-    assert qwen.options == {"n_ctx": 4096, "n_threads": 4}
-    assert coder.options == {"options": {"flash_attn": True}}
+    assert qwen.load_options() == {"n_ctx": 4096, "n_threads": 4}
+    assert coder.load_options() == {"options": {"flash_attn": True}}
     assert settings.classes["extract"].budget == Budget(0.5, 300)
     assert settings.queue_limit("extract") == 5000 and settings.queue_limit("chat") == 1000
     cron = settings.classes["cron"]
@@ -70,8 +71,9 @@ def test_the_documented_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         assert load_settings(config).backend.kind == kind
     config.write_text(blocks[1])
     openai = load_settings(config).backend
-    assert openai.api_key == "sk-up" and openai.options["resume"] == "prefill"
-    assert [(m.id, m.upstream) for m in openai.models] == [("qwen", "qwen2.5:1.5b")]
+    assert isinstance(openai, OpenAIBackend)
+    assert openai.upstream_key() == "sk-up" and openai.resume == "prefill"
+    assert openai.upstream_names() == {"qwen": "qwen2.5:1.5b"}
 
 
 @pytest.mark.parametrize(
@@ -132,9 +134,9 @@ def test_a_public_address_needs_keys() -> None:
     assert message.startswith("server.host: refusing to listen on '0.0.0.0' without API keys")
     assert "Add [[keys]]" in message and "or bind 127.0.0.1" in message
     with_keys = settings_from_dict({"server": {"host": "0.0.0.0"}, "keys": [{"key": "k"}]})
-    assert with_keys.host == "0.0.0.0"
+    assert with_keys.server.host == "0.0.0.0"
     for loopback in ("localhost", "127.0.0.2", "::1"):
-        assert settings_from_dict({"server": {"host": loopback}}).host == loopback
+        assert settings_from_dict({"server": {"host": loopback}}).server.host == loopback
 
 
 def test_flags_override_the_file_and_are_named_in_errors(tmp_path: Path) -> None:
@@ -143,14 +145,14 @@ def test_flags_override_the_file_and_are_named_in_errors(tmp_path: Path) -> None
     settings = cli.settings_from_args(
         args("--config", str(config), "--port", "9100", "--model", "z")
     )
-    assert settings.port == 9100
-    assert [m.id for m in settings.backend.models] == ["z"]  # --model replaces the file's
+    assert settings.server.port == 9100
+    assert settings.backend.model_ids() == ["z"]  # --model replaces the file's
     with pytest.raises(ConfigError, match=r"^--port \(server.port\): must be between 0 and 65535"):
         cli.settings_from_args(args("--port", "99999"))
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF")
     settings = cli.settings_from_args(args("--backend", "llama-cpp", "--model", str(gguf)))
-    assert [(m.id, m.path) for m in settings.backend.models] == [("tiny", gguf)]
+    assert [(i, m.path) for i, m in settings.backend.models.items()] == [("tiny", gguf)]
     settings = cli.settings_from_args(args("--host", "0.0.0.0", "--api-key", "sk-1"))
     (key,) = settings.keys
     assert key.admin and key.key == "sk-1" and key.classes == set(settings.classes)
@@ -172,3 +174,70 @@ def test_serve_refuses_and_says_why(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.run(args("--check")) == 0
     out = capsys.readouterr().out
     assert "backend  sim" in out and "keys     none (loopback only" in out
+
+
+def test_file_environment_and_flags_feed_one_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Precedence: flags > TIERLM_* variables > the file > the defaults."""
+    config = tmp_path / "t.toml"
+    config.write_text(
+        "[server]\nport = 9000\nsse_heartbeat = 5\n"
+        "[backend]\nswap_seconds = 2\n[limits]\nqueue_limit = 7\n"
+    )
+    monkeypatch.setenv("TIERLM_SERVER__PORT", "9100")  # over the file
+    monkeypatch.setenv("TIERLM_BACKEND__SWAP_SECONDS", "0.5")  # text -> the field's type
+    monkeypatch.setenv("tierlm_limits__max_tokens_limit", "300")  # any case
+    monkeypatch.setenv("TIERLM_SCHEDULER__WEIGHTS", '{"indexer": 2}')  # a table, as JSON
+    monkeypatch.setenv("TIERLM_CLASSES__CRON__TIER", "4")  # a table of tables, by path
+    monkeypatch.setenv("TIERLM_CHROMIUM", "/not/a/setting")  # not a section: not read
+    settings = cli.settings_from_args(args("--config", str(config)))
+    assert settings.server.port == 9100 and settings.server.sse_heartbeat == 5
+    assert settings.backend.model_dump()["swap_seconds"] == 0.5
+    assert settings.limits.max_tokens_limit == 300 and settings.limits.queue_limit == 7
+    assert settings.limits.default_max_tokens == 256  # the default, under the limit
+    assert settings.scheduler.weights == {"indexer": 2.0}
+    assert settings.classes["cron"].tier == 4 and settings.classes["cron"].fair
+    flagged = cli.settings_from_args(args("--config", str(config), "--port", "9200"))
+    assert flagged.server.port == 9200  # a flag over the variable
+    assert load_settings(config).server.port == 9100
+    monkeypatch.delenv("TIERLM_SERVER__PORT")
+    assert load_settings(config).server.port == 9000
+    assert load_settings().server.port == 8000
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("TIERLM_SERVER__PORT", "99999", "TIERLM_SERVER__PORT (server.port): must be between"),
+        ("TIERLM_SERVER__PORT", "x", "TIERLM_SERVER__PORT (server.port): must be an integer"),
+        ("TIERLM_SERVER__PROT", "1", "TIERLM_SERVER__PROT (server.prot): unknown field; did you"),
+        ("TIERLM_BACKEND__KIND", "vllm", "TIERLM_BACKEND__KIND (backend.kind): must be one of"),
+        ("TIERLM_BACKEND__PRELOAD", "maybe", "TIERLM_BACKEND__PRELOAD (backend.preload): must be"),
+        ("TIERLM_KEYS", "[{}]", "TIERLM_KEYS (keys[0].key): give exactly one of key or key_env"),
+        ("TIERLM_SCHEDULER__WEIGHTS", "{not json", "TIERLM_*: "),
+    ],
+)
+def test_errors_name_the_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value).startswith(message)
+
+
+def test_flags_are_derived_from_the_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="tierlm serve")
+    cli.add_arguments(parser)
+    parser.print_help()
+    text = " ".join(capsys.readouterr().out.split())
+    # Help, default and choices come from the fields (ServerSection.port, backend kinds).
+    assert "--port N The port (default 8000)" in text
+    assert "--backend {sim,llama-cpp,openai,ollama}" in text
+    assert "--embed-backend {minilm,llama-cpp,sim,none}" in text
+    assert "sim: Seconds per token" in text  # a backend's own field says whose
+    assert "openai: The upstream server's URL, with or without /v1; ollama:" in text
+    assert "--embed-max-batch N Texts per batch" in text  # every embedder has it: no prefix
+    settings = cli.settings_from_args(args("--backend", "ollama", "--url", "http://127.0.0.1:9"))
+    assert settings.backend.summary() == "ollama (http://127.0.0.1:9)"

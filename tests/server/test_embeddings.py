@@ -34,6 +34,7 @@ from tierlm.embedding import SimulatedEmbedder, Vector
 from tierlm.server import cli
 from tierlm.server.app import create_app
 from tierlm.server.config import ConfigError, settings_from_dict
+from tierlm.server.embedders import LlamaCppEmbeddings
 from tierlm.server.embeddings import MAX_INPUTS
 
 MINILM = "all-MiniLM-L6-v2"
@@ -366,19 +367,21 @@ def test_the_lane_is_in_metrics_and_the_state_api(sim_gw: Gateway) -> None:
 
 
 def test_embeddings_default_to_sim_only_with_the_sim_backend(tmp_path: Path) -> None:
-    assert settings_from_dict({}).embedding_backend() == "sim"
+    assert settings_from_dict({}).embeddings.backend == "sim"
     upstream = {"backend": {"kind": "openai", "url": "http://127.0.0.1:9"}}
-    assert settings_from_dict(upstream).embedding_backend() == "none"
+    assert settings_from_dict(upstream).embeddings.backend == "none"
+    assert not settings_from_dict(upstream).embeddings.enabled
     minilm = settings_from_dict({**upstream, "embeddings": {"backend": "minilm"}})
-    assert minilm.embedding_backend() == "minilm"
-    assert minilm.embeddings.served_model("minilm") == MINILM
+    assert minilm.embeddings.backend == "minilm"
+    assert minilm.embeddings.served_model() == MINILM
     gguf = tmp_path / "nomic.gguf"
     gguf.write_bytes(b"GGUF")
     llama = settings_from_dict(
         {"embeddings": {"backend": "llama-cpp", "path": str(gguf), "n_ctx": 512}}
     )
-    assert llama.embeddings.served_model("llama-cpp") == "nomic"
-    assert llama.embeddings.options == {"n_ctx": 512}
+    assert isinstance(llama.embeddings, LlamaCppEmbeddings)
+    assert llama.embeddings.served_model() == "nomic"
+    assert llama.embeddings.n_ctx == 512
 
 
 @pytest.mark.parametrize(
@@ -415,13 +418,8 @@ def test_flags(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
         args("--embed-model", "embed", "--embed-max-batch", "8", "--embed-max-wait-ms", "2")
     )
     e = settings.embeddings
-    assert (settings.embedding_backend(), e.model, e.max_batch, e.max_wait_ms) == (
-        "sim",
-        "embed",
-        8,
-        2.0,
-    )
-    assert cli.settings_from_args(args("--embed-backend", "none")).embedding_backend() == "none"
+    assert (e.backend, e.model, e.max_batch, e.max_wait_ms) == ("sim", "embed", 8, 2.0)
+    assert cli.settings_from_args(args("--embed-backend", "none")).embeddings.backend == "none"
     with pytest.raises(ConfigError, match=r"^--embed-max-queue \(embeddings.max_queue\): must be"):
         cli.settings_from_args(args("--embed-max-queue", "0"))
     assert cli.run(args("--check")) == 0

@@ -161,3 +161,94 @@ def test_rejections_are_counted(gw: Gateway) -> None:
     before = gw.metric("tierlm_rejected_requests_total", reason="unknown_model")
     gw.http.post("/v1/completions", json={"model": "x", "prompt": "y"})
     assert gw.metric("tierlm_rejected_requests_total", reason="unknown_model") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("change", "param", "message"),
+    [
+        ({"logit_bias": {"50256": -100}}, "logit_bias", "not supported yet"),
+        ({"grammar": "root ::= [a-z]+"}, "grammar", "not supported yet"),
+        ({"mirostat_mode": 2}, "mirostat_mode", "not supported yet"),
+        ({"modalities": ["text", "audio"]}, "modalities", "only text is supported"),
+        ({"tool_choice": "auto"}, "tool_choice", "not supported yet"),
+        ({"response_format": {"type": "json_object"}}, "response_format", 'only {"type": "text"}'),
+        ({"logprobs": True}, "logprobs", "log-probabilities are not supported"),
+        (
+            {"messages": [{"role": "user", "content": "hi", "name": "ann"}]},
+            "messages[0].name",
+            "not supported yet",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages[0].content[0]",
+            "only text parts are supported, got 'image_url'",
+        ),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "tool messages"),
+    ],
+)
+def test_fields_the_gateway_does_not_honour_are_refused(
+    gw: Gateway, change: dict[str, Any], param: str, message: str
+) -> None:
+    """Never silently ignored: a value that asks for a feature the backend does
+    not give is a 400 saying so, with code "unsupported"."""
+    before = gw.metric("tierlm_rejected_requests_total", reason="unsupported")
+    response = gw.http.post("/v1/chat/completions", json={**chat_body(), **change})
+    assert response.status_code == 400, response.text
+    error = error_of(response)
+    assert (error["param"], error["code"]) == (param, "unsupported")
+    assert error["message"].startswith(f"{param}: ") and message in error["message"]
+    assert gw.metric("tierlm_rejected_requests_total", reason="unsupported") == before + 1
+    still_serves(gw)
+
+
+def test_values_that_ask_for_nothing_pass(gw: Gateway) -> None:
+    harmless = {
+        "n": 1,
+        "logprobs": False,
+        "logit_bias": {},
+        "mirostat_mode": 0,
+        "modalities": ["text"],
+        "response_format": {"type": "text"},
+        "stream": None,
+        "user": "end-user-7",
+    }
+    response = gw.http.post("/v1/chat/completions", json={**chat_body(max_tokens=2), **harmless})
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "w0 w1 "
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "message"),
+    [
+        ("/v1/chat/completions", chat_body(max_token=5), "max_token", "did you mean 'max_tokens'?"),
+        ("/v1/chat/completions", chat_body(frobnicate=1), "frobnicate", "(fields: model, "),
+        ("/v1/completions", {"model": "sim-a", "prompt": "x", "echo": True}, "echo", "not supp"),
+        ("/v1/completions", {"model": "sim-a", "prompt": "x", "best_of": 3}, "best_of", "got 3"),
+        ("/v1/completions", {"model": "sim-a", "prompt": ["a", "b"]}, "prompt", "one prompt"),
+        (
+            "/v1/completions",
+            {"model": "sim-a", "prompt": "x", "max_completion_tokens": 2},
+            "max_completion_tokens",
+            "unknown field",
+        ),
+    ],
+)
+def test_unknown_and_unsupported_fields_are_named(
+    gw: Gateway, path: str, body: dict[str, Any], param: str, message: str
+) -> None:
+    response = gw.http.post(path, json=body)
+    assert response.status_code == 400, response.text
+    error = error_of(response)
+    assert error["param"] == param and message in error["message"]
+    still_serves(gw)
+
+
+def test_the_official_client_raises_on_unsupported_fields(gw: Gateway) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        gw.openai().chat.completions.create(
+            model="sim-a", messages=MESSAGES, logit_bias={"1": 5}, max_tokens=2
+        )
+    assert info.value.param == "logit_bias"  # type: ignore[attr-defined]
+    assert info.value.code == "unsupported"
+    assert "not supported yet" in info.value.message
+    still_serves(gw)

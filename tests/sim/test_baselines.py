@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from tests.helpers import MSG, TOKEN, Recorder, first_token_time, runner, work_for
-from tierlm import EventKind, Scheduler, default_classes
+from tests.helpers import MSG, TOKEN, Recorder, first_token_time, mixed_queue, runner, work_for
+from tierlm import Requeued, Scheduler, default_classes
 from tierlm.sim.baselines import (
     FifoPolicy,
     SeedLiteralPolicy,
@@ -216,7 +217,28 @@ def test_seed_literal_arrival_cancels_a_job_only_to_restart_it() -> None:
             await gana
             starts = rec.starts(gana.id)
             assert len(starts) == 2 and starts[1] == pytest.approx(starts[0] + 5 + TOKEN, abs=1e-6)
-            assert rec.kinds(EventKind.REQUEUED)[0].job is gana.job
+            assert rec.kinds(Requeued)[0].job is gana.job
             note.cancel()
+
+    run_virtual(main())
+
+
+@pytest.mark.parametrize(
+    "policy", [FifoPolicy, TwoLanePolicy, StrictPriorityPolicy, SeedLiteralPolicy]
+)
+def test_queue_order_is_the_real_dispatch_order(policy: type[Any]) -> None:
+    """Policy.queue_order of every baseline: the order the queue then really runs in."""
+
+    async def main() -> None:
+        async with Scheduler(runner("m1"), policy=policy(default_classes())) as sched:
+            handles = await mixed_queue(sched)
+            predicted = [job.id for job in sched.policy.queue_order(sched.now(), "m1")]
+            positions = sched.queue_positions()
+            rec = Recorder.attach(sched)
+            sched.resume()
+            await asyncio.gather(*handles)
+            assert sorted(predicted) == sorted(h.id for h in handles)
+            assert rec.order() == predicted
+            assert [positions[i][1] for i in predicted] == list(range(1, len(handles) + 1))
 
     run_virtual(main())

@@ -81,6 +81,18 @@ class SchedulerConfig:
     stuck and stops waiting for it. Runners stop within a token, so
     5 s is many tokens even on a phone."""
 
+    journal_bytes_per_job: int = 1 << 20
+    """docs/design.md §4 zero-loss preemption: memory one closure job's journal of
+    its ``ctx.generate`` output may hold (1 MiB). A recorded token costs ~60 B
+    (a small str and its list slot), so this is ~17 000 tokens: every call of an
+    agent round of several 4 000-token calls, 14 minutes of decoding at the
+    seed's 20 tokens/s. A job past it still runs correctly; it regenerates."""
+
+    journal_bytes_total: int = 32 << 20
+    """The same for all journals together (32 MiB): 32 jobs at their bound,
+    thousands of typical rounds (a few hundred tokens each); small next to the
+    model the device holds. Only preempted and running jobs hold a journal."""
+
     def __post_init__(self) -> None:
         for name in (
             "max_affinity_wait",
@@ -100,6 +112,10 @@ class SchedulerConfig:
             raise ValueError(
                 f"SchedulerConfig.pool_floor: must be a fraction in [0, 1), got {self.pool_floor!r}"
             )
+        for name in ("journal_bytes_per_job", "journal_bytes_total"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"SchedulerConfig.{name}: must be an int >= 0, got {value!r}")
         if self.decay_period == 0:
             raise ValueError("SchedulerConfig.decay_period: must be > 0")
         if self.decay_period != DEFAULT_DECAY_PERIOD:

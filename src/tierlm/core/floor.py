@@ -53,16 +53,18 @@ class PoolFloor:
         pool, busy = self.meter.usage(now)
         return (pool - self.share * busy) / (1.0 + self.share)
 
+    def owed(self, now: float, backlogged: bool) -> bool:
+        """Whether a decision at ``now`` finds the floor owed (a query). With
+        nothing run in the window yet, nothing has pushed the pool below it."""
+        if not backlogged or self.share <= 0:
+            return False
+        pool, busy = self.meter.usage(now)
+        left = (pool - self.share * busy) / (1.0 + self.share)
+        return busy > 0 and left < (self.exit_after if self.active else MARGIN)
+
     def update(self, now: float, backlogged: bool) -> None:
         """Called at every decision: enter or leave the owed state."""
-        if not backlogged or self.share <= 0:
-            self.active = False
-            return
-        left = self.time_left(now)
-        if self.active:
-            self.active = left < self.exit_after
-        else:
-            self.active = left < MARGIN
+        self.active = self.owed(now, backlogged)
 
     def wakeup(self, now: float) -> float:
         """When to look again while non-pool work runs and the floor is not owed:

@@ -70,6 +70,15 @@ class Policy(Protocol):
     def queued(self) -> Iterator[Job]:
         """Every queued job, in no particular order."""
 
+    def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
+        """Every queued job, in the order the policy would dispatch them if the
+        device freed now and nothing else changed: the same order ``pick``
+        would give, call after call, with the device holding each picked job's
+        model in turn (tiers, each tier's order, affinity and swaps). Timers are
+        ignored (a chat grace, a deadline still ahead), and so is what running
+        the jobs would change (vruntime charges, budget shares). A query: it
+        changes nothing. For snapshots and queue positions (docs/design.md §2)."""
+
     def __len__(self) -> int:
         """How many jobs are queued."""
 

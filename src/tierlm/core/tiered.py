@@ -163,16 +163,21 @@ class TieredPolicy:
             return Tier.T1
         if base != Tier.T4:
             return base
-        if job.deadline is not None and now >= job.deadline and self._loan_open(job):
+        if job.deadline is not None and now >= job.deadline and self._loan_open(job, now):
             return Tier.T3
         return Tier.T4
 
-    def _loan_open(self, job: Job) -> bool:
-        return not self.floor.active and self.fair.path_eligible(job)
+    def _floor_owed(self, now: float) -> bool:
+        """The floor's state as a decision at ``now`` finds it (a query: the
+        decisions themselves commit it in ``_prepare``)."""
+        return self.floor.owed(now, self._book.fresh > 0)
+
+    def _loan_open(self, job: Job, now: float) -> bool:
+        return not self._floor_owed(now) and self.fair.path_eligible(job)
 
     def _rank(self, job: Job, now: float) -> int:
         tier = int(self.tier(job, now))
-        if tier == _T3 and self.floor.active and not job.task_class.fair:
+        if tier == _T3 and not job.task_class.fair and self._floor_owed(now):
             return _T3_AFTER_POOL
         return tier
 

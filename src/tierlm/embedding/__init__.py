@@ -16,19 +16,19 @@ from tierlm.embedding.embedders import (
     SimulatedEmbedder,
     Vector,
 )
-from tierlm.embedding.lane import (
+from tierlm.embedding.errors import (
     EmbeddingError,
     EmbeddingFailed,
-    EmbeddingLane,
     LaneClosed,
     LaneFull,
-    LaneStats,
     TextTooLong,
-    default_concurrency,
-    total_memory_bytes,
 )
+from tierlm.embedding.lane import EmbeddingLane
+from tierlm.embedding.machine import default_concurrency, total_memory_bytes
+from tierlm.embedding.stats import BatchObserver, LaneStats
 
 __all__ = [
+    "BatchObserver",
     "Embedder",
     "EmbeddingError",
     "EmbeddingFailed",

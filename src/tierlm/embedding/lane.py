@@ -43,36 +43,20 @@ what the simulated embedder does on the virtual-time loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
-import importlib
 import inspect
-import math
-import os
-from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from tierlm.embedding import machine
+from tierlm.embedding.admission import QueuedText, TextQueue
+from tierlm.embedding.errors import EmbeddingError, EmbeddingFailed, LaneClosed, TextTooLong
+from tierlm.embedding.stats import BatchObserver, LaneCounters, LaneStats
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from tierlm.embedding.embedders import Embedder, Vector
 
-__all__ = [
-    "DEFAULT_MAX_BATCH",
-    "DEFAULT_MAX_QUEUE",
-    "DEFAULT_MAX_WAIT_MS",
-    "EmbeddingError",
-    "EmbeddingFailed",
-    "EmbeddingLane",
-    "LaneClosed",
-    "LaneFull",
-    "LaneStats",
-    "TextTooLong",
-    "default_concurrency",
-    "total_memory_bytes",
-]
+__all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_QUEUE", "DEFAULT_MAX_WAIT_MS", "EmbeddingLane"]
 
 # docs/design.md §5's signature. 32 is sentence-transformers' own default batch size,
 # past which MiniLM's cost per text stops falling on a small CPU.
@@ -83,181 +67,11 @@ DEFAULT_MAX_WAIT_MS = 5.0
 # A flood of 200 notes/s (the seed's figure) fills this in 50 s if the embedder
 # stalled completely; ~10 000 short strings are a few MB.
 DEFAULT_MAX_QUEUE = 10_000
-# The seed's future work: 2 batches at once, 3 on machines with >= 8 cores and
-# >= 16 GiB. Two overlap one batch's Python work (tokenising, copying out the
-# vectors) with the other's matrix work; more would only contend for the cores
-# that the LLM needs too.
-SMALL_MACHINE_CONCURRENCY = 2
-LARGE_MACHINE_CONCURRENCY = 3
-LARGE_MACHINE_CORES = 8
-LARGE_MACHINE_MEMORY = 16 * 1024**3
 # English averages ~4 characters per token; with 8x margin, any natural text
 # that fits the model's window also fits ``max_input_tokens * 32`` characters
 # (8 192 for MiniLM's 256 tokens), and a text cut there had most of it
 # discarded by the model's own truncation anyway.
 CHARS_PER_TOKEN_BOUND = 32
-# Latency histogram bounds (seconds): from one warm MiniLM call to a queue that
-# took a minute to drain; the last bucket is +Inf, as Prometheus wants.
-LATENCY_BUCKETS: tuple[float, ...] = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    math.inf,
-)
-# p50/p99 are taken over the most recent texts only, so ``stats()`` stays cheap
-# and reflects the lane's current state rather than its whole history.
-LATENCY_WINDOW = 1024
-# Dropped texts stay in the queue (a deque has no cheap removal) until this many
-# pile up and they outnumber the live ones; then the queue is rebuilt.
-_COMPACT_MIN_DEAD = 64
-
-
-class EmbeddingError(Exception):
-    """Base class of the lane's errors."""
-
-
-class LaneFull(EmbeddingError):
-    """``nowait=True`` and the queue has no room for the text(s)."""
-
-
-class LaneClosed(EmbeddingError):
-    """The lane is closed, or was closed before the text was embedded."""
-
-
-class EmbeddingFailed(EmbeddingError):
-    """The embedder failed on the batch holding this text; ``__cause__`` says why."""
-
-
-class TextTooLong(EmbeddingError, ValueError):
-    """``overlong="error"`` and a text is longer than ``max_chars``."""
-
-
-def total_memory_bytes(meminfo: str | os.PathLike[str] = "/proc/meminfo") -> int | None:
-    """The machine's physical memory in bytes, or None when it cannot be told.
-
-    psutil when it is installed (the ``embed`` extra has it); otherwise Linux's
-    ``/proc/meminfo``; otherwise POSIX ``sysconf``.
-    """
-    try:
-        # Imported by name: psutil ships no type information, and the lane
-        # must work without it.
-        psutil: Any = importlib.import_module("psutil")
-    except ImportError:
-        pass
-    else:
-        return int(psutil.virtual_memory().total)
-    try:
-        for line in Path(meminfo).read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                # "MemTotal:       24570556 kB"
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        pages = os.sysconf("SC_PHYS_PAGES")
-        page_size = os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-    if pages <= 0 or page_size <= 0:
-        return None
-    return pages * page_size
-
-
-def default_concurrency(cpu_count: int | None = None, memory_bytes: int | None = None) -> int:
-    """2 batches at once; 3 on machines with >= 8 cores and >= 16 GiB (docs/design.md §5).
-
-    Arguments left None are detected (``os.cpu_count()``, :func:`total_memory_bytes`);
-    a machine that cannot be measured counts as small.
-    """
-    cores = os.cpu_count() if cpu_count is None else cpu_count
-    memory = total_memory_bytes() if memory_bytes is None else memory_bytes
-    if (
-        cores is not None
-        and memory is not None
-        and cores >= LARGE_MACHINE_CORES
-        and memory >= LARGE_MACHINE_MEMORY
-    ):
-        return LARGE_MACHINE_CONCURRENCY
-    return SMALL_MACHINE_CONCURRENCY
-
-
-@dataclass(frozen=True, slots=True)
-class LaneStats:
-    """A snapshot of the lane, for ``/metrics`` and the dashboard.
-
-    Counters are totals since the lane was made; latencies are loop-clock
-    seconds from the ``embed``/``embed_many`` call (so including any pushback
-    wait) to the text's vector.
-    """
-
-    queue_depth: int
-    """Texts accepted and waiting for a batch."""
-    max_queue: int
-    waiting_callers: int
-    """Callers held back by pushback, waiting for room in the queue."""
-    in_flight_batches: int
-    in_flight_texts: int
-    concurrency: int
-    max_batch: int
-    accepted: int
-    """Texts admitted to the queue."""
-    embedded: int
-    """Texts whose batch succeeded."""
-    failed: int
-    """Texts whose batch failed."""
-    dropped: int
-    """Texts removed before their batch started: caller cancelled, or lane closed."""
-    rejected: int
-    """Texts refused with :class:`LaneFull` (``nowait``)."""
-    pushbacks: int
-    """Times a caller had to wait for room in the queue."""
-    truncated: int
-    """Texts cut to ``max_chars`` characters."""
-    batches: int
-    """Batches run to the end, failed ones included."""
-    failed_batches: int
-    batch_sizes: Mapping[int, int]
-    """Histogram data: batch size -> number of batches of that size."""
-    peak_queue_depth: int
-    peak_in_flight_batches: int
-    latency_count: int
-    latency_sum: float
-    latency_buckets: tuple[tuple[float, int], ...]
-    """Cumulative ``(upper bound, texts <= bound)`` pairs, the last bound +Inf."""
-    latency_p50: float | None
-    """Over the last ``LATENCY_WINDOW`` texts; None before the first."""
-    latency_p99: float | None
-    closed: bool
-
-
-class _State(enum.Enum):
-    NEW = "new"
-    QUEUED = "queued"
-    STARTED = "started"
-    DROPPED = "dropped"
-
-
-class _Item:
-    """One text of one caller, with the future its vector goes to."""
-
-    __slots__ = ("enqueued", "future", "state", "submitted", "text")
-
-    def __init__(self, text: str, future: asyncio.Future[Vector], submitted: float) -> None:
-        self.text = text
-        self.future = future
-        self.submitted = submitted
-        self.enqueued = submitted
-        self.state = _State.NEW
 
 
 class EmbeddingLane:
@@ -276,9 +90,10 @@ class EmbeddingLane:
         *,
         max_chars: int | None = None,
         overlong: Literal["truncate", "error"] = "truncate",
+        observer: BatchObserver | None = None,
     ) -> None:
         if concurrency is None:
-            concurrency = default_concurrency()
+            concurrency = machine.default_concurrency()
         for name, value in (
             ("concurrency", concurrency),
             ("max_batch", max_batch),
@@ -313,33 +128,13 @@ class EmbeddingLane:
         self._slots = asyncio.Semaphore(concurrency)
         self._has_items = asyncio.Event()
         self._batch_full = asyncio.Event()
-        self._queue: deque[_Item] = deque()
-        self._live = 0  # QUEUED items in _queue
-        self._dead = 0  # DROPPED items still in _queue
-        # Callers pushed back, oldest first, each with the text it waits to queue.
-        # Room that appears goes straight to them (their text is queued for them),
-        # so a caller arriving later cannot overtake one that waits.
-        self._space_waiters: deque[tuple[asyncio.Future[None], _Item]] = deque()
+        self._counts = LaneCounters()
+        self._queue = TextQueue(max_queue, self._counts, self._on_enqueue)
         self._closing = False
 
         self._in_flight_batches = 0  # counted here: a task's done callback runs late
         self._in_flight_texts = 0
-        self._accepted = 0
-        self._embedded = 0
-        self._failed = 0
-        self._dropped = 0
-        self._rejected = 0
-        self._pushbacks = 0
-        self._truncated = 0
-        self._batches = 0
-        self._failed_batches = 0
-        self._batch_sizes: dict[int, int] = {}
-        self._peak_queue = 0
-        self._peak_in_flight = 0
-        self._latency_count = 0
-        self._latency_sum = 0.0
-        self._latency_bucket_counts = [0] * len(LATENCY_BUCKETS)
-        self._recent_latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self._observer = observer
 
     # ----------------------------------------------------------------- public
 
@@ -369,41 +164,34 @@ class EmbeddingLane:
 
     def stats(self) -> LaneStats:
         """A consistent snapshot; cheap enough for every ``/metrics`` scrape."""
-        recent = sorted(self._recent_latencies)
-        cumulative = 0
-        buckets = []
-        for bound, count in zip(LATENCY_BUCKETS, self._latency_bucket_counts, strict=True):
-            cumulative += count
-            buckets.append((bound, cumulative))
+        c = self._counts
+        p50, p99 = c.percentiles()
         return LaneStats(
-            queue_depth=self._live,
+            queue_depth=self._queue.live,
             max_queue=self.max_queue,
-            waiting_callers=sum(1 for w, _ in self._space_waiters if not w.done()),
+            waiting_callers=self._queue.waiting_callers(),
             in_flight_batches=self._in_flight_batches,
             in_flight_texts=self._in_flight_texts,
             concurrency=self.concurrency,
             max_batch=self.max_batch,
-            accepted=self._accepted,
-            embedded=self._embedded,
-            failed=self._failed,
-            dropped=self._dropped,
-            rejected=self._rejected,
-            pushbacks=self._pushbacks,
-            truncated=self._truncated,
-            batches=self._batches,
-            failed_batches=self._failed_batches,
-            batch_sizes=dict(sorted(self._batch_sizes.items())),
-            peak_queue_depth=self._peak_queue,
-            peak_in_flight_batches=self._peak_in_flight,
-            latency_count=self._latency_count,
-            latency_sum=self._latency_sum,
-            latency_buckets=tuple(buckets),
-            latency_p50=_percentile(recent, 0.50),
-            latency_p99=_percentile(recent, 0.99),
+            accepted=c.accepted,
+            embedded=c.embedded,
+            failed=c.failed,
+            dropped=c.dropped,
+            rejected=c.rejected,
+            pushbacks=c.pushbacks,
+            truncated=c.truncated,
+            batches=c.batches,
+            failed_batches=c.failed_batches,
+            batch_sizes=dict(sorted(c.batch_sizes.items())),
+            peak_queue_depth=c.peak_queue,
+            peak_in_flight_batches=c.peak_in_flight,
+            latency_count=c.latency_count,
+            latency_sum=c.latency_sum,
+            latency_p50=p50,
+            latency_p99=p99,
             closed=self._closing,
         )
-
-    snapshot = stats
 
     async def aclose(self, *, drain: bool = False) -> None:
         """Close the lane and wait until nothing of it runs.
@@ -415,21 +203,9 @@ class EmbeddingLane:
         """
         if not self._closing:
             self._closing = True
-            while self._space_waiters:
-                waiter, _ = self._space_waiters.popleft()
-                if not waiter.done():
-                    waiter.set_exception(LaneClosed("embedding lane closed"))
+            self._queue.refuse_waiters("embedding lane closed")
             if not drain:
-                for item in self._queue:
-                    if item.state is _State.QUEUED:
-                        item.state = _State.DROPPED
-                        self._dropped += 1
-                        if not item.future.done():
-                            item.future.set_exception(
-                                LaneClosed("embedding lane closed before this text was embedded")
-                            )
-                self._queue.clear()
-                self._live = self._dead = 0
+                self._queue.drop_all("embedding lane closed before this text was embedded")
             # Wake the dispatcher wherever it waits; it returns once the queue is empty.
             self._has_items.set()
             self._batch_full.set()
@@ -460,7 +236,7 @@ class EmbeddingLane:
                 raise TextTooLong(
                     f"{where}: {len(text)} characters, over the limit of {self.max_chars}"
                 )
-            self._truncated += 1
+            self._counts.truncated += 1
             return text[: self.max_chars]
         return text
 
@@ -480,103 +256,26 @@ class EmbeddingLane:
         if self._closing:
             raise LaneClosed("embedding lane closed")
         now = loop.time()
-        items = [_Item(text, loop.create_future(), now) for text in texts]
+        items = [QueuedText(text, loop.create_future(), now) for text in texts]
         try:
-            await self._admit(items, nowait, loop)
+            await self._queue.admit(items, nowait, loop)
             # In order: the call returns when its last text is done anyway.
             return [await item.future for item in items]
         except BaseException:
-            self._abandon(items)
+            self._queue.abandon(items)
             raise
 
-    def _room(self) -> int:
-        return self.max_queue - self._live
-
-    async def _admit(
-        self, items: list[_Item], nowait: bool, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        if nowait:
-            if self._space_waiters or self._room() < len(items):
-                self._rejected += len(items)
-                raise LaneFull(
-                    f"embedding queue full: {self._live}/{self.max_queue} texts queued, "
-                    f"{len(items)} offered"
-                )
-            for item in items:
-                self._enqueue(item, loop)
-            return
-        i = 0
-        while i < len(items):
-            # Callers already waiting go first: no overtaking the pushed back.
-            room = 0 if self._space_waiters else self._room()
-            if room > 0:
-                for item in items[i : i + room]:
-                    self._enqueue(item, loop)
-                i += room
-                continue
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._space_waiters.append((waiter, items[i]))
-            self._pushbacks += 1
-            try:
-                # Resolved once items[i] has been queued for us.
-                await waiter
-            except BaseException:
-                if waiter.cancelled():  # cancelled while waiting: leave the line
-                    # (unless a wake-up already skipped over it)
-                    with contextlib.suppress(ValueError):
-                        self._space_waiters.remove((waiter, items[i]))
-                # Anything of ours already queued is dropped by _submit.
-                raise
-            i += 1
-
-    def _enqueue(self, item: _Item, loop: asyncio.AbstractEventLoop) -> None:
-        item.state = _State.QUEUED
-        item.enqueued = loop.time()
-        self._queue.append(item)
-        self._live += 1
-        self._accepted += 1
-        self._peak_queue = max(self._peak_queue, self._live)
+    def _on_enqueue(self, queued: int) -> None:
         self._has_items.set()
-        if self._live >= self.max_batch:
+        if queued >= self.max_batch:
             self._batch_full.set()
-
-    def _wake_space_waiters(self) -> None:
-        loop = self._loop
-        assert loop is not None  # there are waiters only once bound
-        while self._space_waiters and self._room() > 0:
-            waiter, item = self._space_waiters.popleft()
-            if waiter.done():  # cancelled while waiting
-                continue
-            self._enqueue(item, loop)
-            waiter.set_result(None)
-
-    def _abandon(self, items: list[_Item]) -> None:
-        """The caller of ``items`` is gone (cancelled, or one of its texts failed)."""
-        freed = False
-        for item in items:
-            future = item.future
-            if not future.done():
-                future.cancel()
-            elif not future.cancelled():
-                future.exception()  # retrieved: no "exception never retrieved" warning
-            if item.state is _State.QUEUED:
-                item.state = _State.DROPPED
-                self._live -= 1
-                self._dead += 1
-                self._dropped += 1
-                freed = True
-        if freed:
-            if self._dead >= _COMPACT_MIN_DEAD and self._dead > self._live:
-                self._queue = deque(i for i in self._queue if i.state is _State.QUEUED)
-                self._dead = 0
-            self._wake_space_waiters()
 
     # --------------------------------------------------------------- batching
 
     async def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if self._live == 0:
+            if self._queue.live == 0:
                 if self._closing:
                     return
                 self._has_items.clear()
@@ -585,7 +284,7 @@ class EmbeddingLane:
             await self._slots.acquire()
             try:
                 await self._fill(loop)
-                batch = self._take()
+                batch = self._queue.take(self.max_batch)
             except BaseException:
                 self._slots.release()
                 raise
@@ -596,14 +295,14 @@ class EmbeddingLane:
             self._running.add(task)
             self._in_flight_batches += 1
             self._in_flight_texts += len(batch)
-            self._peak_in_flight = max(self._peak_in_flight, self._in_flight_batches)
+            self._counts.peak_in_flight = max(self._counts.peak_in_flight, self._in_flight_batches)
             task.add_done_callback(self._running.discard)
 
     async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait until a full batch is queued or the oldest text has waited ``max_wait``."""
-        if self._closing or self._live >= self.max_batch:
+        if self._closing or self._queue.live >= self.max_batch:
             return
-        oldest = self._oldest()
+        oldest = self._queue.oldest()
         if oldest is None:
             return
         deadline = oldest.enqueued + self.max_wait
@@ -616,27 +315,9 @@ class EmbeddingLane:
         except TimeoutError:
             pass
 
-    def _oldest(self) -> _Item | None:
-        while self._queue and self._queue[0].state is _State.DROPPED:
-            self._queue.popleft()
-            self._dead -= 1
-        return self._queue[0] if self._queue else None
-
-    def _take(self) -> list[_Item]:
-        batch: list[_Item] = []
-        while self._queue and len(batch) < self.max_batch:
-            item = self._queue.popleft()
-            if item.state is _State.DROPPED:
-                self._dead -= 1
-                continue
-            item.state = _State.STARTED
-            self._live -= 1
-            batch.append(item)
-        if batch:
-            self._wake_space_waiters()
-        return batch
-
-    async def _run(self, batch: list[_Item], loop: asyncio.AbstractEventLoop) -> None:
+    async def _run(self, batch: list[QueuedText], loop: asyncio.AbstractEventLoop) -> None:
+        latencies: list[float] = []
+        failed = False
         try:
             try:
                 vectors = await self._call_embedder([item.text for item in batch])
@@ -649,8 +330,7 @@ class EmbeddingLane:
                         )
                 raise
             except Exception as exc:
-                self._failed_batches += 1
-                self._failed += len(batch)
+                failed = True
                 for item in batch:
                     if not item.future.done():
                         error = EmbeddingFailed(
@@ -660,14 +340,14 @@ class EmbeddingLane:
                         item.future.set_exception(error)
                 return
             now = loop.time()
-            self._embedded += len(batch)
             for item, vector in zip(batch, vectors, strict=True):
-                self._record_latency(now - item.submitted)
+                latencies.append(now - item.submitted)
                 if not item.future.done():
                     item.future.set_result(vector)
         finally:
-            self._batches += 1
-            self._batch_sizes[len(batch)] = self._batch_sizes.get(len(batch), 0) + 1
+            self._counts.batch_ran(len(batch), latencies, failed=failed)
+            if self._observer is not None:
+                self._observer.batch_ran(len(batch), latencies)
             self._in_flight_batches -= 1
             self._in_flight_texts -= len(batch)
             self._slots.release()
@@ -697,38 +377,10 @@ class EmbeddingLane:
             checked.append(vector)
         return checked
 
-    def _record_latency(self, seconds: float) -> None:
-        self._latency_count += 1
-        self._latency_sum += seconds
-        self._recent_latencies.append(seconds)
-        for index, bound in enumerate(LATENCY_BUCKETS):
-            if seconds <= bound:
-                self._latency_bucket_counts[index] += 1
-                break
-
     def _on_dispatcher_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None:
             return
         # A bug in the dispatcher must not leave callers waiting forever.
         self._closing = True
-        error = task.exception()
-        for item in self._queue:
-            if item.state is _State.QUEUED and not item.future.done():
-                item.state = _State.DROPPED
-                failure = LaneClosed("embedding lane dispatcher crashed")
-                failure.__cause__ = error
-                item.future.set_exception(failure)
-        self._queue.clear()
-        self._live = self._dead = 0
-        while self._space_waiters:
-            waiter, _ = self._space_waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(LaneClosed("embedding lane dispatcher crashed"))
-
-
-def _percentile(ordered: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of an already sorted list."""
-    if not ordered:
-        return None
-    rank = max(1, math.ceil(q * len(ordered)))
-    return ordered[rank - 1]
+        self._queue.drop_all("embedding lane dispatcher crashed", task.exception())
+        self._queue.refuse_waiters("embedding lane dispatcher crashed")

@@ -1,18 +1,18 @@
-"""What the HTTP runners share: racing a stream against a cancel token, one
-client per event loop, readable server errors, and the lifecycle of a runner
-whose device is a server (``OpenAIRunner``, ``OllamaRunner``)."""
+"""What the HTTP runners share: a stream whose every read races the cancel token,
+one client per event loop, readable server errors, and the lifecycle of a
+runner whose device is a server (``OpenAIRunner``, ``OllamaRunner``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
+from tierlm.runners.cancel_scope import until_cancelled
 from tierlm.runners.protocol import CancelToken, RunnerError, unknown_model
 
 if TYPE_CHECKING:
@@ -20,12 +20,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUT",
-    "CancelRace",
     "HttpRunner",
     "LoopClients",
     "describe_exception",
     "error_text",
     "http_error_message",
+    "list_names",
     "parse_json_object",
     "post_stream",
 ]
@@ -34,8 +34,8 @@ __all__ = [
 # device can take minutes to evaluate a long prompt before the first byte, and a
 # cancel never relies on this timeout (reads race the cancel token).
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, read=600.0)
-
-_T = TypeVar("_T")
+# Listing models is a quick question: an upstream that takes longer is down for it.
+LIST_TIMEOUT = 5.0
 
 
 class HttpRunner:
@@ -83,95 +83,6 @@ class HttpRunner:
             raise unknown_model(model_id, self.models) from None
 
 
-class CancelRace:
-    """Race awaits against a cancel token, inside one ``async with`` block.
-
-    ``run(aw)`` returns ``aw``'s result, or None as soon as the token is
-    cancelled (``aw`` is then cancelled). ``iterate(it)`` yields items of an
-    async iterator until it ends or the token is cancelled. The token's callback
-    may come from any thread; it wakes the loop thread-safely.
-    """
-
-    def __init__(self, cancel: CancelToken) -> None:
-        self.cancel = cancel
-        self._fut: asyncio.Future[None] | None = None
-        self._remove: Callable[[], None] = lambda: None
-
-    @property
-    def cancelled(self) -> bool:
-        return self.cancel.cancelled
-
-    async def __aenter__(self) -> CancelRace:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        self._fut = fut
-        owner = threading.get_ident()
-
-        def settle() -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        def on_cancel(_: CancelToken) -> None:
-            if threading.get_ident() == owner:
-                settle()
-            else:
-                with contextlib.suppress(RuntimeError):  # loop already closed
-                    loop.call_soon_threadsafe(settle)
-
-        self._remove = self.cancel.add_callback(on_cancel)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._remove()
-
-    async def run(self, aw: Awaitable[_T]) -> _T | None:
-        assert self._fut is not None, "use CancelRace inside 'async with'"
-        if self.cancel.cancelled:
-            if isinstance(aw, Coroutine):
-                aw.close()  # never started: no "never awaited" warning
-            return None
-        task = asyncio.ensure_future(aw)
-        waiters: set[asyncio.Future[Any]] = {task, self._fut}
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            task.cancel()
-            raise
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({task})
-        if task.cancelled():
-            return None
-        # Done, possibly in the same instant as the cancel: the caller gets the
-        # result (e.g. a response it must close) and sees the cancel next.
-        return task.result()
-
-    async def iterate(self, iterator: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
-        end = _End()
-
-        async def step() -> _T | _End:
-            try:
-                return await anext(iterator)
-            except StopAsyncIteration:
-                return end
-
-        while not self.cancel.cancelled:
-            item = await self.run(step())
-            if item is None or isinstance(item, _End):
-                return
-            yield item
-
-
-class _End:
-    """Marks the end of an iterator raced by ``CancelRace.iterate``."""
-
-
 async def post_stream(
     client: httpx.AsyncClient,
     url: str,
@@ -188,42 +99,53 @@ async def post_stream(
     ``RunnerError`` naming the model and the cause; ``pieces()`` says how far the
     stream got, for the message.
     """
-    async with CancelRace(cancel) as race:
+    try:
+        request = client.build_request("POST", url, json=body)
+        response = await until_cancelled(cancel, client.send(request, stream=True))
+        if response is None:
+            return
         try:
-            request = client.build_request("POST", url, json=body)
-            response = await race.run(client.send(request, stream=True))
-            if response is None:
-                return
-            try:
-                if response.status_code >= 400:
-                    detail = await race.run(response.aread())
-                    if detail is None:
-                        return
-                    raise RunnerError(
-                        f"model {model_id!r}: {url} answered "
-                        f"{http_error_message(response.status_code, detail)}",
-                        model_id=model_id,
-                    )
-                async with contextlib.aclosing(race.iterate(response.aiter_lines())) as lines:
-                    async for line in lines:
-                        yield line
-            finally:
-                await response.aclose()
-        except httpx.TimeoutException as exc:
-            raise RunnerError(
-                f"model {model_id!r}: {url} timed out ({type(exc).__name__})", model_id=model_id
-            ) from exc
-        except httpx.TransportError as exc:
-            if pieces() or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+            if response.status_code >= 400:
+                detail = await until_cancelled(cancel, response.aread())
+                if detail is None:
+                    return
                 raise RunnerError(
-                    f"model {model_id!r}: {url} broke the stream after {pieces()} pieces: "
-                    f"{describe_exception(exc)}",
+                    f"model {model_id!r}: {url} answered "
+                    f"{http_error_message(response.status_code, detail)}",
                     model_id=model_id,
-                ) from exc
+                )
+            lines = response.aiter_lines()
+            # Each read races the token, never the yield (docs/design.md §2 cancel).
+            while (line := await until_cancelled(cancel, anext(lines, None))) is not None:
+                yield line
+        finally:
+            await response.aclose()
+    except httpx.TimeoutException as exc:
+        raise RunnerError(
+            f"model {model_id!r}: {url} timed out ({type(exc).__name__})", model_id=model_id
+        ) from exc
+    except httpx.TransportError as exc:
+        if pieces() or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
             raise RunnerError(
-                f"model {model_id!r}: cannot reach {url}: {describe_exception(exc)}",
+                f"model {model_id!r}: {url} broke the stream after {pieces()} pieces: "
+                f"{describe_exception(exc)}",
                 model_id=model_id,
             ) from exc
+        raise RunnerError(
+            f"model {model_id!r}: cannot reach {url}: {describe_exception(exc)}",
+            model_id=model_id,
+        ) from exc
+
+
+async def list_names(client: httpx.AsyncClient, url: str, items: str, name: str) -> list[str]:
+    """The ``name`` of each object in ``GET url``'s ``items`` list (a server's
+    models); RunnerError naming the URL and the cause."""
+    try:
+        response = await client.get(url, timeout=LIST_TIMEOUT)
+        response.raise_for_status()
+        return [str(item[name]) for item in response.json().get(items, [])]
+    except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise RunnerError(f"GET {url} failed: {describe_exception(exc)}") from exc
 
 
 def error_text(error: Any) -> str:

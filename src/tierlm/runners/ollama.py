@@ -37,6 +37,7 @@ from tierlm.runners.http import (
     HttpRunner,
     describe_exception,
     http_error_message,
+    list_names,
     parse_json_object,
     post_stream,
 )
@@ -79,6 +80,11 @@ class OllamaRunner(HttpRunner):
         super().__init__(models, dict(headers or {}), timeout)
         self.last_load_seconds: float | None = None
         """Wall time of the last swap (unload + load)."""
+
+    async def list_models(self) -> list[str]:
+        """The server's model names (``GET /api/tags``); RunnerError if it cannot say."""
+        url = f"{self.base_url}/api/tags"
+        return await list_names(self._clients.get(), url, items="models", name="name")
 
     # -- load --------------------------------------------------------------
 

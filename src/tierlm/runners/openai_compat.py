@@ -43,6 +43,7 @@ from tierlm.runners.http import (
     DEFAULT_TIMEOUT,
     HttpRunner,
     error_text,
+    list_names,
     parse_json_object,
     post_stream,
 )
@@ -127,6 +128,11 @@ class OpenAIRunner(HttpRunner):
         if api_key:
             request_headers["Authorization"] = f"Bearer {api_key}"
         super().__init__(models, request_headers, timeout)
+
+    async def list_models(self) -> list[str]:
+        """The server's model names (``GET /v1/models``); RunnerError if it cannot say."""
+        url = f"{self.base_url}/models"
+        return await list_names(self._clients.get(), url, items="data", name="id")
 
     async def load(self, model_id: str) -> None:
         if model_id == self.loaded_model:

@@ -6,7 +6,7 @@ from the modules, one list each; a component that lives beside the scheduler
 mounts the same way: its routes go in ``_routes``, its start/stop in
 ``lifespan`` (an ``AsyncExitStack``), its metrics in ``gateway.metrics.registry``
 and its state in ``gateway.extensions`` (shown by the state API and the
-dashboard). The embedding lane (``embeddings.py``) is one.
+dashboard). The embedding lane (``embedding_service.py``, ``embeddings.py``) is one.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from starlette.routing import BaseRoute, Route
 from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
 from tierlm.server import dashboard, embeddings, openai_api, scheduler_api
-from tierlm.server.config import ServerSettings, check_bind
+from tierlm.server.config import ServerSettings
+from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import exception_handlers
 from tierlm.server.gateway import Gateway
 
@@ -62,11 +63,11 @@ def create_app(
     program with its own); the app then does not close them. An ``embedder``
     serves /v1/embeddings even when the settings turn embeddings off.
 
-    Raises ``ConfigError`` when the settings cannot be served here (a public
-    address without keys, an embedder whose packages are missing)."""
+    Raises ``ConfigError`` when the settings cannot be served here (an embedder
+    whose packages are missing); ``ServerSettings`` refuses the rest (a public
+    address without keys) when it is made."""
     settings = settings or ServerSettings()
-    check_bind(settings)
-    service = embeddings.EmbeddingService.from_settings(settings, embedder)
+    service = EmbeddingService.from_settings(settings, embedder)
     gateway = Gateway(settings, runner)
     if service is not None:
         service.mount(gateway)

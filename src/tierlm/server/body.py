@@ -1,4 +1,4 @@
-"""Reading a JSON request body within the size limit, and naming JSON types in errors."""
+"""Reading a JSON request body within the size limit."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from starlette.requests import Request
 
 from tierlm.server.errors import APIError
 
-__all__ = ["json_type", "read_json"]
+__all__ = ["read_json"]
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -49,22 +49,3 @@ def _too_large(length: int | None, limit: int) -> APIError:
         code="body_too_large",
         reason="body_too_large",
     )
-
-
-def json_type(value: Any) -> str:
-    """A JSON value's type as JSON names it, for messages ("got a string")."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__

@@ -11,21 +11,13 @@ import contextlib
 import logging
 import os
 import sys
-from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import uvicorn
 
 from tierlm.server.app import create_app
-from tierlm.server.config import (
-    BACKENDS,
-    EMBED_BACKENDS,
-    ConfigError,
-    ServerSettings,
-    load_settings,
-)
-from tierlm.server.embeddings import check_available
+from tierlm.server.config import ConfigError, ServerSettings, load_settings
+from tierlm.server.flags import add_setting_flags, setting_overrides
 from tierlm.server.gateway import Gateway
 
 __all__ = ["add_arguments", "run", "settings_from_args"]
@@ -36,9 +28,7 @@ API_KEY_ENV = "TIERLM_API_KEY"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (docs/gateway.md)")
-    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port (default 8000)")
-    parser.add_argument("--backend", choices=BACKENDS, help="what runs the models (default sim)")
+    add_setting_flags(parser)
     parser.add_argument(
         "--model",
         action="append",
@@ -46,7 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a model to serve (repeatable; replaces the file's models): llama-cpp "
         "ID=file.gguf (or just the path); openai/ollama ID=upstream-name or the name; sim ID",
     )
-    parser.add_argument("--url", help="openai/ollama: the upstream server's URL")
     parser.add_argument(
         "--api-key",
         action="append",
@@ -54,78 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"an admin key allowed every class (repeatable; also ${API_KEY_ENV}). "
         "With keys, every request needs one; without, only 127.0.0.1 may be bound",
     )
-    parser.add_argument("--token-interval", type=float, metavar="S", help="sim: seconds per token")
-    parser.add_argument("--swap-seconds", type=float, metavar="S", help="sim: seconds per swap")
-    parser.add_argument("--max-body-bytes", type=int, metavar="N")
-    parser.add_argument("--max-tokens-limit", type=int, metavar="N")
-    parser.add_argument("--queue-limit", type=int, metavar="N", help="queued jobs per class")
-    parser.add_argument(
-        "--embed-backend",
-        choices=EMBED_BACKENDS,
-        help="what serves /v1/embeddings (default: sim with the sim backend, else none)",
-    )
-    parser.add_argument(
-        "--embed-model", metavar="NAME", help="the name /v1/embeddings serves the embedder as"
-    )
-    parser.add_argument(
-        "--embed-path",
-        metavar="PATH",
-        help="llama-cpp: the GGUF file; minilm: a model directory (default: the packaged one)",
-    )
-    parser.add_argument(
-        "--embed-concurrency", type=int, metavar="N", help="embedding batches at once"
-    )
-    parser.add_argument("--embed-max-batch", type=int, metavar="N", help="texts per batch")
-    parser.add_argument(
-        "--embed-max-wait-ms", type=float, metavar="MS", help="wait this long to fill a batch"
-    )
-    parser.add_argument(
-        "--embed-max-queue", type=int, metavar="N", help="texts queued; beyond it 429"
-    )
-    parser.add_argument(
-        "--log-level", choices=("critical", "error", "warning", "info", "debug", "trace")
-    )
     parser.add_argument(
         "--check", action="store_true", help="validate the settings, print a summary, exit"
     )
 
 
-# flag attribute -> settings path
-_FLAGS = {
-    "host": "server.host",
-    "port": "server.port",
-    "log_level": "server.log_level",
-    "backend": "backend.kind",
-    "url": "backend.url",
-    "token_interval": "backend.token_interval",
-    "swap_seconds": "backend.swap_seconds",
-    "max_body_bytes": "limits.max_body_bytes",
-    "max_tokens_limit": "limits.max_tokens_limit",
-    "queue_limit": "limits.queue_limit",
-    "embed_backend": "embeddings.backend",
-    "embed_model": "embeddings.model",
-    "embed_path": "embeddings.path",
-    "embed_concurrency": "embeddings.concurrency",
-    "embed_max_batch": "embeddings.max_batch",
-    "embed_max_wait_ms": "embeddings.max_wait_ms",
-    "embed_max_queue": "embeddings.max_queue",
-}
-
-
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
-    overrides: dict[str, Any] = {}
-    flags: dict[str, str] = {}
-    for attr, path in _FLAGS.items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            overrides[path] = value
-            flags[path] = "--" + attr.replace("_", "-")
+    overrides, flags = setting_overrides(args)
     if args.model:
         models: dict[str, str | None] = {}
         for item in args.model:
-            model_id, sep, target = item.partition("=")
-            if not sep and (args.backend == "llama-cpp" or item.endswith(".gguf")):
-                model_id, target = Path(item).stem, item
+            model_id, _, target = item.partition("=")
             models[model_id] = target or None
         overrides["backend.models"] = models
         flags["backend.models"] = "--model"
@@ -142,9 +70,9 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
 def describe(settings: ServerSettings) -> str:
     backend = settings.backend
     lines = [
-        f"listen   http://{settings.host}:{settings.port}",
-        f"backend  {backend.kind}" + (f" ({backend.url})" if backend.url else ""),
-        "models   " + (", ".join(m.id for m in backend.models) or "(any, passed upstream)"),
+        f"listen   http://{settings.server.host}:{settings.server.port}",
+        f"backend  {backend.summary()}",
+        "models   " + (", ".join(backend.model_ids()) or "(any, passed upstream)"),
         "classes  "
         + ", ".join(
             f"{c.name} T{c.tier} queue<={settings.queue_limit(c.name)}"
@@ -162,15 +90,12 @@ def describe(settings: ServerSettings) -> str:
         f"max_tokens<={settings.limits.max_tokens_limit} "
         f"(default {settings.limits.default_max_tokens})",
     ]
-    kind = settings.embedding_backend()
-    if kind == "none":
+    e = settings.embeddings
+    if not e.enabled:
         lines.append("embed    off")
     else:
-        e = settings.embeddings
         lines.append(
-            f"embed    {kind} as {e.served_model(kind)!r}"
-            + (f" ({e.path})" if e.path else "")
-            + f", batch<={e.max_batch} within {e.max_wait_ms:g} ms, "
+            f"embed    {e.summary()}, batch<={e.max_batch} within {e.max_wait_ms:g} ms, "
             f"queue<={e.max_queue}, concurrency {e.concurrency or 'default'}"
         )
     return "\n".join(lines)
@@ -179,12 +104,6 @@ def describe(settings: ServerSettings) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
-        check_available(
-            settings,
-            "--embed-backend (embeddings.backend)"
-            if getattr(args, "embed_backend", None)
-            else "embeddings.backend",
-        )
     except ConfigError as exc:
         print(f"tierlm serve: {exc}", file=sys.stderr)
         return 2
@@ -192,21 +111,23 @@ def run(args: argparse.Namespace) -> int:
         print(describe(settings))
         return 0
     logging.basicConfig(
-        level=settings.log_level.upper() if settings.log_level != "trace" else "DEBUG",
+        level=settings.server.log_level.upper()
+        if settings.server.log_level != "trace"
+        else "DEBUG",
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     app = create_app(settings)
     gateway: Gateway = app.state.gateway
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level,
         # A cancelled job stops within cancel_grace; twice that, then tasks are cancelled.
         timeout_graceful_shutdown=int(2 * settings.scheduler.cancel_grace) or 1,
     )
     server = _Server(config, gateway)
-    base = f"http://{settings.host}:{settings.port}"
+    base = f"http://{settings.server.host}:{settings.server.port}"
     print(
         f"tierlm gateway ({settings.backend.kind}): OpenAI base URL {base}/v1, "
         f"dashboard {base}/dashboard, metrics {base}/metrics",

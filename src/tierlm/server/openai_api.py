@@ -1,16 +1,15 @@
 """OpenAI-compatible endpoints: chat completions, completions, models, health.
 
-Requests are validated field by field; an invalid one gets 400 in OpenAI's error
-format with ``param`` naming the field. Fields the gateway cannot honour (``n``
-other than 1, tools, log-probabilities...) are rejected rather than silently
-ignored; unknown fields are ignored, as OpenAI's API ignores what its clients
-add. ``usage.prompt_tokens`` is an estimate (~4 characters a token): runners
-report generated tokens, not prompt tokens.
+Requests are validated by their pydantic models (``requests``); an invalid one
+gets 400 in OpenAI's error format with ``param`` naming the field. Fields the
+gateway cannot honour (``n`` other than 1, tools, log-probabilities...) and
+unknown fields are rejected rather than silently ignored. ``usage.prompt_tokens``
+is an estimate (~4 characters a token): runners report generated tokens, not
+prompt tokens.
 """
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from collections.abc import Mapping
@@ -22,30 +21,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.runners.protocol import Cancelled, CancelReason, GenerationRequest, RunnerError
-from tierlm.server.body import json_type, read_json
-from tierlm.server.config import LimitSettings
+from tierlm.server.body import read_json
 from tierlm.server.errors import APIError
 from tierlm.server.gateway import Gateway, GatewayJob
 from tierlm.server.metadata import job_meta
+from tierlm.server.requests import ChatRequest, CompletionRequest, GenerationFields, parse
+from tierlm.server.settings import LimitSettings
 from tierlm.server.streaming import JobResult, JobStream
 
 __all__ = ["Params", "parse_chat", "parse_completion", "routes"]
 
 Endpoint = Literal["chat", "completions"]
-# Chat roles a plain text chat template knows; OpenAI's "developer" is a system message.
-ROLES = ("system", "developer", "user", "assistant")
-# OpenAI's own limit on stop sequences.
-MAX_STOP = 4
-# Sampling options passed to the runner (GenerationRequest.extra), with bounds
-# (OpenAI's where OpenAI has the field; llama.cpp's names otherwise).
-_EXTRA: dict[str, tuple[float, float]] = {
-    "top_p": (0.0, 1.0),
-    "presence_penalty": (-2.0, 2.0),
-    "frequency_penalty": (-2.0, 2.0),
-    "top_k": (0, math.inf),
-    "min_p": (0.0, 1.0),
-    "repeat_penalty": (0.0, math.inf),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,205 +45,29 @@ class Params:
     include_usage: bool
 
 
-def _bad(param: str, message: str, reason: str = "invalid_request") -> APIError:
-    return APIError(400, f"{param}: {message}", param=param, reason=reason)
-
-
-def _unsupported(param: str, message: str) -> APIError:
-    return APIError(
-        400, f"{param}: {message}", param=param, code="unsupported", reason="unsupported"
-    )
-
-
-def _number(body: Mapping[str, Any], name: str, lo: float, hi: float) -> float | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _bad(name, f"must be a number, got {json_type(value)}")
-    if not lo <= value <= hi:
-        raise _bad(name, f"must be between {lo:g} and {hi:g}, got {value}")
-    return float(value)
-
-
-def _int(body: Mapping[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(name, f"must be an integer, got {json_type(value)}")
-    return value
-
-
-def _bool(body: Mapping[str, Any], name: str) -> bool:
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _bad(name, f"must be a boolean, got {json_type(value)}")
-    return value
-
-
-def _common(body: Any, endpoint: Endpoint, limits: LimitSettings) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise APIError(
-            400, f"request body: must be a JSON object, got {json_type(body)}", param=None
-        )
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        got = "nothing" if model is None else json_type(model)
-        raise _bad("model", f"must be a non-empty string naming a model, got {got}")
-    name = "max_tokens"
-    max_tokens = _int(body, "max_tokens")
-    if endpoint == "chat" and body.get("max_completion_tokens") is not None:
-        name = "max_completion_tokens"
-        max_tokens = _int(body, name)
-    if max_tokens is None:
-        max_tokens = limits.default_max_tokens
-    elif not 1 <= max_tokens <= limits.max_tokens_limit:
-        raise _bad(
-            name,
-            f"must be between 1 and {limits.max_tokens_limit} (limits.max_tokens_limit), "
-            f"got {max_tokens}",
-            reason="max_tokens",
-        )
-    n = _int(body, "n")
-    if n is not None and n != 1:
-        raise _unsupported("n", f"only 1 choice per request is supported, got {n}")
-    stop = body.get("stop")
-    if stop is None:
-        stops: tuple[str, ...] = ()
-    elif isinstance(stop, str):
-        stops = (stop,)
-    elif (
-        isinstance(stop, list)
-        and len(stop) <= MAX_STOP
-        and all(isinstance(s, str) and s for s in stop)
-    ):
-        stops = tuple(stop)
-    else:
-        raise _bad("stop", f"must be a string or an array of up to {MAX_STOP} non-empty strings")
-    stream = _bool(body, "stream")
-    options = body.get("stream_options")
-    include_usage = False
-    if options is not None:
-        if not isinstance(options, dict):
-            raise _bad("stream_options", f"must be an object, got {json_type(options)}")
-        usage = options.get("include_usage", False)
-        if not isinstance(usage, bool):
-            raise _bad("stream_options.include_usage", f"must be a boolean, got {json_type(usage)}")
-        include_usage = usage
-    extra: dict[str, Any] = {}
-    for key, (lo, hi) in _EXTRA.items():
-        value = _number(body, key, lo, hi)
-        if value is not None:
-            extra[key] = int(value) if key == "top_k" else value
-    seed = _int(body, "seed")
-    if seed is not None:
-        extra["seed"] = seed
-    if body.get("logprobs") not in (None, False, 0):
-        raise _unsupported("logprobs", "log-probabilities are not supported by this gateway")
-    return {
-        "model": model,
-        "max_tokens": max_tokens,
-        "temperature": _number(body, "temperature", 0.0, 2.0),
-        "stop": stops,
-        "extra": extra,
-        "stream": stream,
-        "include_usage": include_usage,
-    }
-
-
 def parse_chat(body: Any, limits: LimitSettings) -> Params:
-    common = _common(body, "chat", limits)
-    for field in ("tools", "functions"):
-        if body.get(field):
-            raise _unsupported(field, "tool calling is not supported by this gateway")
-    response_format = body.get("response_format")
-    if response_format is not None and (
-        not isinstance(response_format, dict) or response_format.get("type") != "text"
-    ):
-        raise _unsupported("response_format", 'only {"type": "text"} is supported')
-    messages = _messages(body.get("messages"))
-    request = GenerationRequest(
-        model_id=common["model"],
-        messages=messages,
-        max_tokens=common["max_tokens"],
-        temperature=common["temperature"],
-        stop=common["stop"],
-        extra=common["extra"],
-    )
-    return Params("chat", common["model"], request, common["stream"], common["include_usage"])
-
-
-def _messages(value: Any) -> list[dict[str, str]]:
-    if not isinstance(value, list) or not value:
-        got = "nothing" if value is None else json_type(value)
-        raise _bad("messages", f"must be a non-empty array of messages, got {got}")
-    messages = []
-    for i, message in enumerate(value):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise _bad(where, f"must be an object with role and content, got {json_type(message)}")
-        role = message.get("role")
-        if role == "tool":
-            raise _unsupported(f"{where}.role", "tool messages are not supported by this gateway")
-        if role not in ROLES:
-            shown = repr(role) if isinstance(role, str) else json_type(role)
-            raise _bad(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {shown}")
-        content = message.get("content")
-        if content is None and role == "assistant":
-            text = ""
-        elif isinstance(content, str):
-            text = content
-        elif isinstance(content, list):
-            parts = []
-            for j, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text":
-                    kind = part.get("type") if isinstance(part, dict) else json_type(part)
-                    raise _unsupported(
-                        f"{where}.content[{j}]", f"only text parts are supported, got {kind!r}"
-                    )
-                if not isinstance(part.get("text"), str):
-                    raise _bad(f"{where}.content[{j}].text", "must be a string")
-                parts.append(part["text"])
-            text = "".join(parts)
-        else:
-            raise _bad(
-                f"{where}.content",
-                f"must be a string or an array of text parts, got {json_type(content)}",
-            )
-        messages.append({"role": "system" if role == "developer" else role, "content": text})
-    return messages
+    chat = parse(ChatRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
+    return _params("chat", chat, limits, messages=[m.as_runner_message() for m in chat.messages])
 
 
 def parse_completion(body: Any, limits: LimitSettings) -> Params:
-    common = _common(body, "completions", limits)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        raise _unsupported("prompt", "one prompt per request; send a request per prompt")
-    if not isinstance(prompt, str):
-        got = "nothing" if prompt is None else json_type(prompt)
-        raise _bad("prompt", f"must be a string, got {got}")
-    for field in ("echo", "suffix"):
-        if body.get(field):
-            raise _unsupported(field, "not supported by this gateway")
-    best_of = _int(body, "best_of")
-    if best_of is not None and best_of != 1:
-        raise _unsupported("best_of", f"only 1 is supported, got {best_of}")
+    completion = parse(CompletionRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
+    return _params("completions", completion, limits, prompt=completion.prompt)
+
+
+def _params(
+    endpoint: Endpoint, fields: GenerationFields, limits: LimitSettings, **text: Any
+) -> Params:
+    _, max_tokens = fields.max_tokens_field()
     request = GenerationRequest(
-        model_id=common["model"],
-        prompt=prompt,
-        max_tokens=common["max_tokens"],
-        temperature=common["temperature"],
-        stop=common["stop"],
-        extra=common["extra"],
+        model_id=fields.model,
+        max_tokens=limits.default_max_tokens if max_tokens is None else max_tokens,
+        temperature=fields.temperature,
+        stop=tuple(fields.stop or ()),
+        extra=fields.sampling(),
+        **text,
     )
-    return Params(
-        "completions", common["model"], request, common["stream"], common["include_usage"]
-    )
+    return Params(endpoint, fields.model, request, bool(fields.stream), fields.include_usage)
 
 
 # -- answers ------------------------------------------------------------------
@@ -283,7 +93,7 @@ def job_error(job: GatewayJob) -> APIError | None:
             )
         return APIError(409, f"job {job.id} was cancelled", code="cancelled")
     except RunnerError as exc:
-        upstream = job.gateway.settings.backend.kind in ("openai", "ollama")
+        upstream = job.gateway.settings.backend.capabilities.upstream
         return APIError(
             502 if upstream else 500, f"backend: {exc}", code="backend_error", type="server_error"
         )
@@ -399,7 +209,7 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     job = gateway.submit(meta, params.request)
     answer = _Answer(params)
     if params.stream:
-        return JobStream(job, answer, job_error, settings.sse_heartbeat)
+        return JobStream(job, answer, job_error, settings.server.sse_heartbeat)
     return JobResult(job, answer.render, job_error)
 
 

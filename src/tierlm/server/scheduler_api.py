@@ -14,20 +14,52 @@ requests wait for. Without keys (loopback only) anyone local may call them.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from tierlm.server.body import json_type, read_json
-from tierlm.server.errors import APIError
+from tierlm.server.body import read_json
 from tierlm.server.gateway import Gateway
+from tierlm.server.requests import parse
+from tierlm.server.schema import Expect, FieldError, Schema
+from tierlm.server.validation import json_type
 
 __all__ = ["routes"]
 
 # Pause tasks started without ?wait: referenced until done (asyncio keeps only weak ones).
 _pausing: set[asyncio.Task[None]] = set()
+
+
+def _subject(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, str | int | None):
+        raise FieldError(f"must be a string, an integer or null, got {json_type(value)}")
+    return value
+
+
+class ForegroundRequest(Schema):
+    """``PUT /v1/scheduler/foreground``: the class (and subject) a person looks
+    at; ``null`` or ``{"class": null}`` clears it. Validated against the
+    gateway's classes (``context={"classes": ...}``)."""
+
+    class_name: Annotated[str | None, Field(alias="class"), Expect("a string or null")] = None
+    subject: Annotated[str | int | None, BeforeValidator(_subject)] = None
+    """Jobs' subjects come from a header, always text: a number matches its digits."""
+
+    @model_validator(mode="after")
+    def _known(self, info: ValidationInfo) -> ForegroundRequest:
+        classes = (info.context or {}).get("classes", ())
+        if self.class_name is not None and self.class_name not in classes:
+            raise FieldError(
+                f"unknown task class {self.class_name!r} (classes: {', '.join(sorted(classes))})",
+                "class",
+                reason="unknown_class",
+            )
+        if self.subject is not None and self.class_name is None:
+            raise FieldError("needs a class", "subject")
+        return self
 
 
 def _admin(request: Request) -> Gateway:
@@ -46,46 +78,11 @@ def _foreground_json(gateway: Gateway) -> dict[str, Any]:
 async def put_foreground(request: Request) -> Response:
     gateway = _admin(request)
     body = await read_json(request, gateway.settings.limits.max_body_bytes)
-    if body is None:
-        class_name, subject = None, None
-    elif isinstance(body, dict):
-        unknown = sorted(set(body) - {"class", "subject"})
-        if unknown:
-            raise APIError(
-                400, f"{unknown[0]}: unknown field (fields: class, subject)", param=unknown[0]
-            )
-        class_name = body.get("class")
-        subject = body.get("subject")
-    else:
-        raise APIError(
-            400,
-            'request body: must be {"class": ..., "subject": ...} or null, '
-            f"got {json_type(body)}",
-        )
-    if class_name is not None:
-        if not isinstance(class_name, str):
-            raise APIError(
-                400, f"class: must be a string or null, got {json_type(class_name)}", param="class"
-            )
-        if class_name not in gateway.settings.classes:
-            known = ", ".join(sorted(gateway.settings.classes))
-            raise APIError(
-                400,
-                f"class: unknown task class {class_name!r} (classes: {known})",
-                param="class",
-                reason="unknown_class",
-            )
-    if subject is not None:
-        if isinstance(subject, bool) or not isinstance(subject, str | int):
-            raise APIError(
-                400,
-                f"subject: must be a string, an integer or null, got {json_type(subject)}",
-                param="subject",
-            )
-        if class_name is None:
-            raise APIError(400, "subject: needs a class", param="subject")
-        # Jobs' subjects come from a header, always text: compare as text.
-        subject = str(subject)
+    class_name, subject = None, None
+    if body is not None:  # null clears
+        fg = parse(ForegroundRequest, body, {"classes": gateway.settings.classes})
+        class_name = fg.class_name
+        subject = None if fg.subject is None else str(fg.subject)
     gateway.scheduler.set_foreground(class_name, subject)
     return JSONResponse(_foreground_json(gateway))
 

@@ -1,33 +1,30 @@
 """ASGI responses that wait for a job while watching for the client to leave.
 
-A client that disconnects, queued or running, has its job cancelled at once
-: no orphan generation keeps the device busy. Starlette's
-``StreamingResponse`` notices a disconnect only when a write fails, which for a
-queued job that writes nothing may be never; so these responses read the ASGI
-``receive`` channel themselves, which reports ``http.disconnect`` the moment
-the connection closes, and cancel the job then.
+A client that disconnects, queued or running, has its job cancelled at once: no
+orphan generation keeps the device busy. Starlette's ``StreamingResponse``
+notices a disconnect only when a write fails, which for a queued job that
+writes nothing may be never; so these responses turn the disconnect into a
+token (``disconnect.client_gone``) and race their waits against it
+(``cancelled_by``, docs/design.md §2 cancel), cancelling the job then.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any, Protocol
 
+import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from tierlm.runners.cancel_scope import cancelled_by
+from tierlm.server.disconnect import client_gone
 from tierlm.server.errors import APIError
 from tierlm.server.gateway import GatewayJob
 
 __all__ = ["EventStream", "JobResult", "JobStream", "SSEFormat", "sse_comment", "sse_data"]
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    # The body was read before the response: the next message is the disconnect.
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def sse_data(payload: Mapping[str, Any] | str) -> bytes:
@@ -61,27 +58,30 @@ class JobResult(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         job = self.job
-        disconnect = asyncio.ensure_future(_until_disconnect(receive))
-        disconnect.add_done_callback(lambda _: job.wake.set())
         try:
-            while not job.done:
-                if disconnect.done():
-                    job.disconnect()
+            async with client_gone(receive) as gone:
+                with cancelled_by(gone):
+                    await _until_done(job)
+                if not job.done:  # the client went away first
                     return
-                job.wake.clear()
-                await job.wake.wait()
-            failure = self.error(job)
-            if failure is not None:
-                failure.headers.update(_headers(job))
-                response = failure.response()
-            else:
-                body = json.dumps(self.render_body(job), separators=(",", ":")).encode()
-                response = Response(body, media_type="application/json", headers=_headers(job))
-            await response(scope, receive, send)
+                failure = self.error(job)
+                if failure is not None:
+                    failure.headers.update(_headers(job))
+                    response = failure.response()
+                else:
+                    body = json.dumps(self.render_body(job), separators=(",", ":")).encode()
+                    response = Response(body, media_type="application/json", headers=_headers(job))
+                await response(scope, receive, send)
         finally:
-            disconnect.cancel()
-            if not job.done:  # our task was cancelled (server shutdown): so is the job
+            # The client left, or our task was cancelled (server shutdown): so is the job.
+            if not job.done:
                 job.disconnect()
+
+
+async def _until_done(job: GatewayJob) -> None:
+    while not job.done:
+        job.wake.clear()
+        await job.wake.wait()
 
 
 class SSEFormat(Protocol):
@@ -116,8 +116,6 @@ class JobStream(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         job = self.job
-        disconnect = asyncio.ensure_future(_until_disconnect(receive))
-        disconnect.add_done_callback(lambda _: job.wake.set())
         headers = {
             "Cache-Control": "no-cache",
             # nginx and others buffer responses unless told not to: tokens would arrive in bursts.
@@ -125,23 +123,25 @@ class JobStream(Response):
             **_headers(job),
         }
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [
-                        (b"content-type", b"text/event-stream; charset=utf-8"),
-                        *((k.lower().encode(), v.encode()) for k, v in headers.items()),
-                    ],
-                }
-            )
-            await self._body(send, disconnect)
+            async with client_gone(receive) as gone:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", b"text/event-stream; charset=utf-8"),
+                            *((k.lower().encode(), v.encode()) for k, v in headers.items()),
+                        ],
+                    }
+                )
+                with cancelled_by(gone):
+                    await self._body(send)
         finally:
-            disconnect.cancel()
+            # The client left, or our task was cancelled (server shutdown): so is the job.
             if not job.done:
                 job.disconnect()
 
-    async def _body(self, send: Send, disconnect: asyncio.Future[None]) -> None:
+    async def _body(self, send: Send) -> None:
         job = self.job
         sent = 0
         last_note: str | None = None
@@ -149,9 +149,6 @@ class JobStream(Response):
         while True:
             # Cleared before looking, so a wake-up during a send is not lost.
             job.wake.clear()
-            if disconnect.done():
-                job.disconnect()
-                return
             out = bytearray()
             if sent < len(job.produced):
                 if not started:
@@ -178,9 +175,9 @@ class JobStream(Response):
                 last_note = note
             if out:
                 await send({"type": "http.response.body", "body": bytes(out), "more_body": True})
-            try:
-                await asyncio.wait_for(job.wake.wait(), self.heartbeat)
-            except TimeoutError:
+            with anyio.move_on_after(self.heartbeat) as quiet:
+                await job.wake.wait()
+            if quiet.cancelled_caught:
                 # Keeps proxies from closing a quiet stream (a long wait in the queue).
                 await send(
                     {
@@ -212,23 +209,8 @@ class EventStream(Response):
                 ],
             }
         )
-        events = self.events()
-        disconnect = asyncio.ensure_future(_until_disconnect(receive))
-        try:
-            while True:
-                step = asyncio.ensure_future(anext(events))
-                await asyncio.wait({step, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-                if not step.done():
-                    step.cancel()
-                    # Let the generator take its cancel before closing it below.
-                    await asyncio.wait({step})
-                    return
-                try:
-                    chunk = step.result()
-                except StopAsyncIteration:
-                    break
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            disconnect.cancel()
-            await events.aclose()
+        async with client_gone(receive) as gone, contextlib.aclosing(self.events()) as events:
+            with cancelled_by(gone):
+                async for chunk in events:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})

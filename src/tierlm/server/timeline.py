@@ -12,16 +12,21 @@ import itertools
 from collections import deque
 from typing import Any
 
-from tierlm.snapshot import EventKind, SchedulerEvent
+from tierlm.events import (
+    ForegroundChanged,
+    JobStarted,
+    Paused,
+    Preempting,
+    Requeued,
+    Resumed,
+    RunEnded,
+    SchedulerEvent,
+    SwapFinished,
+    SwapStarted,
+)
 
 __all__ = ["Timeline"]
 
-_ENDS = {
-    EventKind.COMPLETED: "completed",
-    EventKind.FAILED: "failed",
-    EventKind.CANCELLED: "cancelled",
-    EventKind.REQUEUED: "preempted",
-}
 # A bound on memory whatever the event rate (the window bounds it by time too).
 MAX_ITEMS = 2000
 
@@ -35,53 +40,55 @@ class Timeline:
         self.open_swap: dict[str, Any] | None = None
 
     def on_event(self, event: SchedulerEvent) -> None:
-        job = event.job
-        kind = event.kind
-        if kind is EventKind.STARTED and job is not None:
-            self.open_run = {
-                "kind": "run",
-                "job": job.id,
-                "class": job.class_name,
-                "producer": job.producer,
-                "model": job.model_id,
-                "start": event.time,
-            }
-        elif kind is EventKind.SWAP_STARTED:
-            self.open_swap = {
-                "kind": "swap",
-                "model": job.model_id if job else None,
-                "previous": event.detail.get("previous"),
-                "start": event.time,
-            }
-        elif kind is EventKind.SWAP_FINISHED:
-            self._close_swap(event.time)
-        elif kind is EventKind.PREEMPTING and job is not None:
-            self._add(
-                {
-                    "kind": "mark",
-                    "what": "preempt",
+        match event:
+            case JobStarted(job=job):
+                self.open_run = {
+                    "kind": "run",
                     "job": job.id,
                     "class": job.class_name,
-                    "time": event.time,
+                    "producer": job.producer,
+                    "model": job.model_id,
+                    "start": event.time,
                 }
-            )
-        elif kind in _ENDS and job is not None:
-            run = self.open_run
-            if run is not None and run["job"] == job.id:
-                self._close_swap(event.time)  # a failed swap ends with its job
-                self._add({**run, "end": event.time, "how": _ENDS[kind]})
-                self.open_run = None
-        elif kind is EventKind.FOREGROUND:
-            fg = event.detail.get("foreground")
-            label = (
-                "foreground: none"
-                if fg is None
-                else f"foreground: {fg.class_name}"
-                + (f" / {fg.subject}" if fg.subject is not None else "")
-            )
-            self._add({"kind": "mark", "what": "foreground", "label": label, "time": event.time})
-        elif kind in (EventKind.PAUSED, EventKind.RESUMED):
-            self._add({"kind": "mark", "what": kind.value, "label": kind.value, "time": event.time})
+            case SwapStarted(job=job, previous=previous):
+                self.open_swap = {
+                    "kind": "swap",
+                    "model": job.model_id,
+                    "previous": previous,
+                    "start": event.time,
+                }
+            case SwapFinished():
+                self._close_swap(event.time)
+            case Preempting(job=job):
+                self._add(
+                    {
+                        "kind": "mark",
+                        "what": "preempt",
+                        "job": job.id,
+                        "class": job.class_name,
+                        "time": event.time,
+                    }
+                )
+            case RunEnded(job=job):
+                run = self.open_run
+                if run is not None and run["job"] == job.id:
+                    self._close_swap(event.time)  # a failed swap ends with its job
+                    how = "preempted" if isinstance(event, Requeued) else event.outcome
+                    self._add({**run, "end": event.time, "how": how})
+                    self.open_run = None
+            case ForegroundChanged(foreground=fg):
+                label = (
+                    "foreground: none"
+                    if fg is None
+                    else f"foreground: {fg.class_name}"
+                    + (f" / {fg.subject}" if fg.subject is not None else "")
+                )
+                self._add(
+                    {"kind": "mark", "what": "foreground", "label": label, "time": event.time}
+                )
+            case Paused() | Resumed():
+                what = "paused" if isinstance(event, Paused) else "resumed"
+                self._add({"kind": "mark", "what": what, "label": what, "time": event.time})
         self._trim(event.time)
 
     def _close_swap(self, now: float) -> None:

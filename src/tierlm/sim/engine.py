@@ -4,29 +4,25 @@ virtual time (docs/design.md §1 sim). No second scheduler exists here.
 Jobs spend device time through ``SimulatedRunner.complete`` (a few timers per
 run, not one per token: "do not schedule one event per token when
 nothing observes them"). Each job accounts its own work: tokens, first token,
-and what a preemption threw away (``records.account_run``); the scheduler's
-events give the rest (``recorder.Recorder``).
+and what a preemption threw away (``records.account_run``, in
+``tierlm.sim.context``); the scheduler's events give the rest
+(``recorder.Recorder``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from tierlm.core.config import SchedulerConfig
-from tierlm.core.jobs import Subject
-from tierlm.handles import JobContext, JobHandle
-from tierlm.runners.protocol import Cancelled, CancelReason, GenerationRequest
-from tierlm.runners.simulated import SimulatedRunner
+from tierlm.events import SchedulerEvent
 from tierlm.scheduler import Scheduler
+from tierlm.sim.context import SimContext
 from tierlm.sim.device import DeviceModel
-from tierlm.sim.jobspec import JobSpec
 from tierlm.sim.policies import POLICIES, make_policy
 from tierlm.sim.recorder import Recorder
-from tierlm.sim.records import JobRecord, SimRecords, account_run
+from tierlm.sim.records import SimRecords
 from tierlm.sim.workload import Workload
-from tierlm.snapshot import SchedulerEvent
 from tierlm.testing.virtual import run_virtual
 
 __all__ = ["ProgressFn", "SimContext", "simulate"]
@@ -37,135 +33,6 @@ ProgressFn = Callable[[float], None]
 # Progress reports per run: often enough for a smooth bar, rare enough to cost
 # nothing next to the jobs.
 PROGRESS_STEPS = 200
-
-
-class SimContext:
-    """What a workload's producers use: time, random streams, job submission."""
-
-    def __init__(
-        self,
-        sched: Scheduler,
-        runner: SimulatedRunner,
-        recorder: Recorder,
-        *,
-        device: DeviceModel,
-        duration: float,
-        seed: int,
-        workload: str,
-        resumes: bool,
-    ) -> None:
-        self.sched = sched
-        self.runner = runner
-        self.device = device
-        self.duration = duration
-        self.seed = seed
-        self._workload = workload
-        self._recorder = recorder
-        self._resumes = resumes
-        self._loop = asyncio.get_running_loop()
-
-    # -- time and randomness ----------------------------------------------------
-
-    def now(self) -> float:
-        return self._loop.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
-
-    async def sleep_until(self, when: float) -> None:
-        await asyncio.sleep(max(0.0, when - self._loop.time()))
-
-    def rng(self, name: str) -> random.Random:
-        """A random stream of its own for one producer, fixed by the seed.
-
-        Seeding a Random with a str hashes it with SHA-512: the same across
-        processes and runs, whatever PYTHONHASHSEED says.
-        """
-        return random.Random(f"{self._workload}/{self.seed}/{name}")
-
-    # -- the surface the person looks at ----------------------------------------
-
-    def set_foreground(self, class_name: str | None, subject: Subject | None = None) -> None:
-        """Also how ``two-lane`` learns that the chat surface is open."""
-        self.sched.set_foreground(class_name, subject)
-
-    # -- jobs -------------------------------------------------------------------
-
-    def submit(self, spec: JobSpec) -> JobHandle[None]:
-        """Submit one job (open loop: returns at once)."""
-        device = self.device
-        record = JobRecord(
-            id=0,
-            class_name=spec.class_name,
-            producer=spec.producer or spec.class_name,
-            model_id=spec.model_id,
-            subject=spec.subject,
-            deadline=spec.deadline,
-            submitted=self.now(),
-            prompt_tokens=spec.prompt_tokens,
-            output_tokens=spec.output_tokens,
-            resumable=spec.resumable,
-            ideal_seconds=device.job_seconds(spec.prompt_tokens, spec.output_tokens),
-        )
-        work = self._work(spec, record, resume=spec.resumable and self._resumes)
-        self._recorder.pending = record
-        return self.sched.submit(
-            spec.class_name,
-            spec.model_id,
-            work,
-            producer=spec.producer,
-            subject=spec.subject,
-            deadline=spec.deadline,
-        )
-
-    async def run(self, spec: JobSpec) -> bool:
-        """Submit one job and wait for it (a sequential producer); True if it completed."""
-        handle = self.submit(spec)
-        try:
-            await handle
-        except Cancelled:
-            return False
-        return True
-
-    def _work(
-        self, spec: JobSpec, record: JobRecord, *, resume: bool
-    ) -> Callable[[JobContext], Awaitable[None]]:
-        runner = self.runner
-        loop = self._loop
-
-        async def work(ctx: JobContext) -> None:
-            kept = record.tokens_kept if resume else 0
-            left = spec.output_tokens - kept
-            if left <= 0:
-                return
-            # Resume: the next run prefills prompt + the partial output again
-            # (docs/design.md §4 re-queue); restart: the prompt alone, every token again.
-            request = GenerationRequest(
-                ctx.model_id,
-                prompt="simulated",
-                max_tokens=left,
-                prompt_tokens=spec.prompt_tokens + kept,
-            )
-            started = loop.time()
-            outcome = await runner.complete(request, ctx.cancel)
-            elapsed = loop.time() - started
-            if outcome.tokens and record.first_token is None:
-                record.first_token = outcome.first_token_at
-            preempted = outcome.stopped and ctx.cancel.reason is CancelReason.PREEMPTED
-            account_run(
-                record,
-                resume=resume,
-                elapsed=elapsed,
-                prefill=outcome.prefill_seconds,
-                tokens=outcome.tokens,
-                preempted=preempted,
-            )
-            if record.runs:
-                record.runs[-1].tokens = outcome.tokens
-            if outcome.stopped:
-                ctx.checkpoint()  # raises Cancelled: the shell re-queues or ends it
-
-        return work
 
 
 def simulate(
@@ -218,7 +85,7 @@ async def _simulate(
         sim = SimContext(
             sched,
             runner,
-            recorder,
+            recorder.records,
             device=device,
             duration=horizon,
             seed=seed,

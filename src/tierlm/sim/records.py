@@ -34,7 +34,11 @@ class RunRecord:
 
 @dataclass(slots=True)
 class JobRecord:
-    """Everything the metrics need about one job."""
+    """Everything the metrics need about one job.
+
+    The recorder files it when the job is submitted; the simulator's context
+    then sets its shape (prompt and output tokens, ``resumable``, ideal time).
+    """
 
     id: int
     class_name: str
@@ -43,12 +47,12 @@ class JobRecord:
     subject: Subject | None
     deadline: float | None
     submitted: float
-    prompt_tokens: int
-    output_tokens: int
-    resumable: bool
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    resumable: bool = False
     """A generate-style job (a chat, a Nataraj card): it resumes under policies
     that resume (docs/design.md §4 re-queue, §6.8), restarts under the others."""
-    ideal_seconds: float
+    ideal_seconds: float = 0.0
     """Prefill of the prompt + decode of every token: its device time uninterrupted."""
     first_token: float | None = None
     """When the first token that reached the caller was produced."""

@@ -7,7 +7,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from tierlm.sim.engine import SimContext
+    from tierlm.sim.context import SimContext
 
 __all__ = ["Workload"]
 

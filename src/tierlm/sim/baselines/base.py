@@ -1,15 +1,16 @@
-"""Plumbing shared by the simple baselines: the parts of the Policy protocol
-that they answer the same way (no vruntime, no budget, no timer)."""
+"""Plumbing shared by the baselines: the parts of the Policy protocol that the
+simple ones answer the same way (no vruntime, no budget, no timer), and the
+replay of a same-model-first picker for ``queue_order``."""
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.jobs import Foreground, Job
 
-__all__ = ["FifoQueue", "SimpleBaseline"]
+__all__ = ["FifoQueue", "SimpleBaseline", "same_model_first"]
 
 
 class FifoQueue:
@@ -37,10 +38,6 @@ class FifoQueue:
         while heap and heap[0][0] not in live:
             heapq.heappop(heap)
 
-    def peek(self) -> Job | None:
-        self._clean()
-        return self._heap[0][1] if self._heap else None
-
     def pop(self) -> Job | None:
         self._clean()
         if not self._heap:
@@ -54,6 +51,10 @@ class FifoQueue:
 
     def __iter__(self) -> Iterator[Job]:
         return iter(list(self._live.values()))
+
+    def in_order(self) -> list[Job]:
+        """The jobs in the order ``pop`` gives them."""
+        return sorted(self._live.values(), key=lambda job: job.id)
 
 
 class SimpleBaseline:
@@ -90,3 +91,36 @@ class SimpleBaseline:
 
     def budget_shares(self, now: float) -> dict[str, float]:
         return {}
+
+
+def same_model_first(groups: Iterable[Sequence[Job]], loaded_model: str | None) -> list[Job]:
+    """The order of a picker that empties ``groups`` one after the other and,
+    inside a group (already in its own order), takes the first job on the
+    loaded model, else the first job, which then becomes the loaded model.
+    O(n) after the groups are sorted (one cursor per model)."""
+    order: list[Job] = []
+    model = loaded_model
+    for group in groups:
+        by_model: dict[str, list[int]] = {}
+        for i, job in enumerate(group):
+            by_model.setdefault(job.model_id, []).append(i)
+        heads = dict.fromkeys(by_model, 0)
+        taken = [False] * len(group)
+        first = 0
+        for _ in range(len(group)):
+            choice = None
+            if model is not None and model in by_model:
+                same, head = by_model[model], heads[model]
+                while head < len(same) and taken[same[head]]:
+                    head += 1
+                heads[model] = head
+                if head < len(same):
+                    choice = same[head]
+            if choice is None:
+                while taken[first]:
+                    first += 1
+                choice = first
+            taken[choice] = True
+            order.append(group[choice])
+            model = group[choice].model_id
+    return order

@@ -37,6 +37,9 @@ class FifoPolicy(SimpleBaseline):
     def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
         return False
 
+    def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
+        return self._queue.in_order()
+
     def queued(self) -> Iterator[Job]:
         return iter(self._queue)
 

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 
 from tierlm.core.classes import DEFAULT_BUDGET_WINDOW, TaskClass
 from tierlm.core.jobs import Foreground, Job
+from tierlm.sim.baselines.base import same_model_first
 
 __all__ = ["SeedLiteralPolicy"]
 
@@ -125,6 +126,19 @@ class SeedLiteralPolicy:
             # order (unspecified).
             jobs.sort(key=lambda j: self._vruntime.get(j.class_name, 0.0))
         return jobs[0]
+
+    def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
+        """``_pickBest`` call after call: tier by tier, same model first, T4 by
+        the kinds' vruntime now; T2 last while its budget is blown (the seed
+        would idle rather than run it)."""
+        self._sweep(now)
+        tiers: dict[int, list[Job]] = {}
+        for job in self._q:
+            tiers.setdefault(self.tier(job, now), []).append(job)
+        if 4 in tiers:
+            tiers[4].sort(key=lambda j: self._vruntime.get(j.class_name, 0.0))
+        visit = [0, 1, 3, 4, 2] if self._t2_budget_exceeded(now) else [0, 1, 2, 3, 4]
+        return same_model_first([tiers.get(tier, []) for tier in visit], loaded_model)
 
     # -- events -------------------------------------------------------------------
 

@@ -59,6 +59,9 @@ class StrictPriorityPolicy(SimpleBaseline):
         self._clean()
         return bool(self._heap) and self._heap[0][0] < self.priority(running)
 
+    def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
+        return sorted(self._live.values(), key=lambda job: (self.priority(job), job.id))
+
     def queued(self) -> Iterator[Job]:
         return iter(list(self._live.values()))
 

@@ -77,6 +77,11 @@ class TwoLanePolicy(SimpleBaseline):
         # Lanes shown as tiers: high lane T0, low lane T4.
         return 0 if job.class_name in self.high_classes else 4
 
+    def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
+        # The low lane after the high one (while the chat surface is open it
+        # waits for the surface to close, and then comes in this order).
+        return [*self._high.in_order(), *self._low.in_order()]
+
     def queued(self) -> Iterator[Job]:
         return iter([*self._high, *self._low])
 

@@ -23,8 +23,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from tierlm.sim.context import SimContext
 from tierlm.sim.device import DeviceModel
-from tierlm.sim.engine import SimContext
 from tierlm.sim.jobspec import JobSpec
 from tierlm.sim.trace import ATTRIBUTION, TraceRequest, load_trace
 from tierlm.sim.workload import Workload

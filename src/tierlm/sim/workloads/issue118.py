@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from tierlm.sim.engine import SimContext
+from tierlm.sim.context import SimContext
 from tierlm.sim.workload import Workload
 from tierlm.sim.workloads.producers import (
     Deck,

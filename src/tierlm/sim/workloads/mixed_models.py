@@ -21,7 +21,7 @@ import math
 from collections.abc import Coroutine
 from typing import Any
 
-from tierlm.sim.engine import SimContext
+from tierlm.sim.context import SimContext
 from tierlm.sim.jobspec import JobSpec
 from tierlm.sim.workload import Workload
 

@@ -12,7 +12,7 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 
-from tierlm.sim.engine import SimContext
+from tierlm.sim.context import SimContext
 from tierlm.sim.jobspec import JobSpec
 
 __all__ = [

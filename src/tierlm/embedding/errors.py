@@ -1,0 +1,25 @@
+"""The embedding lane's errors (docs/design.md §5)."""
+
+from __future__ import annotations
+
+__all__ = ["EmbeddingError", "EmbeddingFailed", "LaneClosed", "LaneFull", "TextTooLong"]
+
+
+class EmbeddingError(Exception):
+    """Base class of the lane's errors."""
+
+
+class LaneFull(EmbeddingError):
+    """``nowait=True`` and the queue has no room for the text(s)."""
+
+
+class LaneClosed(EmbeddingError):
+    """The lane is closed, or was closed before the text was embedded."""
+
+
+class EmbeddingFailed(EmbeddingError):
+    """The embedder failed on the batch holding this text; ``__cause__`` says why."""
+
+
+class TextTooLong(EmbeddingError, ValueError):
+    """``overlong="error"`` and a text is longer than ``max_chars``."""

@@ -1,0 +1,253 @@
+"""Gateway settings, declared once: pydantic models of the TOML file's sections.
+
+The TOML file, ``TIERLM_*`` environment variables and ``tierlm serve``'s flags
+all feed this one model (``config.load_settings``); every default lives here, on its
+field, with where its value comes from; the flags are derived from the fields'
+``Flag`` markers, and docs/gateway.md's reference is generated from the models
+(``config_reference``). Every error names the field (``backend.models.qwen.path``);
+an unknown field is an error too, with a suggestion.
+
+``ServerSettings()`` is ``tierlm serve``'s default. The file, all sections optional::
+
+    [server]        host, port, log_level, default_class, sse_heartbeat, dashboard_window
+    [limits]        max_body_bytes, default_max_tokens, max_tokens_limit, queue_limit
+    [backend]       kind = "sim" | "llama-cpp" | "openai" | "ollama", models, ... (backends/)
+    [scheduler]     max_affinity_wait, chat_grace, decay_period, idle_reset, cancel_grace,
+                    weights, default_classes
+    [classes.NAME]  tier, fair, requeue, budget = {share, window} | false, queue_limit
+    [[keys]]        key | key_env, name, classes, default_class, admin, producer
+    [embeddings]    backend = "minilm" | "llama-cpp" | "sim" | "none", model, ... (embedders.py)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+
+from tierlm.core.classes import TaskClass
+from tierlm.core.config import SchedulerConfig
+from tierlm.server.access import ClassSettings, KeySettings, resolve_classes, resolve_keys
+from tierlm.server.auth import ApiKey
+from tierlm.server.backends import DEFAULT_BACKEND, AnyBackend, backend_class
+from tierlm.server.embedders import AnyEmbeddings, SimEmbeddings, with_backend
+from tierlm.server.schema import FieldError, Flag, Schema
+
+__all__ = [
+    "ConfigError",
+    "LimitSettings",
+    "SchedulerSettings",
+    "ServerSection",
+    "ServerSettings",
+    "is_loopback",
+]
+
+# 127.0.0.1: nothing but this machine can reach an unkeyed gateway.
+DEFAULT_HOST = "127.0.0.1"
+# 8000: uvicorn's and vLLM's default, the usual local OpenAI-compatible port; it
+# leaves llama.cpp's server (8080) and Ollama (11434), likely upstreams, free.
+DEFAULT_PORT = 8000
+# For a request without max_tokens: bounded, so a request that forgets it
+# cannot hold the device for minutes (OpenAI's "up to the context" would).
+DEFAULT_MAX_TOKENS = 256
+# The scheduler's own defaults (docs/design.md §4), which [scheduler] overrides.
+_SCHEDULER = SchedulerConfig()
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
+
+class ConfigError(ValueError):
+    """The settings are invalid; the message names the field and says why."""
+
+
+class ServerSection(Schema):
+    """``[server]``: where the gateway listens and how it talks."""
+
+    host: Annotated[str, Flag("--host", "ADDRESS"), Field(min_length=1)] = DEFAULT_HOST
+    """The address to bind; anything but loopback needs ``[[keys]]``."""
+    port: Annotated[int, Flag("--port", "N"), Field(ge=0, le=65535)] = DEFAULT_PORT
+    """The port."""
+    log_level: Annotated[LogLevel, Flag("--log-level", "LEVEL")] = "info"
+    """uvicorn's and tierlm's log level."""
+    default_class: Annotated[str | None, Field(min_length=1)] = None
+    """The class of keyless requests without ``X-Tierlm-Class`` (unset: ``chat``
+    if defined, else the class of the lowest tier: an OpenAI client is usually a person)."""
+    sse_heartbeat: Annotated[float, Field(gt=0)] = 15.0
+    """Seconds between SSE comment lines on a quiet stream: 15 s is what most SSE
+    servers use to keep proxies from closing a quiet connection."""
+    dashboard_window: Annotated[float, Field(gt=0)] = 300.0
+    """Seconds of history in the dashboard's timeline ("the last minutes")."""
+
+
+class LimitSettings(Schema):
+    """``[limits]``: what one request may ask for, and how much may wait."""
+
+    max_body_bytes: Annotated[int, Flag("--max-body-bytes", "N"), Field(ge=1)] = 1 << 20
+    """Larger request bodies get 413 before they are parsed. 1 MiB: ~250 k tokens
+    of text at ~4 bytes a token, beyond any local model's context."""
+    default_max_tokens: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TOKENS
+    """For a request without max_tokens (at most ``max_tokens_limit``): bounded,
+    so a request that forgets it cannot hold the device for minutes."""
+    max_tokens_limit: Annotated[int, Flag("--max-tokens-limit", "N"), Field(ge=1)] = 4096
+    """The largest max_tokens accepted (larger gets 400): 4096 is the context of
+    most small local models, and an answer cannot be longer than the context."""
+    queue_limit: Annotated[int, Flag("--queue-limit", "N"), Field(ge=1)] = 1000
+    """Queued jobs per class beyond which requests get 429 + Retry-After. A queued
+    job costs a few kB; 1000 leaves room for the gateway benchmark's 500 clients."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_below_limit(cls, value: Any) -> Any:
+        # Unset: the usual default, lowered to a lower limit.
+        if isinstance(value, Mapping) and "default_max_tokens" not in value:
+            limit = value.get("max_tokens_limit")
+            if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1:
+                return {**value, "default_max_tokens": min(DEFAULT_MAX_TOKENS, limit)}
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> LimitSettings:
+        if self.default_max_tokens > self.max_tokens_limit:
+            raise FieldError(
+                f"must be <= max_tokens_limit ({self.max_tokens_limit}), "
+                f"got {self.default_max_tokens}",
+                "default_max_tokens",
+            )
+        return self
+
+
+class SchedulerSettings(Schema):
+    """``[scheduler]``: the policy's tunables; unset, ``SchedulerConfig``'s defaults."""
+
+    max_affinity_wait: Annotated[float, Field(ge=0)] = _SCHEDULER.max_affinity_wait
+    """docs/design.md §4 affinity: the longest the best job waits behind
+    same-model work before its swap is forced (the starvation bound)."""
+    chat_grace: Annotated[float, Field(ge=0)] = _SCHEDULER.chat_grace
+    """docs/design.md §4 affinity: no swap away within this many seconds of a chat."""
+    decay_period: Annotated[float, Field(gt=0)] = _SCHEDULER.decay_period
+    """Seconds between halvings of every producer's fair-pool vruntime."""
+    idle_reset: Annotated[float, Field(ge=0)] = _SCHEDULER.idle_reset
+    """A producer absent this long rejoins the fair pool at the current minimum."""
+    cancel_grace: Annotated[float, Field(ge=0)] = _SCHEDULER.cancel_grace
+    """Seconds a cancelled job may take to stop before it is reported stuck."""
+    weights: Mapping[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    """Fair-pool weight per producer (``{ "indexer" = 2.0 }``; unset: 1)."""
+    default_classes: bool = True
+    """Start from the default classes (chat, extract, nataraj, gana); false: only
+    the ``[classes.NAME]`` tables."""
+
+    def config(self) -> SchedulerConfig:
+        return SchedulerConfig(**self.model_dump(exclude={"default_classes"}))
+
+
+class ServerSettings(Schema):
+    """Everything ``create_app`` needs: the TOML file's sections.
+
+    ``classes``, ``keys`` and ``scheduler`` are what the gateway runs with (the
+    default classes changed and extended by ``[classes.NAME]``, the resolved
+    keys, a ``SchedulerConfig``); the tables as written are ``class_tables``,
+    ``key_tables`` and ``scheduler_table``.
+    """
+
+    # Schema's, but not strict at the top: `keys` may be a list. (The sections
+    # are strict.) The environment is read by config.load_settings, never
+    # here: create_app(ServerSettings()) is the same anywhere.
+    model_config = ConfigDict(strict=False)
+
+    server: ServerSection = Field(default_factory=ServerSection)
+    """Where the gateway listens and how it talks."""
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    """What one request may ask for, and how much may wait."""
+    backend: AnyBackend = Field(default_factory=DEFAULT_BACKEND)
+    """What runs the models: ``kind`` = sim (default), llama-cpp, openai or ollama."""
+    scheduler_table: SchedulerSettings = Field(default_factory=SchedulerSettings, alias="scheduler")
+    """The scheduling policy's tunables."""
+    class_tables: Mapping[str, ClassSettings] = Field(default_factory=dict, alias="classes")
+    """Task classes changed or added, by name."""
+    key_tables: tuple[KeySettings, ...] = Field(default=(), alias="keys")
+    """API keys; without any, the gateway binds loopback only."""
+    embeddings: AnyEmbeddings = Field(default_factory=SimEmbeddings)
+    """``/v1/embeddings``, on the embedding lane: ``backend`` = minilm, llama-cpp,
+    sim or none (unset: sim with the sim backend, none otherwise)."""
+
+    _classes: dict[str, TaskClass] = PrivateAttr(default_factory=dict)
+    _queue_limits: dict[str, int] = PrivateAttr(default_factory=dict)
+    _keys: tuple[ApiKey, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _embeddings_default(cls, value: Any) -> Any:
+        # [embeddings] without `backend`: the LLM backend's default embedder.
+        if not isinstance(value, Mapping):
+            return value
+        backend = backend_class(value.get("backend")) or DEFAULT_BACKEND
+        embeddings = with_backend(value.get("embeddings", {}), backend.default_embedder)
+        return {**value, "embeddings": embeddings}
+
+    @model_validator(mode="after")
+    def _resolve(self) -> ServerSettings:
+        classes, queue_limits = resolve_classes(
+            self.class_tables, self.scheduler_table.default_classes
+        )
+        self._classes, self._queue_limits = classes, queue_limits
+        self._keys = resolve_keys(self.key_tables, classes)
+        default = self.server.default_class
+        if default is not None and default not in classes:
+            raise FieldError(
+                f"unknown class {default!r} (classes: {', '.join(sorted(classes))})",
+                "server",
+                "default_class",
+            )
+        if self.embeddings.enabled and self.embeddings.served_model() in self.backend.model_ids():
+            raise FieldError(
+                f"{self.embeddings.served_model()!r} is already the name of an LLM model of "
+                "[backend]; give the embedding model another name",
+                "embeddings",
+                "model",
+            )
+        if not self._keys and not is_loopback(self.server.host):
+            raise FieldError(
+                f"refusing to listen on {self.server.host!r} without API keys: every "
+                "program that can reach that address could use the model, claim the chat "
+                "class and pause the scheduler. Add [[keys]] to the config file (or pass "
+                f"--api-key), or bind {DEFAULT_HOST}.",
+                "server",
+                "host",
+            )
+        return self
+
+    @property
+    def classes(self) -> Mapping[str, TaskClass]:
+        """The task classes in effect, by name."""
+        return self._classes
+
+    @property
+    def keys(self) -> tuple[ApiKey, ...]:
+        """The API keys in effect (``key_env`` read)."""
+        return self._keys
+
+    @property
+    def scheduler(self) -> SchedulerConfig:
+        return self.scheduler_table.config()
+
+    def queue_limit(self, class_name: str) -> int:
+        return self._queue_limits.get(class_name, self.limits.queue_limit)
+
+    def anonymous_class(self) -> str:
+        """The class of keyless requests that claim none."""
+        if self.server.default_class is not None:
+            return self.server.default_class
+        if "chat" in self.classes:
+            return "chat"
+        return min(self.classes.values(), key=lambda c: (c.tier, c.name)).name
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
