@@ -108,22 +108,21 @@ class Recorder:
 
     def busy_by_producer(self, start: float, end: float, now: float) -> dict[str, float]:
         """Device seconds each producer held within [start, end]."""
-        result: dict[str, float] = {}
-        for run in self.runs:
-            run_end = run.end if run.end is not None else now
-            overlap = min(run_end, end) - max(run.start, start)
-            if overlap > 0:
-                result[run.producer] = result.get(run.producer, 0.0) + overlap
-        return result
+        return self._busy(start, end, now, lambda run: run.producer)
 
     def busy_by_class(self, start: float, end: float, now: float) -> dict[str, float]:
         """Device seconds each class held within [start, end]."""
+        return self._busy(start, end, now, lambda run: run.class_name)
+
+    def _busy(
+        self, start: float, end: float, now: float, key: Callable[[Run], str]
+    ) -> dict[str, float]:
         result: dict[str, float] = {}
         for run in self.runs:
             run_end = run.end if run.end is not None else now
             overlap = min(run_end, end) - max(run.start, start)
             if overlap > 0:
-                result[run.class_name] = result.get(run.class_name, 0.0) + overlap
+                result[key(run)] = result.get(key(run), 0.0) + overlap
         return result
 
 

@@ -93,24 +93,32 @@ def test_a_past_deadline_buys_no_share_honest_peer_keeps_40_percent() -> None:
     run_virtual(main())
 
 
+async def deck_against_overdue_flood(sched: Scheduler, class_name: str) -> Recorder:
+    """A Nataraj deck backlogged with 20 s cards, and overdue work of
+    ``class_name`` due as it arrives: 5 s of it every 4 s (125 % of what the
+    device serves), for 30 minutes."""
+    rec = Recorder.attach(sched)
+    keep_backlogged(sched, "nataraj", "deck", 20)
+
+    async def flood() -> None:
+        while True:
+            sched.submit(class_name, "m1", resumable_work_for(5), "cron", deadline=sched.now())
+            await asyncio.sleep(4)
+
+    arrivals = asyncio.create_task(flood())
+    await asyncio.sleep(1800)
+    arrivals.cancel()
+    return rec
+
+
 def test_overdue_cron_at_125_percent_leaves_the_pool_its_floor() -> None:
-    """Row 2: cron work due as it arrives, 125 % of what the device serves, and
-    a backlogged Nataraj deck. Today the pool got 0 %; loans give the deck its
+    """Row 2: cron work (Gana rounds) due as it arrives at 125 % load, and a
+    backlogged Nataraj deck. Today the pool got 0 %; loans give the deck its
     class's half, and every 300 s window keeps at least the 10 % floor."""
 
     async def main() -> None:
         async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            keep_backlogged(sched, "nataraj", "deck", 20)
-
-            async def cron() -> None:
-                while True:
-                    sched.submit("gana", "m1", resumable_work_for(5), "cron", deadline=sched.now())
-                    await asyncio.sleep(4)  # 5 s of work every 4 s: 125 %
-
-            arrivals = asyncio.create_task(cron())
-            await asyncio.sleep(1800)
-            arrivals.cancel()
+            rec = await deck_against_overdue_flood(sched, "gana")
             worst = min_window_share(rec, {"deck"}, 0, 1800)
             overall = share(rec, {"deck"}, 0, 1800)
             measured(2, f"pool (deck) {worst:.1%} in its worst 300 s window, {overall:.1%} overall")
@@ -130,17 +138,7 @@ def test_pool_floor_holds_in_every_window_against_a_t3_class_flood() -> None:
 
     async def main() -> None:
         async with Scheduler(runner(), classes=classes) as sched:
-            rec = Recorder.attach(sched)
-            keep_backlogged(sched, "nataraj", "deck", 20)
-
-            async def flood() -> None:
-                while True:
-                    sched.submit("cron", "m1", resumable_work_for(5), deadline=sched.now())
-                    await asyncio.sleep(4)
-
-            arrivals = asyncio.create_task(flood())
-            await asyncio.sleep(1800)
-            arrivals.cancel()
+            rec = await deck_against_overdue_flood(sched, "cron")
             worst = min_window_share(rec, {"deck"}, 0, 1800)
             after = share(rec, {"deck"}, 300, 1800)
             measured(2, f"vs a T3 class: pool {worst:.1%} in its worst 300 s window, {after:.1%}")

@@ -175,9 +175,6 @@ class ChildIndex:
     def __len__(self) -> int:
         return len(self._state)
 
-    def __contains__(self, entity: Entity) -> bool:
-        return entity in self._state
-
     def entries(self) -> int:
         """Heap entries held, stale ones included (bounded by ~3x members)."""
         return len(self._waiting) + len(self._ready) + len(self._loans)
@@ -216,44 +213,35 @@ class ChildIndex:
         state = self._state.get(entry[3])
         return state is not None and state[0] == entry[2]
 
-    def _promote(self, node: Entity) -> None:
-        """Move every waiting child that has become eligible to ready."""
-        waiting = self._waiting
+    def _first_live(self, heap: list[_Entry]) -> Entity | None:
+        """Drop stale entries off ``heap``'s top; the child of the first live one."""
         states = self._state
-        load, total = node.sum_load, node.sum_lv
-        while waiting:
-            entry = waiting[0]
-            state = states.get(entry[3])
-            if state is None or state[0] != entry[2]:
-                heapq.heappop(waiting)
-                self.ops.n += 1
-                continue
-            if entry[0] * load > total:
-                return
-            heapq.heappop(waiting)
-            self.ops.n += 1
-            child = entry[3]
-            self._place(child, True, self._state[child][3])
-
-    def _top(self, node: Entity, heap: list[_Entry]) -> Entity | None:
-        """The top of a ready heap once stale and no-longer-eligible entries are gone."""
-        states = self._state
-        load, total = node.sum_load, node.sum_lv
         while heap:
             entry = heap[0]
             state = states.get(entry[3])
-            if state is None or state[0] != entry[2]:
-                heapq.heappop(heap)
-                self.ops.n += 1
-                continue
-            child = entry[3]
-            if child.v * load > total:  # V fell below it: waiting again
-                heapq.heappop(heap)
-                self.ops.n += 1
-                self._place(child, False, self._state[child][3])
-                continue
-            return child
+            if state is not None and state[0] == entry[2]:
+                return entry[3]
+            heapq.heappop(heap)
+            self.ops.n += 1
         return None
+
+    def _move(self, heap: list[_Entry], child: Entity, ready: bool) -> None:
+        """Take ``child``'s live entry off ``heap``'s top and place it anew."""
+        heapq.heappop(heap)
+        self.ops.n += 1
+        self._place(child, ready, self._state[child][3])
+
+    def _promote(self, node: Entity) -> None:
+        """Move every waiting child that has become eligible to ready (the
+        waiting heap's top has the smallest v: stop at the first not eligible)."""
+        while (child := self._first_live(self._waiting)) is not None and node.eligible(child):
+            self._move(self._waiting, child, True)
+
+    def _top(self, node: Entity, heap: list[_Entry]) -> Entity | None:
+        """The top of a ready heap once stale and no-longer-eligible entries are gone."""
+        while (child := self._first_live(heap)) is not None and not node.eligible(child):
+            self._move(heap, child, False)  # V fell below it: waiting again
+        return child
 
     def pick(self, node: Entity) -> Entity | None:
         """EEVDF: the eligible child with the earliest virtual deadline; if no
@@ -264,11 +252,7 @@ class ChildIndex:
         best = self._top(node, self._ready)
         if best is not None:
             return best
-        waiting = self._waiting
-        while waiting and not self._live(waiting[0]):
-            heapq.heappop(waiting)
-            self.ops.n += 1
-        return waiting[0][3] if waiting else None
+        return self._first_live(self._waiting)
 
     def best_loan(self, node: Entity) -> Loan | None:
         """The earliest overdue job that may borrow among the eligible
@@ -284,11 +268,6 @@ class ChildIndex:
         if child is None:
             return None
         return self._state[child][3]
-
-    def ordered(self, node: Entity) -> list[Entity]:
-        """Every member in pick order: eligible by deadline, then the rest by
-        ``v`` (for the queue order; O(k log k), off the dispatch path)."""
-        return sorted(self._state, key=node.rank)
 
     def _compact(self) -> None:
         self.ops.n += self.entries()

@@ -243,9 +243,6 @@ class FairPool:
         moved = not to_run and self._deactivate(leaf, now)
         self._refresh(leaf, None if moved else model)
 
-    def is_queued(self, job_id: int) -> bool:
-        return job_id in self._queued
-
     # -- running ----------------------------------------------------------------------
 
     def start(self, job: Job, now: float) -> None:
