@@ -53,7 +53,8 @@ def weight_load(weight: float) -> int:
 
 
 class FairPool:
-    """The entities of the fair pool and the EEVDF decisions over them."""
+    """The fair pool's entities: who is present, what each has received, and
+    the indexes that keep the EEVDF questions cheap (asked in ``fair_choice``)."""
 
     def __init__(
         self,
@@ -106,11 +107,6 @@ class FairPool:
             path = f"{path}/{part}" if path else part
             node = self._child(node, part, path, self._path_loads.get(path, SCALE))
         return self._child(node, None, path, SCALE)
-
-    @staticmethod
-    def path(leaf: Entity) -> list[Entity]:
-        """``leaf`` and its ancestors below the root, leaf first."""
-        return leaf.path
 
     # -- presence -----------------------------------------------------------------
 

@@ -135,15 +135,15 @@ class TieredPolicy:
         """Before a decision: time's effects, the running job's charge so far
         (EEVDF's update_curr), and the floor's state."""
         self._book.advance(now)
+        self._charge_running(now)
+        self.floor.update(now, self._book.fresh > 0)
         running = self._running
         if running is not None and running.task_class.fair:
-            self._charge_running(now)
             pool = self._rank(running, now) == _T4
             if pool != self._running_pool:  # a loan ran out, or began
                 self.floor.stop(now)
                 self.floor.start(now, pool)
                 self._running_pool = pool
-        self.floor.update(now, self._book.fresh > 0)
 
     def _charge_running(self, now: float) -> None:
         running = self._running
