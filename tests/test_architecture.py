@@ -12,8 +12,6 @@ import ast
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "tierlm"
 MAX_LINES = 500  # docs/design.md §1: small modules with one job each
@@ -160,13 +158,5 @@ def oversized() -> dict[str, int]:
     return {name: lines for name, lines in sorted(sizes.items()) if lines > MAX_LINES}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "split in parallel branches: embedding/lane.py (734), server/config.py (748), "
-        "server/embeddings.py (548) by the server redesign, runners/llama_cpp.py (550) "
-        "by the llama.cpp worker; remove this mark once they are merged"
-    ),
-)
 def test_no_file_over_500_lines() -> None:
     assert oversized() == {}

@@ -198,6 +198,8 @@ class JobContext:
             max_tokens=max_tokens,
             **options,
         )
+        if request.job_id is None:  # so a runner's errors can name the job
+            request = replace(request, job_id=self.job_id)
         journal = self._journal
         if journal is None:
             async with aclosing_stream(self.runner.generate(request, self.cancel)) as stream:
@@ -281,7 +283,10 @@ class ResumingGeneration:
         first: float | None = None
         last: float | None = None
         try:
-            live = continued(self.request, self.pieces)
+            request = self.request
+            if request.job_id is None:  # so a runner's errors can name the job
+                request = replace(request, job_id=ctx.job_id)
+            live = continued(request, self.pieces)
             if live is not None:
                 async with aclosing_stream(ctx.runner.generate(live, ctx.cancel)) as stream:
                     async for piece in stream:

@@ -181,6 +181,9 @@ class GenerationRequest:
     """Size of the prompt in tokens, when the caller knows it (the simulator does)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Backend-specific options passed through unchanged (e.g. ``top_p``)."""
+    job_id: int | str | None = None
+    """The scheduler job this generation belongs to, when known: a runner's
+    errors name it (e.g. a crashed llama.cpp worker: "while generating for job 12")."""
 
     def __post_init__(self) -> None:
         if not self.model_id:

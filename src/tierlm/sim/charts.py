@@ -138,8 +138,11 @@ def _lanes(
     ax.grid(axis="x", alpha=0.3)
 
 
-def timeline(records: Mapping[str, SimRecords], path: Path) -> Path:
-    """One lane per policy: which class held the device when, swaps, chats."""
+def timeline(
+    records: Mapping[str, SimRecords], path: Path, *, clock: str = "simulated seconds"
+) -> Path:
+    """One lane per policy: which class held the device when, swaps, chats.
+    ``clock`` names the time axis (``tierlm demo --real`` runs in real seconds)."""
     first_chats = [
         job.submitted
         for rec in records.values()
@@ -155,8 +158,8 @@ def timeline(records: Mapping[str, SimRecords], path: Path) -> Path:
     workload = next(iter(records.values())).workload
     ax = fig.add_subplot(grid[0])
     _lanes(ax, records, 0.0, horizon, marker_size=4)
-    ax.set_title(f"{workload}: the device over {horizon:.0f} simulated seconds", loc="left")
-    ax.set_xlabel("simulated seconds")
+    ax.set_title(f"{workload}: the device over {horizon:.0f} {clock}", loc="left")
+    ax.set_xlabel(clock)
     if zoom:
         t0 = max(0.0, min(first_chats) - ZOOM_BEFORE)
         t1 = min(horizon, t0 + ZOOM_BEFORE + ZOOM_AFTER)
@@ -167,7 +170,7 @@ def timeline(records: Mapping[str, SimRecords], path: Path) -> Path:
             "chat's arrival to its first token",
             loc="left",
         )
-        zax.set_xlabel("simulated seconds")
+        zax.set_xlabel(clock)
     _by_producer, colours = _colours(records)
     handles: list[Patch | Line2D] = [
         Patch(facecolor=colour, label=key) for key, colour in colours.items()

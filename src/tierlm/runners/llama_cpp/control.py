@@ -1,0 +1,95 @@
+"""The control block: a few words of memory shared by the runner and its worker.
+
+A cancel must reach the decode loop between two tokens, and llama.cpp's abort
+callback in the middle of a prompt evaluation, without waiting for anything:
+the worker's threads may be busy, and a message would queue behind them. So
+the runner writes the cancel into shared memory and the worker reads it before
+every token and between graph nodes (``llama_set_abort_callback``). The same
+block carries how many pieces the reader has taken, which bounds how far the
+decode loop runs ahead of it (``RUN_AHEAD``).
+
+Each word packs a generation number with its value, so one aligned 64-bit
+store updates both at once and a stale word (an earlier generation's) is told
+apart without a lock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import mmap
+import os
+import tempfile
+
+from tierlm.runners.protocol import CancelReason
+
+__all__ = ["ControlBlock", "StopReason"]
+
+_SIZE = 64
+_CANCEL, _CONSUMED = 0, 1
+_SHIFT = 32
+
+
+class StopReason(enum.IntEnum):
+    """Why the runner asked a generation to stop (the worker saves a KV
+    snapshot only for a preemption: docs/design.md §4 zero-loss preemption)."""
+
+    PREEMPTED = 1
+    CALLER = 2
+    SHUTDOWN = 3
+    READER_LEFT = 4
+    """The stream's reader stopped iterating (closed it or went away)."""
+
+    @classmethod
+    def of(cls, reason: CancelReason | None) -> StopReason:
+        if reason is CancelReason.PREEMPTED:
+            return cls.PREEMPTED
+        if reason is CancelReason.SHUTDOWN:
+            return cls.SHUTDOWN
+        return cls.CALLER
+
+
+class ControlBlock:
+    """Shared words: ``cancel`` = (generation, reason), ``consumed`` =
+    (generation, pieces taken by the reader)."""
+
+    def __init__(self, fd: int | None = None) -> None:
+        """A new block in a temporary file (``fd`` None), to pass to a worker
+        process by its descriptor, or the block behind an inherited ``fd``."""
+        if fd is None:
+            with tempfile.TemporaryFile(prefix="tierlm-llama-control-") as file:
+                file.truncate(_SIZE)
+                self.fd = os.dup(file.fileno())
+        else:
+            self.fd = fd
+        self._map = mmap.mmap(self.fd, _SIZE, mmap.MAP_SHARED)
+        self._words = (ctypes.c_int64 * (_SIZE // 8)).from_buffer(self._map)
+        # Never unmapped by hand: a late cancel from another thread must find
+        # the memory there. It goes with the last reference.
+
+    def release_fd(self) -> None:
+        """Close the descriptor (the mapping stays): once a worker has it, or
+        once this process has mapped it."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def cancel(self, gen_id: int, reason: StopReason) -> None:
+        if reason is StopReason.READER_LEFT and self.stop_reason(gen_id) is not None:
+            # The reader leaves after every cancel: keep the reason it left for
+            # (a preemption's KV snapshot depends on it).
+            return
+        self._words[_CANCEL] = (gen_id << _SHIFT) | int(reason)
+
+    def stop_reason(self, gen_id: int) -> StopReason | None:
+        word = self._words[_CANCEL]
+        if word >> _SHIFT != gen_id:
+            return None
+        return StopReason(word & 0xFF)
+
+    def set_consumed(self, gen_id: int, pieces: int) -> None:
+        self._words[_CONSUMED] = (gen_id << _SHIFT) | pieces
+
+    def consumed(self, gen_id: int) -> int:
+        word = self._words[_CONSUMED]
+        return word & 0xFFFFFFFF if word >> _SHIFT == gen_id else 0

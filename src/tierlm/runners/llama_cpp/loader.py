@@ -1,0 +1,292 @@
+"""Opening a GGUF in llama.cpp, with every load option applied and checked.
+
+Runs where the model lives: the worker process (or, with ``isolation="thread"``,
+this process). ``open_model`` gives a ``LoadedModel`` (a ``Llama``, its chat
+template compiled once, its abort callback); ``open_vocab`` a tokenizer-only
+model for counting tokens of a model that is not loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tierlm.runners.llama_cpp.messages import LoadInfo
+from tierlm.runners.protocol import GenerationRequest, Message, RunnerError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+
+__all__ = ["CHATML", "LoadedModel", "Vocab", "open_model", "open_vocab"]
+
+# When a model has no chat template: ChatML, llama.cpp server's fallback too.
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+# llama-cpp-python sets a model's layer count to INT32_MAX for n_gpu_layers=-1.
+_ALL_LAYERS = 0x7FFFFFFF
+# Llama() reads llama_model_default_params() while it runs (see _construct).
+_construct_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=32)
+def _formatter(template: str, eos: str, bos: str) -> Any:
+    """A compiled chat template. llama-cpp-python's chat completion compiles the
+    Jinja2 template on every request (~1.5 ms each); here once per model."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    return Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+
+
+def _token_text(model: Any, token: int) -> str:
+    if token < 0:
+        return ""
+    text: str = model.token_get_text(token)
+    return text
+
+
+@dataclass(slots=True)
+class _Text:
+    """A model's tokenizer and chat template: what counting and generating share."""
+
+    model: Any
+    """llama-cpp-python's ``_internals.LlamaModel``."""
+    template: str
+    bos_text: str
+    eos_text: str
+    add_bos: bool
+
+    @classmethod
+    def of(cls, model: Any, spec: LlamaModelSpec) -> _Text:
+        template = spec.chat_template or model.metadata().get("tokenizer.chat_template") or CHATML
+        return cls(
+            model,
+            template,
+            _token_text(model, model.token_bos()),
+            _token_text(model, model.token_eos()),
+            bool(model.add_bos_token()),
+        )
+
+    def render_chat(self, messages: Sequence[Message]) -> str:
+        """The chat template applied to ``messages``, ready for the assistant's
+        answer (as llama-cpp-python's chat completion does)."""
+        formatter = _formatter(self.template, self.eos_text, self.bos_text)
+        prompt: str = formatter(messages=[dict(m) for m in messages]).prompt
+        return prompt
+
+    def prompt_text(self, request: GenerationRequest) -> str:
+        """The text before the answer: the prompt, or the rendered chat."""
+        if request.prompt is not None:
+            return request.prompt
+        assert request.messages is not None
+        return self.render_chat(request.messages)
+
+    def tokenize(self, text: str, *, prompt: bool) -> list[int]:
+        """Chat: the template writes any BOS itself (llama-cpp-python's chat
+        handler tokenizes the same way). Prompt: the model's add_bos flag."""
+        tokens: list[int] = self.model.tokenize(
+            text.encode("utf-8"), add_bos=prompt and self.add_bos, special=True
+        )
+        return tokens
+
+    def render(self, request: GenerationRequest) -> tuple[str, int]:
+        """The text the model continues from (+ resume text) and its tokens."""
+        text = self.prompt_text(request) + request.resume_text
+        return text, len(self.tokenize(text, prompt=request.prompt is not None))
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """One ``Llama`` with its options applied, ready to generate."""
+
+    model_id: str
+    spec: LlamaModelSpec
+    llm: Any
+    text: _Text
+    info: LoadInfo
+    abort_check: Callable[[], bool] | None = None
+    """Read by llama.cpp's abort callback during a prompt evaluation."""
+    abort_cb: Any = field(default=None)
+
+    @property
+    def key(self) -> str:
+        """Whose KV states fit this context: the model id and every load option."""
+        return f"{self.model_id}\0{self.spec!r}"
+
+    def close(self) -> None:
+        self.llm.close()
+        self.abort_cb = None
+
+
+@dataclass(slots=True)
+class Vocab:
+    """A tokenizer-only model (``vocab_only``): counts tokens of a model that
+    is not loaded, in milliseconds and without its weights."""
+
+    text: _Text
+
+    def close(self) -> None:
+        self.text.model.close()
+
+
+def _check_file(model_id: str, spec: LlamaModelSpec) -> str:
+    path = Path(spec.path)
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise RunnerError(
+            f"model {model_id!r}: cannot open {str(path)!r}: {exc.strerror or exc}",
+            model_id=model_id,
+        ) from exc
+    if magic != b"GGUF":
+        raise RunnerError(
+            f"model {model_id!r}: {str(path)!r} is not a GGUF file "
+            f"(starts with {magic!r}, expected b'GGUF')",
+            model_id=model_id,
+        )
+    return str(path)
+
+
+def _import(model_id: str) -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise RunnerError(
+            f"model {model_id!r}: llama-cpp-python is not installed (pip install 'tierlm[local]')",
+            model_id=model_id,
+        ) from exc
+    return llama_cpp
+
+
+def _construct(llama_cpp: Any, path: str, kwargs: dict[str, Any], extra_bufts: bool) -> Any:
+    """``Llama(path, **kwargs)`` with the model parameter ``use_extra_bufts`` set.
+
+    ``Llama()`` has no argument for it (an unknown keyword would be ignored), so
+    llama_model_default_params, which ``Llama()`` calls to build the model
+    parameters, is wrapped for the duration of the call, under a lock.
+    """
+    module = llama_cpp.llama_cpp
+    with _construct_lock:
+        default = module.llama_model_default_params
+
+        def params() -> Any:
+            p = default()
+            p.use_extra_bufts = extra_bufts
+            return p
+
+        module.llama_model_default_params = params
+        try:
+            return llama_cpp.Llama(model_path=path, **kwargs)
+        finally:
+            module.llama_model_default_params = default
+
+
+def _verify_applied(model_id: str, spec: LlamaModelSpec, llm: Any, extra_bufts: bool) -> None:
+    """Read every option back from llama.cpp's context, or from the parameter
+    structs llama-cpp-python handed it; raise if one was not applied."""
+    import llama_cpp
+
+    ctx = llm._ctx.ctx
+    threads = spec.threads
+    wanted: dict[str, object] = {
+        "n_ctx": spec.n_ctx,  # llama.cpp rounds it up: at least this
+        "n_threads": threads,
+        "n_threads_batch": spec.n_threads_batch or threads,
+        "n_batch": min(spec.n_batch, spec.n_ctx),  # llama-cpp-python caps it at n_ctx
+        "n_gpu_layers": _ALL_LAYERS if spec.n_gpu_layers == -1 else spec.n_gpu_layers,
+        "use_extra_bufts": extra_bufts,
+        "flash_attn": bool(spec.flash_attn),
+    }
+    got: dict[str, object] = {
+        "n_ctx": llama_cpp.llama_n_ctx(ctx),
+        "n_threads": llama_cpp.llama_n_threads(ctx),
+        "n_threads_batch": llama_cpp.llama_n_threads_batch(ctx),
+        "n_batch": llama_cpp.llama_n_batch(ctx),
+        "n_gpu_layers": llm.model_params.n_gpu_layers,
+        "use_extra_bufts": bool(llm.model_params.use_extra_bufts),
+        "flash_attn": llm.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    }
+    for name, value in wanted.items():
+        ok = got[name] >= value if name == "n_ctx" else got[name] == value  # type: ignore[operator]
+        if not ok:
+            raise RunnerError(
+                f"model {model_id!r}: llama.cpp did not apply {name}={value!r} "
+                f"(it has {got[name]!r})",
+                model_id=model_id,
+            )
+
+
+def default_extra_bufts() -> bool:
+    """llama.cpp's own default for ``use_extra_bufts``."""
+    import llama_cpp
+
+    return bool(llama_cpp.llama_model_default_params().use_extra_bufts)
+
+
+def open_model(model_id: str, spec: LlamaModelSpec, *, probed: bool = False) -> LoadedModel:
+    """Load ``spec`` or raise a ``RunnerError`` that names the model and the cause."""
+    started = time.perf_counter()
+    path = _check_file(model_id, spec)
+    llama_cpp = _import(model_id)
+    try:
+        spec.check_options()
+    except ValueError as exc:
+        raise RunnerError(f"model {model_id!r}: {exc}", model_id=model_id) from None
+    extra_bufts = default_extra_bufts() if spec.use_extra_bufts is None else spec.use_extra_bufts
+    try:
+        llm = _construct(llama_cpp, path, spec.llama_kwargs(), extra_bufts)
+    except Exception as exc:
+        raise RunnerError(
+            f"model {model_id!r}: llama.cpp could not load {path!r}: {exc}", model_id=model_id
+        ) from exc
+    try:
+        _verify_applied(model_id, spec, llm, extra_bufts)
+    except RunnerError:
+        llm.close()
+        raise
+    info = LoadInfo(
+        model_id=model_id,
+        seconds=time.perf_counter() - started,
+        n_ctx=llm.n_ctx(),
+        n_threads=llama_cpp.llama_n_threads(llm._ctx.ctx),
+        use_extra_bufts=extra_bufts,
+        probed=probed,
+    )
+    loaded = LoadedModel(model_id, spec, llm, _Text.of(llm._model, spec), info)
+
+    def abort(_: Any) -> bool:
+        check = loaded.abort_check
+        return bool(check is not None and check())
+
+    # Kept on the model: ctypes frees a callback once nothing references it.
+    loaded.abort_cb = llama_cpp.ggml_abort_callback(abort)
+    return loaded
+
+
+def open_vocab(model_id: str, spec: LlamaModelSpec) -> Vocab:
+    """The tokenizer and chat template of ``spec``, without its weights."""
+    path = _check_file(model_id, spec)
+    llama_cpp = _import(model_id)
+    from llama_cpp._internals import LlamaModel
+
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    try:
+        with _construct_lock:
+            model = LlamaModel(path_model=path, params=params, verbose=False)
+    except Exception as exc:
+        raise RunnerError(
+            f"model {model_id!r}: llama.cpp could not read the vocabulary of {path!r}: {exc}",
+            model_id=model_id,
+        ) from exc
+    return Vocab(_Text.of(model, spec))

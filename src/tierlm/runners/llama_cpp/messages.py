@@ -1,0 +1,195 @@
+"""What the runner and its llama.cpp worker say to each other.
+
+Commands go to the worker, events come back; over a pipe (pickled) when the
+worker is a process, as plain calls when it is a thread of this process
+(``isolation="thread"``). Every command but ``Cancel``-like control (which goes
+through the shared control block, ``control.py``) carries a ``call_id`` that
+its reply names.
+
+Generation (``Generate``): ``Piece`` events, one per token, then ``Reply`` with
+the ``GenerationStats``, or ``Failed``. Load (``Load``): ``Reply`` with a
+``LoadInfo``. Rendering and counting a prompt (``RenderPrompt``): ``Reply`` with
+``(text, tokens)``; served at
+once on the worker's command thread, also while a generation runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from tierlm.runners.llama_cpp.faults import FaultInjection
+    from tierlm.runners.llama_cpp.kv_pool import PoolStats
+    from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+    from tierlm.runners.protocol import GenerationRequest
+
+__all__ = [
+    "Command",
+    "Configure",
+    "Event",
+    "Failed",
+    "Generate",
+    "GenerationStats",
+    "InjectFault",
+    "Load",
+    "LoadInfo",
+    "Log",
+    "Piece",
+    "Progress",
+    "RenderPrompt",
+    "Reply",
+    "Shutdown",
+    "Unload",
+]
+
+Ended = Literal[
+    "", "max_tokens", "eos", "stop", "cancelled", "prefill_aborted", "context_full", "error"
+]
+
+
+@dataclass(slots=True)
+class GenerationStats:
+    """What one generation did; for tests, benchmarks and usage figures."""
+
+    prompt_tokens: int = 0
+    """Tokens of prompt + resume text (what the model continued from)."""
+    tokens: int = 0
+    """Tokens generated (pieces sent; one per token)."""
+    evaluated_tokens: int = 0
+    """Prompt tokens actually evaluated; the rest came from the KV cache (the
+    context's own prefix or a restored snapshot)."""
+    restored_tokens: int = 0
+    """Tokens whose KV state was restored from the snapshot pool (docs/design.md
+    §4 zero-loss preemption)."""
+    resumed_from: Literal["", "snapshot", "tokens", "text"] = ""
+    """How a resume found its tokens: a KV snapshot, the exact tokens of the
+    preempted run (re-evaluated), or the re-tokenized text."""
+    saved_state_bytes: int = 0
+    """Bytes of KV state saved when this generation was preempted."""
+    save_seconds: float = 0.0
+    """Time spent copying that state out of llama.cpp."""
+    restore_seconds: float = 0.0
+    """Time spent restoring a snapshot's state before this generation (and
+    keeping the context's, if it was about to be overwritten)."""
+    pool: PoolStats | None = None
+    """The KV snapshot pool after this generation."""
+    prefill_seconds: float = 0.0
+    """From the start of the generation on the worker to its first token (or abort)."""
+    decode_seconds: float = 0.0
+    """From the first token to the end."""
+    ended: Ended = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadInfo:
+    """What a load did, as the worker saw it."""
+
+    model_id: str
+    seconds: float
+    n_ctx: int
+    n_threads: int
+    use_extra_bufts: bool
+    probed: bool
+
+
+# -- commands -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    """The worker's settings; sent first to every new worker."""
+
+    call_id: int
+    kv_pool_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    call_id: int
+    model_id: str
+    spec: LlamaModelSpec
+    probe: bool
+    """Run a tiny batched generation after loading (the start-up probe)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unload:
+    call_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Generate:
+    call_id: int
+    gen_id: int
+    """The generation's number in the control block (its cancel flag)."""
+    request: GenerationRequest
+    label: str
+    """How errors name it: ``job 12`` or ``model 'm'``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenderPrompt:
+    """The text a request's model continues (prompt or rendered chat, + resume
+    text) and its length in tokens: ``Reply`` with ``(text, tokens)``."""
+
+    call_id: int
+    model_id: str
+    spec: LlamaModelSpec
+    request: GenerationRequest
+
+
+@dataclass(frozen=True, slots=True)
+class InjectFault:
+    """Test-only: arm a deliberate crash (``faults.py``)."""
+
+    call_id: int
+    fault: FaultInjection
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    call_id: int = 0
+
+
+Command = Configure | Load | Unload | Generate | RenderPrompt | InjectFault | Shutdown
+
+
+# -- events -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    gen_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    call_id: int
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    call_id: int
+    message: str
+    model_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A long command reached a stage (``Load``: "probing"), so that a crash
+    can be told apart by where it happened."""
+
+    call_id: int
+    stage: str
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    level: int
+    message: str
+
+
+Event = Piece | Reply | Failed | Progress | Log

@@ -1,0 +1,383 @@
+"""``LlamaCppRunner``: GGUF models through llama-cpp-python, in a worker process.
+
+The direct analogue of the seed's on-device runner: one model (one GGUF, one
+context) at a time. The model lives in a worker process (docs/design.md §1
+runners) that the runner talks to over a pipe; a native crash there (a
+segfault in llama.cpp, an abort, the OOM killer) fails only the generation it
+interrupted, with an error that says so, and the runner starts a new worker
+and loads the model again. ``isolation="thread"`` runs the same worker code in
+this process instead (no isolation; for comparison).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+import weakref
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal
+
+from tierlm.runners.llama_cpp.calls import Call, Calls, WorkerCrashed
+from tierlm.runners.llama_cpp.control import StopReason
+from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES, PoolStats
+from tierlm.runners.llama_cpp.messages import (
+    Configure,
+    Generate,
+    GenerationStats,
+    InjectFault,
+    Load,
+    LoadInfo,
+    RenderPrompt,
+    Shutdown,
+)
+from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.transport import Worker, WorkerProcess, WorkerThread
+from tierlm.runners.protocol import (
+    CancelToken,
+    GenerationRequest,
+    RunnerError,
+    unknown_model,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+    from os import PathLike
+
+    from tierlm.runners.llama_cpp.faults import FaultInjection
+    from tierlm.runners.llama_cpp.messages import Command
+
+__all__ = ["ISOLATIONS", "Isolation", "LlamaCppRunner"]
+
+logger = logging.getLogger("tierlm.runners.llama_cpp")
+
+Isolation = Literal["process", "thread"]
+ISOLATIONS: tuple[Isolation, ...] = ("process", "thread")
+
+
+def _stop_worker(worker: Worker) -> None:
+    """The runner was garbage-collected without ``aclose``: let its worker go."""
+    if worker.exit_code is None:
+        worker.send(Shutdown())
+
+
+class LlamaCppRunner:
+    """Run GGUF models with llama-cpp-python in a crash-isolated worker.
+
+    ``models`` maps model ids to a ``LlamaModelSpec`` or just a path (default
+    options)::
+
+        runner = LlamaCppRunner({
+            "qwen": LlamaModelSpec("qwen2.5-0.5b.gguf", n_ctx=4096),
+            "qwen-8k": LlamaModelSpec("qwen2.5-0.5b.gguf", n_ctx=8192),
+        })
+        await runner.load("qwen")
+
+    What a gateway can show: ``worker_pid``, ``restarts``, ``last_crash``,
+    ``loaded_model``, ``last_load`` (the options llama.cpp really applied),
+    ``extra_bufts_off`` (models the start-up probe had to load without
+    weight repacking), ``kv_pool`` (the KV snapshot pool); and per request
+    ``await count_prompt_tokens(request)`` (exact, from the model's tokenizer)
+    and ``last_stats``.
+    """
+
+    def __init__(
+        self,
+        models: Mapping[str, LlamaModelSpec | str | PathLike[str]],
+        *,
+        isolation: Isolation = "process",
+        probe: bool = True,
+        kv_pool_bytes: int = DEFAULT_KV_POOL_BYTES,
+    ) -> None:
+        if not isinstance(kv_pool_bytes, int) or kv_pool_bytes < 0:
+            raise ValueError(f"kv_pool_bytes: must be an int >= 0, got {kv_pool_bytes!r}")
+        if isolation not in ISOLATIONS:
+            raise ValueError(
+                f"isolation: must be one of {', '.join(ISOLATIONS)}, got {isolation!r}"
+            )
+        self.models: dict[str, LlamaModelSpec] = {
+            model_id: spec if isinstance(spec, LlamaModelSpec) else LlamaModelSpec(spec)
+            for model_id, spec in models.items()
+        }
+        self.isolation: Isolation = isolation
+        self.kv_pool_bytes = kv_pool_bytes
+        """Bytes of KV state the worker keeps for preempted generations and long
+        prefixes (docs/design.md §4 zero-loss preemption); 0 keeps none (resumes
+        then re-evaluate the exact tokens)."""
+        self.kv_pool: PoolStats | None = None
+        """The KV snapshot pool, as of the last generation."""
+        self.probe = probe
+        """Run the start-up probe after each load (process isolation only: in a
+        thread, a crash would end this process)."""
+        self.loaded_model: str | None = None
+        self.loads = 0
+        """How many times ``load`` switched the model."""
+        self.last_load_seconds: float | None = None
+        self.last_load: LoadInfo | None = None
+        self.last_stats: GenerationStats | None = None
+        """What the last generation did (set when its stream ends)."""
+        self.restarts = 0
+        """Workers started again after a crash."""
+        self.last_crash: str | None = None
+        self.extra_bufts_off: set[str] = set()
+        """Models whose start-up probe crashed with ``use_extra_bufts`` on, and
+        which are therefore loaded with it off."""
+        self.fault_injection: FaultInjection | None = None
+        """TESTS ONLY: a fault armed in every new worker (see ``inject_fault``)."""
+        self._worker: Worker | None = None
+        self._calls = Calls()
+        self._ids = itertools.count(1)
+        self._recovery: asyncio.Future[str] | None = None
+        """The reload after the last crash."""
+
+    # -- state --------------------------------------------------------------
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker process's pid (this process's with ``isolation="thread"``);
+        None before the first load and while no worker runs."""
+        worker = self._worker
+        return worker.pid if worker is not None and worker.exit_code is None else None
+
+    def spec(self, model_id: str) -> LlamaModelSpec:
+        try:
+            return self.models[model_id]
+        except KeyError:
+            raise unknown_model(model_id, self.models) from None
+
+    def _effective_spec(self, model_id: str) -> LlamaModelSpec:
+        spec = self.spec(model_id)
+        if model_id in self.extra_bufts_off:
+            return replace(spec, use_extra_bufts=False)
+        return spec
+
+    # -- the worker ---------------------------------------------------------
+
+    def _spawn(self) -> Worker:
+        calls = Calls()
+        kind = WorkerProcess if self.isolation == "process" else WorkerThread
+        worker: Worker = kind(calls.on_event, calls.on_exit)
+        self._worker, self._calls = worker, calls
+        weakref.finalize(self, _stop_worker, worker)
+        worker.send(Configure(next(self._ids), self.kv_pool_bytes))
+        fault = self.fault_injection
+        if fault is not None and fault.every_worker:
+            worker.send(InjectFault(next(self._ids), fault))
+        return worker
+
+    def _restart(self, dead: Worker) -> None:
+        """Start a new worker if ``dead`` is still the current one."""
+        if self._worker is dead:
+            self.restarts += 1
+            self._spawn()
+
+    async def _recover(self, dead: Worker) -> str:
+        """After ``dead`` crashed: a new worker, holding the model again.
+
+        Returns how that went, for the crash's error message. Once per crash:
+        a later caller waits for the same reload, which runs as a task of its
+        own (a caller that is cancelled does not interrupt it).
+        """
+        if self._worker is dead:
+            self._restart(dead)
+            model_id = self.loaded_model
+            self._recovery = (
+                None if model_id is None else asyncio.ensure_future(self._reload(model_id))
+            )
+        recovery = self._recovery
+        return "restarted" if recovery is None else await asyncio.shield(recovery)
+
+    async def _reload(self, model_id: str) -> str:
+        try:
+            await self._open(model_id)
+        except RunnerError as exc:
+            self.loaded_model = None
+            return f"restarted, but loading model {model_id!r} again failed: {exc}"
+        return "restarted"
+
+    async def _live(self) -> tuple[Worker, Calls]:
+        """The worker, started (or restarted after a crash) when needed."""
+        worker = self._worker
+        if worker is None:
+            worker = self._spawn()
+        elif worker.exit_code is not None:
+            await self._recover(worker)
+            assert self._worker is not None
+            worker = self._worker
+        return worker, self._calls
+
+    async def _call(self, command: Command, *, gen_id: int | None = None) -> tuple[Worker, Call]:
+        worker, calls = await self._live()
+        call = Call(asyncio.get_running_loop(), stream=gen_id is not None)
+        calls.add(command.call_id, call, gen_id)
+        worker.send(command)
+        return worker, call
+
+    # -- load ----------------------------------------------------------------
+
+    async def load(self, model_id: str) -> None:
+        self.spec(model_id)  # unknown ids fail here, before anything changes
+        # Shielded: a swap is not interruptible; if our caller is cancelled,
+        # the swap completes.
+        await asyncio.shield(self._swap(model_id))
+
+    async def _swap(self, model_id: str) -> None:
+        await self._live()  # a crashed worker comes back holding its model
+        if model_id == self.loaded_model:
+            return
+        self.loaded_model = None
+        started = time.perf_counter()
+        await self._open(model_id)
+        self.loaded_model = model_id
+        self.loads += 1
+        self.last_load_seconds = time.perf_counter() - started
+
+    async def _open(self, model_id: str) -> LoadInfo:
+        """Load ``model_id`` in the worker, with the start-up probe: if the
+        probe crashes the worker with ``use_extra_bufts`` on, load it once more
+        with it off. A worker that died before the load (idle, unnoticed) is
+        restarted and the load tried once more."""
+        spec = self._effective_spec(model_id)
+        probe = self.probe and self.isolation == "process"
+        retried = False
+        while True:
+            worker, call = await self._call(Load(next(self._ids), model_id, spec, probe))
+            try:
+                info: LoadInfo = await call.result()
+            except WorkerCrashed as crash:
+                self._restart(worker)
+                probing = call.stage == "probing"
+                if probing and spec.use_extra_bufts is not False:
+                    logger.warning(
+                        "model %r: the llama.cpp worker crashed (%s) in the first generation "
+                        "after loading it with use_extra_bufts on; a known llama.cpp crash of "
+                        "quantized weights repacked for AMX on some CPUs (llama.cpp issues "
+                        "#16315, #20824). Loading it again with use_extra_bufts=False.",
+                        model_id,
+                        crash,
+                    )
+                    self.extra_bufts_off.add(model_id)
+                    spec = replace(spec, use_extra_bufts=False)
+                    continue
+                if not probing and not retried:
+                    retried = True
+                    continue
+                where = "in its start-up probe" if probing else "while loading it"
+                self.last_crash = f"model {model_id!r}: crashed ({crash}) {where}"
+                raise RunnerError(
+                    f"model {model_id!r}: the llama.cpp worker crashed ({crash}) {where}; "
+                    "restarted",
+                    model_id=model_id,
+                ) from None
+            self.last_load = info
+            return info
+
+    async def aclose(self) -> None:
+        """Stop the worker and free the model (waiting for a stopping generation)."""
+        worker, self._worker = self._worker, None
+        self.loaded_model = None
+        if worker is not None:
+            for gen_id in self._calls.generations():
+                worker.control.cancel(gen_id, StopReason.SHUTDOWN)
+            await asyncio.to_thread(worker.shutdown)
+
+    # -- tokens --------------------------------------------------------------
+
+    async def count_prompt_tokens(self, request: GenerationRequest) -> int:
+        """The exact number of tokens of ``request``'s prompt (the prompt, or the
+        chat rendered with the model's template, + ``resume_text``), from the
+        model's own tokenizer: a response's ``usage.prompt_tokens``. The model
+        need not be loaded; a running generation does not delay it."""
+        _, tokens = await self._render(request)
+        return tokens
+
+    async def prompt_text(self, request: GenerationRequest) -> str:
+        """The text the model continues for ``request``: the prompt, or the chat
+        rendered with the model's template, + ``resume_text``."""
+        text, _ = await self._render(request)
+        return text
+
+    async def _render(self, request: GenerationRequest) -> tuple[str, int]:
+        spec = self.spec(request.model_id)
+        for attempt in (1, 2):
+            worker, call = await self._call(
+                RenderPrompt(next(self._ids), request.model_id, spec, request)
+            )
+            try:
+                rendered: tuple[str, int] = await call.result()
+                return rendered
+            except WorkerCrashed as crash:
+                outcome = await self._recover(worker)
+                if attempt == 2:
+                    raise RunnerError(
+                        f"model {request.model_id!r}: the llama.cpp worker crashed ({crash}) "
+                        f"while rendering its prompt; {outcome}",
+                        model_id=request.model_id,
+                    ) from None
+        raise AssertionError("unreachable")
+
+    # -- generate ------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]:
+        return self._generate(request, cancel)
+
+    async def _generate(
+        self, request: GenerationRequest, cancel: CancelToken
+    ) -> AsyncIterator[str]:
+        # Checked on the first iteration, like every error of a generation.
+        if request.model_id != self.loaded_model:
+            raise RunnerError(
+                f"model {request.model_id!r}: not loaded (loaded: {self.loaded_model!r})",
+                model_id=request.model_id,
+            )
+        label = f"job {request.job_id}" if request.job_id is not None else "a request"
+        gen_id = next(self._ids)
+        worker, call = await self._call(
+            Generate(next(self._ids), gen_id, request, label), gen_id=gen_id
+        )
+        control = worker.control
+
+        def on_cancel(token: CancelToken) -> None:
+            control.cancel(gen_id, StopReason.of(token.reason))
+
+        remove = cancel.add_callback(on_cancel)
+        assert call.pieces is not None
+        taken = 0
+        try:
+            while (text := await call.pieces.get()) is not None:
+                taken += 1
+                control.set_consumed(gen_id, taken)
+                if cancel.cancelled:
+                    return
+                yield text
+            await call.result()  # raises the generation's error
+        except WorkerCrashed as crash:
+            outcome = await self._recover(worker)
+            self.last_crash = f"{label} (model {request.model_id!r}): crashed ({crash})"
+            raise RunnerError(
+                f"the llama.cpp worker crashed ({crash}) while generating for {label} "
+                f"(model {request.model_id!r}); {outcome}",
+                model_id=request.model_id,
+            ) from None
+        finally:
+            remove()
+            control.cancel(gen_id, StopReason.READER_LEFT)  # no-op if it has ended
+            # Return only once the device is free: the worker is at most one
+            # token (or one aborted prompt batch) away from its reply.
+            with contextlib.suppress(Exception):
+                await call.result()
+            if call.done.done() and call.done.exception() is None:
+                self.last_stats = call.done.result()
+                self.kv_pool = self.last_stats.pool
+
+    # -- tests ---------------------------------------------------------------
+
+    async def inject_fault(self, fault: FaultInjection) -> None:
+        """FAULT INJECTION, tests only: arm ``fault`` in the worker (and in every
+        later one if ``fault.every_worker``)."""
+        if fault.every_worker:
+            self.fault_injection = fault
+        _, call = await self._call(InjectFault(next(self._ids), fault))
+        await call.result()

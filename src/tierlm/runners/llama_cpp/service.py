@@ -1,0 +1,227 @@
+"""The worker's side of the runner: one persistent decode thread, in order.
+
+Loads, generations and unloads run one after the other on ONE thread that
+lives as long as the worker: llama.cpp's OpenMP runtime keeps a team of
+threads per calling thread, and a fresh thread per generation grows a fresh
+team (measured: +37 ms to the first token). Token counts are served at once on
+the calling (command) thread, also while a generation runs, from a
+tokenizer-only copy of the model (``loader.open_vocab``), so a swap on the
+decode thread never frees what a count is reading.
+
+The same class runs inside the worker process (``worker.py``) and, with
+``isolation="thread"``, inside the runner's own process.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from tierlm.runners.llama_cpp import snapshots
+from tierlm.runners.llama_cpp.control import StopReason
+from tierlm.runners.llama_cpp.decode import decode
+from tierlm.runners.llama_cpp.kv_pool import KvPool
+from tierlm.runners.llama_cpp.loader import LoadedModel, Vocab, open_model, open_vocab
+from tierlm.runners.llama_cpp.messages import (
+    Configure,
+    Failed,
+    Generate,
+    GenerationStats,
+    InjectFault,
+    Load,
+    Progress,
+    RenderPrompt,
+    Reply,
+    Shutdown,
+    Unload,
+)
+from tierlm.runners.protocol import RunnerError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tierlm.runners.llama_cpp.control import ControlBlock
+    from tierlm.runners.llama_cpp.faults import FaultInjection, FaultPoint
+    from tierlm.runners.llama_cpp.messages import Command, Event
+
+__all__ = ["PROBE_PROMPT", "DecodeService"]
+
+logger = logging.getLogger("tierlm.runners.llama_cpp")
+
+# The start-up probe: a prompt of several tokens (the AMX crash is in batched
+# decodes) and two sampled tokens.
+PROBE_PROMPT = "The quick brown fox jumps over the lazy dog."
+PROBE_TOKENS = 2
+
+
+class DecodeService:
+    """Runs commands for one runner; ``send`` carries the events back."""
+
+    def __init__(self, control: ControlBlock, send: Callable[[Event], None]) -> None:
+        self.control = control
+        self._send = send
+        self._queue: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="tierlm-llama-decode", daemon=True)
+        self._model: LoadedModel | None = None
+        self._vocabs: dict[tuple[str, str, str | None], Vocab] = {}
+        self._faults: list[FaultInjection] = []
+        self._pool = KvPool()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def handle(self, command: Command) -> None:
+        """Take one command from the runner (on the command thread)."""
+        if isinstance(command, RenderPrompt):
+            self._render(command)
+        elif isinstance(command, InjectFault):
+            self._faults.append(command.fault)
+            self._send(Reply(command.call_id))
+        else:
+            self._queue.put(command)
+
+    def stop(self) -> None:
+        """Finish what is queued, free the model, and end the decode thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    # -- the decode thread --------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            command = self._queue.get()
+            if command is None:
+                self._unload()
+                return
+            try:
+                self._send(Reply(command.call_id, self._execute(command)))
+            except RunnerError as exc:
+                self._send(Failed(command.call_id, str(exc), exc.model_id))
+            except Exception as exc:
+                logger.exception("the llama.cpp worker failed on %s", type(command).__name__)
+                self._send(Failed(command.call_id, f"llama.cpp worker error: {exc!r}"))
+
+    def _execute(self, command: Command) -> object:
+        if isinstance(command, Configure):
+            self._pool = KvPool(command.kv_pool_bytes)
+            return None
+        if isinstance(command, Load):
+            return self._load(command)
+        if isinstance(command, Generate):
+            return self._generate(command)
+        if isinstance(command, Unload | Shutdown):
+            self._unload()
+            return None
+        raise TypeError(f"unexpected command {command!r}")
+
+    def _fault(self, point: FaultPoint) -> FaultInjection | None:
+        for fault in self._faults:
+            if fault.at == point:
+                return fault
+        return None
+
+    def _unload(self) -> None:
+        model, self._model = self._model, None
+        if model is not None:
+            model.close()
+
+    def _load(self, command: Load) -> object:
+        self._unload()
+        model = open_model(command.model_id, command.spec, probed=command.probe)
+        self._model = model
+        if command.probe:
+            self._send(Progress(command.call_id, "probing"))
+            self._probe(model)
+        return model.info
+
+    def _probe(self, model: LoadedModel) -> None:
+        """A tiny batched generation: if this model crashes llama.cpp on this
+        machine, it crashes here, where the runner expects it."""
+        fault = self._fault("probe")
+        if fault is not None and (not fault.only_with_extra_bufts or model.info.use_extra_bufts):
+            fault.fire()
+        llm = model.llm
+        tokens = model.text.tokenize(PROBE_PROMPT, prompt=True)
+        for n, _ in enumerate(llm.generate(tokens, temp=0.0, reset=True), start=1):
+            if n == PROBE_TOKENS:
+                break
+
+    def _generate(self, command: Generate) -> GenerationStats:
+        request = command.request
+        model = self._model
+        if model is None or model.model_id != request.model_id:
+            loaded = model.model_id if model is not None else None
+            raise RunnerError(
+                f"model {request.model_id!r}: not loaded (loaded: {loaded!r})",
+                model_id=request.model_id,
+            )
+        stats = GenerationStats()
+        if self.control.stop_reason(command.gen_id) is not None:
+            stats.ended = "cancelled"
+            return stats
+        plan = snapshots.plan(model, request, self._pool, self._fault("restore"))
+        n_ctx = model.llm.n_ctx()
+        stats.prompt_tokens = len(plan.tokens)
+        stats.evaluated_tokens = len(plan.tokens) - plan.reused
+        stats.restored_tokens = plan.restored
+        stats.restore_seconds = plan.kv_seconds
+        stats.resumed_from = plan.resumed_from
+        if len(plan.tokens) >= n_ctx:
+            raise RunnerError(
+                f"model {request.model_id!r}: prompt of {len(plan.tokens)} tokens does not fit "
+                f"the context of {n_ctx} tokens",
+                model_id=request.model_id,
+            )
+        log = snapshots.TokenLog()
+        try:
+            decode(
+                model,
+                request,
+                plan,
+                gen_id=command.gen_id,
+                control=self.control,
+                send=self._send,
+                stats=stats,
+                journal=log,
+                fault=self._fault("token"),
+            )
+        except RunnerError:
+            raise
+        except Exception as exc:
+            raise RunnerError(
+                f"model {request.model_id!r}: generation failed: {exc}", model_id=request.model_id
+            ) from exc
+        preempted = self.control.stop_reason(command.gen_id) is StopReason.PREEMPTED
+        if preempted and stats.ended in ("cancelled", "prefill_aborted"):
+            # docs/design.md §4 zero-loss preemption: its resume continues from here.
+            saving = time.perf_counter()
+            stats.saved_state_bytes = snapshots.save_preempted(model, self._pool, plan, log)
+            stats.save_seconds = time.perf_counter() - saving
+        elif plan.source is not None:
+            self._pool.remove(plan.source)  # resumed and done: nobody continues it again
+        stats.pool = self._pool.stats()
+        return stats
+
+    # -- the command thread -------------------------------------------------------
+
+    def _render(self, command: RenderPrompt) -> None:
+        # A vocabulary depends on the file and the template, not the load options.
+        key = (command.model_id, str(command.spec.path), command.spec.chat_template)
+        try:
+            vocab = self._vocabs.get(key)
+            if vocab is None:
+                vocab = self._vocabs[key] = open_vocab(command.model_id, command.spec)
+            self._send(Reply(command.call_id, vocab.text.render(command.request)))
+        except RunnerError as exc:
+            self._send(Failed(command.call_id, str(exc), exc.model_id))
+        except Exception as exc:
+            self._send(
+                Failed(
+                    command.call_id,
+                    f"model {command.model_id!r}: rendering the prompt failed: {exc}",
+                    command.model_id,
+                )
+            )

