@@ -37,6 +37,27 @@ def work_for(seconds: float) -> Callable[[JobContext], Awaitable[int]]:
     return work
 
 
+def resumable_work_for(seconds: float) -> Callable[[JobContext], Awaitable[int]]:
+    """A closure job that decodes for ``seconds`` and, re-run after a
+    preemption, continues where it stopped instead of starting over (what a
+    generation's resume, or a work function's journal, gives): slices inside
+    the fair pool (docs/design.md §4) preempt long jobs, and only resuming
+    work finishes under them."""
+    tokens = max(1, round(seconds / TOKEN))
+    done = [0]
+
+    async def work(ctx: JobContext) -> int:
+        left = tokens - done[0]
+        if left > 0:
+            sim = cast("SimulatedRunner", ctx.runner)
+            request = GenerationRequest(ctx.model_id, prompt="x", max_tokens=left, prompt_tokens=1)
+            done[0] += (await sim.complete(request, ctx.cancel)).tokens
+        ctx.checkpoint()
+        return done[0]
+
+    return work
+
+
 @dataclass
 class Run:
     job_id: int
@@ -85,14 +106,23 @@ class Recorder:
         """The events of one type (``tierlm.events``), in order."""
         return [e for e in self.events if isinstance(e, kind)]
 
+    def busy_by_producer(self, start: float, end: float, now: float) -> dict[str, float]:
+        """Device seconds each producer held within [start, end]."""
+        return self._busy(start, end, now, lambda run: run.producer)
+
     def busy_by_class(self, start: float, end: float, now: float) -> dict[str, float]:
         """Device seconds each class held within [start, end]."""
+        return self._busy(start, end, now, lambda run: run.class_name)
+
+    def _busy(
+        self, start: float, end: float, now: float, key: Callable[[Run], str]
+    ) -> dict[str, float]:
         result: dict[str, float] = {}
         for run in self.runs:
             run_end = run.end if run.end is not None else now
             overlap = min(run_end, end) - max(run.start, start)
             if overlap > 0:
-                result[run.class_name] = result.get(run.class_name, 0.0) + overlap
+                result[key(run)] = result.get(key(run), 0.0) + overlap
         return result
 
 

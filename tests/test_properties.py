@@ -1,14 +1,26 @@
 """Invariants of docs/design.md §7, checked by Hypothesis over random histories.
 
 A rule-based state machine drives a real Scheduler on a virtual-time loop with
-random submits (every class, two models, deadlines, subjects, failing work),
-cancels, foreground changes, pauses and time advances, and checks:
+random submits (every class, two models, deadlines past and ahead, subjects,
+producer paths, failing work), cancels, foreground changes, pauses and time
+advances, and checks:
 
 - every submitted job ends exactly once (result, error or cancelled);
 - a chat never waits behind lower tiers for more than one token boundary plus
   at most one swap, and nothing else starts while a chat waits;
-- the fair pool dispatches the smallest-vruntime producer (so none starves);
+- the fair pool's bookkeeping is exact: every node's weighted sum of its
+  active children's virtual runtimes is what it says (docs/design.md §4);
+- EEVDF eligibility: a job dispatched in the pool's order was, at every level
+  of its producer path, the eligible entity with the earliest virtual deadline
+  among those with work on its model (or, none being eligible, the furthest
+  behind), so no producer starves;
+- loans: a pool job never starts while an overdue job on its model has an
+  open loan (its producer eligible, the floor not owed);
+- slices: a pool job preempted by nothing but the pool had run a full slice
+  since its start (or since its swap);
 - chat is never re-queued.
+
+200 examples in the default run; ``-m nightly`` runs 2 000.
 """
 
 from __future__ import annotations
@@ -17,25 +29,37 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
-from tests.helpers import SWAP, TOKEN, runner, work_for
+from tests.helpers import SWAP, TOKEN, resumable_work_for, runner
 from tierlm import (
     JobContext,
     JobEnded,
     JobEvent,
     JobHandle,
     JobStarted,
+    Preempting,
     Requeued,
     RunEnded,
     Scheduler,
     SchedulerEvent,
+    SwapFinished,
 )
+from tierlm.core import Job, TieredPolicy
+from tierlm.core.eevdf import Entity
 from tierlm.testing import VirtualTimeLoop
 
 CLASSES = ["chat", "extract", "nataraj", "gana"]
+PRODUCERS = ["a", "b", "swarm/1", "swarm/2", "swarm"]
 
 
 async def _failing(ctx: JobContext) -> None:
@@ -43,11 +67,46 @@ async def _failing(ctx: JobContext) -> None:
     raise RuntimeError("work failed")
 
 
+def _check_sums(node: Entity, violations: list[str]) -> None:
+    """Every node's running sums equal a recount of its active children."""
+    stack = [node]
+    while stack:
+        entity = stack.pop()
+        active = [c for c in entity.children.values() if c.active]
+        load = sum(c.load for c in active)
+        total = sum(c.load * c.v for c in active)
+        if (entity.sum_load, entity.sum_lv) != (load, total):
+            violations.append(f"{entity!r}: sums {entity.sum_load, entity.sum_lv} != {load, total}")
+        stack.extend(entity.children.values())
+
+
+def _check_eevdf_pick(policy: TieredPolicy, job: Job, violations: list[str]) -> None:
+    """At every level of ``job``'s path, it ranked first among the entities
+    with queued work on its model (rank: eligible by deadline, else by v)."""
+    entity: Entity | None = policy.fair.leaf(job.class_name, job.producer)
+    while entity is not None and entity.parent is not None:
+        node = entity.parent
+        mine = node.rank(entity)
+        for sibling in node.children.values():
+            if (
+                sibling is not entity
+                and job.model_id in sibling.queued
+                and node.rank(sibling) < mine
+            ):
+                violations.append(
+                    f"{job!r}: at {node!r} ran {entity!r} {mine} before {sibling!r} "
+                    f"{node.rank(sibling)}"
+                )
+        entity = node
+
+
 class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = VirtualTimeLoop()
         self.sched = Scheduler(runner("m1"))
+        assert isinstance(self.sched.policy, TieredPolicy)
+        self.policy: TieredPolicy = self.sched.policy
         self.loop.run_until_complete(self.sched.__aenter__())
         self.handles: list[JobHandle[Any]] = []
         self.ends: Counter[int] = Counter()
@@ -58,6 +117,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.open_runs: dict[int, int] = {}
         self.first_start: dict[int, float] = {}
         self.ended_at: dict[int, float] = {}
+        self.slice_start: float | None = None
         self.sched.add_listener(self._on_event)
 
     # -- observation -------------------------------------------------------
@@ -77,26 +137,50 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.open_runs[job.id] = len(self.runs)
             self.runs.append((job.id, job.class_name, event.time, None))
             self.first_start.setdefault(job.id, event.time)
-            self._check_fair_pick(job.id, event.time)
+            self.slice_start = event.time
+            self._check_pool_start(job, event.time)
+        if isinstance(event, SwapFinished):
+            self.slice_start = event.time  # a slice counts from the end of the swap
+        if isinstance(event, Preempting):
+            self._check_slice(job, event.time)
         if isinstance(event, RunEnded):
             index = self.open_runs.pop(job.id, None)
             if index is not None:
                 job_id, cls, start, _ = self.runs[index]
                 self.runs[index] = (job_id, cls, start, event.time)
 
-    def _check_fair_pick(self, job_id: int, now: float) -> None:
-        snap = self.sched.snapshot()
-        running = snap.running
-        if running is None or running.id != job_id or running.tier != 4:
+    def _check_pool_start(self, job: Job, now: float) -> None:
+        policy = self.policy
+        _check_sums(policy.fair.root, self.violations)
+        if not job.task_class.fair or policy.tier(job, now) != 4:
             return
-        same_model = [j for j in snap.queued[4] if j.model_id == running.model_id]
-        mine = snap.vruntime.get(running.producer, 0.0)
-        for other in same_model:
-            if snap.vruntime.get(other.producer, 0.0) < mine - 1e-9:
-                self.violations.append(
-                    f"t={now}: fair pool ran {running.producer} (vruntime {mine}) "
-                    f"before {other.producer} ({snap.vruntime[other.producer]})"
-                )
+        _check_eevdf_pick(policy, job, self.violations)
+        if policy.floor.active:
+            return  # the pool was owed its floor at this decision: loans were closed
+        for other in policy.queued():
+            if (
+                other.task_class.fair
+                and other.model_id == job.model_id
+                and other.deadline is not None
+                and now >= other.deadline
+                and policy.fair.path_eligible(other)
+            ):
+                self.violations.append(f"t={now}: pool job {job!r} ran before open loan {other!r}")
+
+    def _check_slice(self, job: Job, now: float) -> None:
+        """A pool job preempted while nothing of a higher tier waits was
+        preempted by a slice: it must have run one."""
+        policy = self.policy
+        if self.sched.paused or not job.task_class.fair or policy.tier(job, now) != 4:
+            return
+        if any(policy.tier(other, now) < 4 for other in policy.queued()):
+            return
+        start = self.slice_start
+        ran = now - start if start is not None else 0.0
+        if ran < policy.config.slice - 1e-6:
+            self.violations.append(
+                f"t={now}: pool job {job!r} preempted {ran:.3f} s into its slice"
+            )
 
     def _run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -107,7 +191,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         class_name=st.sampled_from(CLASSES),
         model=st.sampled_from(["m1", "m1", "m2"]),
         seconds=st.floats(min_value=0.05, max_value=20),
-        producer=st.integers(0, 3),
+        producer=st.sampled_from(PRODUCERS),
         deadline=st.none() | st.floats(min_value=-10, max_value=60),
         subject=st.none() | st.sampled_from(["s1", "s2"]),
         fails=st.booleans(),
@@ -117,19 +201,19 @@ class SchedulerMachine(RuleBasedStateMachine):
         class_name: str,
         model: str,
         seconds: float,
-        producer: int,
+        producer: str,
         deadline: float | None,
         subject: str | None,
         fails: bool,
     ) -> None:
         async def go() -> None:
             now = self.sched.now()
-            work = _failing if fails and class_name != "chat" else work_for(seconds)
+            work = _failing if fails and class_name != "chat" else resumable_work_for(seconds)
             handle = self.sched.submit(
                 class_name,
                 model,
                 work,
-                producer=f"{class_name}:{producer}",
+                producer=producer,
                 subject=subject,
                 deadline=None if deadline is None else now + deadline,
             )
@@ -137,6 +221,34 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.submitted_at[handle.id] = now
             if class_name == "chat":
                 self.chat_ids.add(handle.id)
+
+        self._run(go())
+
+    @rule(
+        class_name=st.sampled_from(["nataraj", "gana"]),
+        model=st.sampled_from(["m1", "m1", "m2"]),
+        seconds=st.floats(min_value=1, max_value=20),
+        producer=st.sampled_from(PRODUCERS),
+        count=st.integers(2, 4),
+        overdue=st.booleans(),
+    )
+    def backlog(
+        self, class_name: str, model: str, seconds: float, producer: str, count: int, overdue: bool
+    ) -> None:
+        """Several pool jobs of one producer at once: the pool's contended case."""
+
+        async def go() -> None:
+            now = self.sched.now()
+            for _ in range(count):
+                handle = self.sched.submit(
+                    class_name,
+                    model,
+                    resumable_work_for(seconds),
+                    producer=producer,
+                    deadline=now - 1 if overdue else None,
+                )
+                self.handles.append(handle)
+                self.submitted_at[handle.id] = now
 
         self._run(go())
 
@@ -151,7 +263,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self._run(go())
 
     @rule(
-        class_name=st.none() | st.sampled_from(CLASSES[1:]),
+        class_name=st.none() | st.sampled_from(CLASSES),
         subject=st.none() | st.sampled_from(["s1", "s2"]),
     )
     def foreground(self, class_name: str | None, subject: str | None) -> None:
@@ -171,7 +283,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
         self._run(go())
 
-    @rule(seconds=st.floats(min_value=0.01, max_value=120))
+    @rule(seconds=st.floats(min_value=0.01, max_value=30))
     def advance(self, seconds: float) -> None:
         self._run(asyncio.sleep(seconds))
 
@@ -213,10 +325,20 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.loop.close()
 
 
-SchedulerMachine.TestCase.settings = settings(
-    max_examples=200,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+def _settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=30,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
+SchedulerMachine.TestCase.settings = _settings(200)
 test_scheduler_invariants = SchedulerMachine.TestCase
+
+
+@pytest.mark.nightly
+def test_scheduler_invariants_nightly() -> None:
+    """The same machine, ten times the histories (``pytest -m nightly``)."""
+    run_state_machine_as_test(SchedulerMachine, settings=_settings(2000))

@@ -287,6 +287,7 @@ class Dispatcher:
         ended = self.now()
         self.stats.swaps += 1
         self.stats.swap_seconds += ended - started
+        self.policy.swapped(model_id, ended - started, ended)
         self.emit(SwapFinished(ended, entry.job, previous, ended - started))
 
     def stop_running(self, reason: CancelReason) -> None:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tierlm.core.fairness import DEFAULT_DECAY_PERIOD, DEFAULT_IDLE_RESET
+from tierlm.core.fairness import DEFAULT_IDLE_RESET
 
-__all__ = ["SchedulerConfig"]
+__all__ = ["DEFAULT_DECAY_PERIOD", "MAX_WEIGHT", "MIN_WEIGHT", "SchedulerConfig"]
+
+# Seed: "Every 5 minutes a sweeper halves all vruntime entries". Kept only so
+# that configurations naming it still load; see SchedulerConfig.decay_period.
+DEFAULT_DECAY_PERIOD = 300.0
+MIN_WEIGHT = 0.001
+MAX_WEIGHT = 1000.0
+"""Fair-pool weights span six orders of magnitude: enough for any share, and
+precise as integer loads (docs/design.md §4 fair pool)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,14 +33,48 @@ class SchedulerConfig:
     """docs/design.md §4 affinity: no swap away from a model within this many seconds
     of its last chat, "a person likely types again" (seed scenario 6)."""
 
+    chat_idle: float = 60.0
+    """docs/design.md §4 affinity: while the chat page is open, the no-swap hold
+    lasts until the last chat is this old, never longer: one minute without a
+    message means the person has stopped typing, not that they are about to."""
+
+    grace_factor: float = 3.0
+    """docs/design.md §4 affinity, ski rental: with work queued for another
+    model, the device idles at most this many measured swap times for a
+    person who may type again. Renting (idling) until rent paid equals a few
+    purchases (swaps) bounds the waste; 3 keeps the seed's 30 s hold for its
+    ~10 s phone swap and shrinks it to 0.3 s for a 0.1 s swap."""
+
+    slice: float = 4.0
+    """docs/design.md §4 preemption inside the pool: a pool job that has run this
+    long yields to an eligible producer with an earlier virtual deadline.
+    4 s is 80 tokens at the seed's 20 tokens/s: two backlogged producers stay
+    within about two slices of each other over any minute, and a preemption
+    (a re-prefill at worst) costs little against it."""
+
+    pool_floor: float = 0.1
+    """docs/design.md §4 deadlines are loans: overdue work never pushes a
+    backlogged fair pool below this share of busy device time in a 300 s window
+    (the seed's budget window): cron that falls behind cannot starve the pool."""
+
     decay_period: float = DEFAULT_DECAY_PERIOD
-    """Seed: "Every 5 minutes a sweeper halves all vruntime entries"."""
+    """Deprecated, no effect: the seed halved every vruntime every 300 s so that
+    history faded. The EEVDF pool keeps no history to fade: a present producer's
+    lag is held within about a slice by the picker, an absent one's is clamped
+    to two slices and forgotten after ``idle_reset`` (docs/design.md §4 fair
+    pool). Setting it warns."""
 
     idle_reset: float = DEFAULT_IDLE_RESET
-    """Seed: a producer that "returns after being absent for > 5 min" is seeded."""
+    """Seed: a producer that "returns after being absent for > 5 min" starts
+    afresh; here its fair-pool state is forgotten, which also bounds memory."""
 
     weights: Mapping[str, float] = field(default_factory=dict)
-    """Per-producer fair-pool weight: a charge is seconds / weight."""
+    """Fair-pool weight per producer path, e.g. ``{"swarm": 2, "swarm/1": 0.5}``:
+    a weight applies to that path's node at its own level, whatever the class
+    (docs/design.md §4 fair pool). Default 1."""
+
+    class_weights: Mapping[str, float] = field(default_factory=dict)
+    """Fair-pool weight per fair task class, at the pool's top level. Default 1."""
 
     cancel_grace: float = 5.0
     """Seconds a cancelled job may take to stop before the shell reports it as
@@ -54,21 +97,63 @@ class SchedulerConfig:
         for name in (
             "max_affinity_wait",
             "chat_grace",
+            "chat_idle",
+            "grace_factor",
             "decay_period",
             "idle_reset",
             "cancel_grace",
         ):
-            value = getattr(self, name)
-            if (
-                not isinstance(value, int | float)
-                or isinstance(value, bool)
-                or math.isnan(value)
-                or value < 0
-            ):
-                raise ValueError(f"SchedulerConfig.{name}: must be a number >= 0, got {value!r}")
+            _check_number(name, getattr(self, name))
+        _check_number("slice", self.slice)
+        if self.slice == 0 or math.isinf(self.slice):
+            raise ValueError(f"SchedulerConfig.slice: must be seconds > 0, got {self.slice!r}")
+        _check_number("pool_floor", self.pool_floor)
+        if self.pool_floor >= 1:
+            raise ValueError(
+                f"SchedulerConfig.pool_floor: must be a fraction in [0, 1), got {self.pool_floor!r}"
+            )
         for name in ("journal_bytes_per_job", "journal_bytes_total"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"SchedulerConfig.{name}: must be an int >= 0, got {value!r}")
         if self.decay_period == 0:
             raise ValueError("SchedulerConfig.decay_period: must be > 0")
+        if self.decay_period != DEFAULT_DECAY_PERIOD:
+            warnings.warn(
+                "SchedulerConfig.decay_period has no effect: the EEVDF fair pool keeps "
+                "no history to halve (lag is clamped and forgotten after idle_reset)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        _check_weights("weights", self.weights, "producer")
+        _check_weights("class_weights", self.class_weights, "class")
+
+
+def _check_number(name: str, value: object) -> None:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or math.isnan(value)
+        or value < 0
+    ):
+        raise ValueError(f"SchedulerConfig.{name}: must be a number >= 0, got {value!r}")
+
+
+def _check_weights(name: str, weights: object, what: str) -> None:
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"SchedulerConfig.{name}: must be a mapping of {what} name -> weight, "
+            f"got {type(weights).__name__}"
+        )
+    for key, weight in weights.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"SchedulerConfig.{name}: keys must be non-empty strings, got {key!r}")
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not MIN_WEIGHT <= weight <= MAX_WEIGHT
+        ):
+            raise ValueError(
+                f"SchedulerConfig.{name}: weight of {what} {key!r} must be a number "
+                f"from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}, got {weight!r}"
+            )

@@ -1,145 +1,379 @@
-"""The fair pool's virtual runtime, kept per producer (docs/design.md §4 fair pool, §6.1).
+"""The fair pool: hierarchical EEVDF over classes, producers and producer paths.
 
-Linux CFS adapted to one inference device, as in VTC (arXiv:2501.14312):
+docs/design.md §4 fair pool, §6.10. Device time in the pool is shared level by
+level, like cgroups: first among the pool's task classes, then among the
+producers of a class, then down each producer path split at "/" ("swarm/1"
+and "swarm/2" share the part of "swarm"). A producer's own jobs sit in a leaf
+under its path node, so "swarm" submitting jobs of its own and through
+"swarm/1" still holds one share at the class level.
 
-- a producer's vruntime grows by the device seconds its jobs held, divided by
-  its weight, charged when a job ends, cancelled or not ("you ran, you pay"),
-  swap included;
-- a producer that appears, or returns after more than ``idle_reset`` seconds
-  with nothing queued or running, starts at the smallest vruntime of the
-  producers present (CFS's min_vruntime seeding; the seed's §"newcomer"), so a
-  newcomer neither monopolises the pool nor waits behind others' history; one
-  that returns sooner keeps what it was owed when it left, and no more
-  (``job_arrived``);
-- every ``decay_period`` seconds all vruntimes are halved, so history fades.
+At every level EEVDF (Linux >= 6.6) decides: an entity is ELIGIBLE while it has
+not received more than its share (``v <= V``, the weighted average of its
+active siblings); among the eligible the earliest virtual deadline runs. The
+running job's path is charged as it runs ("you ran, you pay", swap included),
+and its deadline moves one slice on each time it has used one
+(``eevdf.Entity``).
 
-Halving preserves every order, so it is applied lazily, on the next call that
-passes a time in; that gives the same values as a timer would.
+Presence: an entity is active while a job below it is queued or running. One
+that leaves keeps its lag (how far behind the average it was), clamped to two
+slices as Linux does; one that comes back is placed at ``V - lag``, so time
+away earns nothing and a debt is not shed by leaving. A return at the same
+instant (a preempted job re-queued, a producer that submits its next job as
+the last one ends) is no absence at all: its ``v`` and ``vd`` are restored.
+After ``idle_reset`` seconds away an entity is forgotten: memory is bounded by
+the producers seen in the last ``idle_reset`` seconds, however many ids appear.
+
+Cost: every submit, dispatch and charge touches the entities on one path
+(depth <= ``MAX_PATH_PARTS`` + 2) and, at each, one ``ChildIndex`` per model
+with queued work below it: O(depth x models x log n), never a scan of the
+producers.
 """
 
 from __future__ import annotations
 
-import math
+import heapq
+from collections import deque
 from collections.abc import Mapping
 
-__all__ = ["DEFAULT_DECAY_PERIOD", "DEFAULT_IDLE_RESET", "FairPool"]
+from tierlm.core.eevdf import SCALE, ChildIndex, Entity, Loan, OpCount, clamp, to_ns
+from tierlm.core.jobs import Job
 
-# Seed §"vruntime decay": "Every 5 minutes a sweeper halves all vruntime entries".
-DEFAULT_DECAY_PERIOD = 300.0
+__all__ = ["DEFAULT_IDLE_RESET", "MAX_PATH_PARTS", "FairPool", "weight_load"]
+
 # Seed §"newcomer seeding": a kind that "returns after being absent for > 5 min".
 DEFAULT_IDLE_RESET = 300.0
+MAX_PATH_PARTS = 8
+"""A producer path is split at "/" into at most this many levels (the rest stays
+in the last part), so a path cannot make a decision deeper than that."""
+
+
+def weight_load(weight: float) -> int:
+    """A validated weight as an integer load (``eevdf.SCALE`` is weight 1)."""
+    return max(1, round(weight * SCALE))
 
 
 class FairPool:
-    """vruntime, activity and weights of the fair pool's producers."""
+    """The fair pool's entities: who is present, what each has received, and
+    the indexes that keep the EEVDF questions cheap (asked in ``fair_choice``)."""
 
     def __init__(
         self,
         *,
-        decay_period: float = DEFAULT_DECAY_PERIOD,
+        slice_seconds: float,
         idle_reset: float = DEFAULT_IDLE_RESET,
+        class_weights: Mapping[str, float] | None = None,
         weights: Mapping[str, float] | None = None,
     ) -> None:
-        self.decay_period = decay_period
+        self.slice_ns = to_ns(slice_seconds)
         self.idle_reset = idle_reset
-        self.weights: dict[str, float] = {}
-        for producer, weight in (weights or {}).items():
-            self.set_weight(producer, weight)
-        self.vruntime: dict[str, float] = {}
-        self._active: dict[str, int] = {}  # queued + running jobs per producer
-        self._idle_since: dict[str, float] = {}
-        self._lag: dict[str, float] = {}  # how far behind the others, when it left
-        self._next_decay: float | None = None
-        self.epoch = 0
-        """Bumped whenever vruntimes change in a way that reorders nothing
-        (decay), so indexes keyed by vruntime know to rebuild."""
+        self._class_loads = {k: weight_load(w) for k, w in (class_weights or {}).items()}
+        self._path_loads = {k: weight_load(w) for k, w in (weights or {}).items()}
+        self.ops = OpCount()
+        self._seq = 0
+        self.root = self._new(None, None, "", SCALE)
+        self.entities = 0
+        """Entities remembered (active, or away for less than idle_reset)."""
+        self._queued: dict[int, tuple[Entity, int]] = {}  # job id -> (leaf, ticket)
+        self._overdue: set[int] = set()  # queued job ids counted in overdue_n
+        self._ticket = 0
+        self._departed: deque[tuple[float, Entity, int]] = deque()
+        self._running: list[Entity] = []  # the running job's path, class first
+        self._running_job: Job | None = None
+        self._charged_ns = 0
+        self.version = 0
+        """Bumped by every change: cached decisions compare it."""
 
-    def set_weight(self, producer: str, weight: float) -> None:
-        if not isinstance(weight, int | float) or not math.isfinite(weight) or weight <= 0:
-            raise ValueError(
-                f"weight of producer {producer!r}: must be a number > 0, got {weight!r}"
-            )
-        self.weights[producer] = float(weight)
+    # -- entities -----------------------------------------------------------------
 
-    def advance(self, now: float) -> bool:
-        """Apply the halvings due by ``now``; return True if any was applied."""
-        if self._next_decay is None:
-            self._next_decay = now + self.decay_period
-            return False
-        if now < self._next_decay:
-            return False
-        periods = int((now - self._next_decay) // self.decay_period) + 1
-        self._next_decay += periods * self.decay_period
-        factor = 0.5 ** min(periods, 1100)  # past ~1100 halvings every value is 0.0
-        for producer in self.vruntime:
-            self.vruntime[producer] *= factor
-        for producer in self._lag:
-            self._lag[producer] *= factor
-        self.epoch += 1
-        return True
+    def _new(self, parent: Entity | None, key: str | None, name: str, load: int) -> Entity:
+        self._seq += 1
+        entity = Entity(parent, key, name, load, self.slice_ns, self._seq)
+        if parent is not None:
+            parent.children[key] = entity
+            self.entities += 1
+        return entity
 
-    def is_active(self, producer: str) -> bool:
-        return self._active.get(producer, 0) > 0
+    def _child(self, parent: Entity, key: str | None, name: str, load: int) -> Entity:
+        child = parent.children.get(key)
+        return child if child is not None else self._new(parent, key, name, load)
 
-    def job_arrived(self, producer: str, now: float, *, requeued: bool = False) -> None:
-        """A job of ``producer`` entered the queue.
+    def leaf(self, class_name: str, producer: str) -> Entity:
+        """The leaf holding ``producer``'s own jobs in ``class_name`` (created if new)."""
+        node = self._child(
+            self.root, class_name, class_name, self._class_loads.get(class_name, SCALE)
+        )
+        path = ""
+        for part in producer.split("/", MAX_PATH_PARTS - 1):
+            path = f"{path}/{part}" if path else part
+            node = self._child(node, part, path, self._path_loads.get(path, SCALE))
+        return self._child(node, None, path, SCALE)
 
-        A producer with nothing queued or running that submits again is placed
-        by one of three rules:
+    # -- presence -----------------------------------------------------------------
 
-        - new, or back after more than ``idle_reset`` seconds: the smallest
-          vruntime of the producers present (docs/design.md §4, CFS's min_vruntime);
-        - back sooner: ``max(own, min_present - lag)``, where ``lag`` is how far
-          behind the others it was when it left. What it was owed while it
-          waited is kept; time spent away earns nothing. Without this, a
-          producer idle for 4 minutes returned with minutes of "credit" and ran
-          alone while backlogged peers waited (VTC's on/off case; fair-pool
-          Jain 0.94 -> see docs/design.md §4 fair pool). This is EEVDF's lag, clamped
-          so it never raises a producer that was ahead.
+    def _arrive(self, entity: Entity, now: float) -> None:
+        parent = entity.parent
+        assert parent is not None
+        if entity.departed_at != now:  # back at the same instant: no absence, keep v, vd
+            lag = entity.lag if entity.departed_at is not None else 0
+            total = parent.sum_load
+            if total and lag:
+                # Placing it moves V; scale so its lag after placement is `lag`
+                # (Linux place_entity).
+                lag = lag * (total + entity.load) // total
+            entity.v = parent.average() - lag
+            entity.vd = entity.v + entity.slice_v
+        entity.departed_at = None
+        parent.sum_lv += entity.load * entity.v
+        parent.sum_load += entity.load
 
-        A re-queue after preemption is not a return: its place stands.
-        """
-        if not requeued and not self.is_active(producer):
-            idle_since = self._idle_since.get(producer)
-            if producer not in self.vruntime or (
-                idle_since is not None and now - idle_since > self.idle_reset
-            ):
-                self.vruntime[producer] = self._seed_value(producer)
-            else:
-                present = self._min_present(producer)
-                if present is not None:
-                    owed = self._lag.get(producer, 0.0)
-                    self.vruntime[producer] = max(self.vruntime[producer], present - owed)
-        self._active[producer] = self._active.get(producer, 0) + 1
+    def _depart(self, entity: Entity, now: float) -> None:
+        parent = entity.parent
+        assert parent is not None
+        average = parent.average()
+        entity.lag = clamp(average - entity.v, 2 * entity.slice_v)
+        parent.sum_lv -= entity.load * entity.v
+        parent.sum_load -= entity.load
+        if not parent.sum_load:
+            parent.vbase = average
+        entity.departed_at = now
+        entity.departures += 1
+        self._departed.append((now, entity, entity.departures))
 
-    def job_left(self, producer: str, now: float) -> None:
-        """A job of ``producer`` ended, or was removed from the queue."""
-        count = self._active.get(producer, 0) - 1
-        if count > 0:
-            self._active[producer] = count
+    def _activate(self, leaf: Entity, now: float) -> bool:
+        """One more job below each entity of the path; True if any arrived (V moved)."""
+        moved = False
+        for entity in leaf.path:
+            entity.active += 1
+            if entity.active == 1:
+                self._arrive(entity, now)
+                moved = True
+        return moved
+
+    def _deactivate(self, leaf: Entity, now: float) -> bool:
+        """One job fewer below each entity of the path; True if any departed."""
+        moved = False
+        for entity in leaf.path:
+            entity.active -= 1
+            if entity.active == 0:
+                self._depart(entity, now)
+                moved = True
+        return moved
+
+    def forget_idle(self, now: float) -> None:
+        """Forget entities away for more than ``idle_reset`` (amortised O(1))."""
+        departed = self._departed
+        while departed and now - departed[0][0] > self.idle_reset:
+            _at, entity, departures = departed.popleft()
+            self.ops.n += 1
+            parent = entity.parent
+            if entity.active or entity.departures != departures or parent is None:
+                continue
+            if parent.children.get(entity.key) is entity:
+                del parent.children[entity.key]
+                self.entities -= 1
+                self.version += 1
+
+    # -- the queue ------------------------------------------------------------------
+
+    def enqueue(self, job: Job, now: float, overdue: bool) -> None:
+        leaf = self.leaf(job.class_name, job.producer)
+        if not leaf.active:
+            self.charge(now)  # it arrives: place it against the true average
+        self._ticket += 1
+        ticket = self._ticket
+        self._queued[job.id] = (leaf, ticket)
+        model = job.model_id
+        heapq.heappush(leaf.jobs.setdefault(model, []), (job.id, ticket))
+        self.ops.n += 1
+        if overdue:
+            self._push_overdue(leaf, job, ticket)
+        moved = self._activate(leaf, now)
+        for entity in leaf.path:
+            entity.queued[model] = entity.queued.get(model, 0) + 1
+        self._refresh(leaf, None if moved else model)
+
+    def mark_overdue(self, job: Job) -> None:
+        """docs/design.md §4 rule 4: the job's deadline passed while it waited."""
+        leaf, ticket = self._queued[job.id]
+        self._push_overdue(leaf, job, ticket)
+        self._refresh(leaf, job.model_id)  # only this model's loans can change
+
+    def _push_overdue(self, leaf: Entity, job: Job, ticket: int) -> None:
+        due = job.due
+        assert due is not None
+        model = job.model_id
+        heapq.heappush(leaf.overdue.setdefault(model, []), (due, job.id, ticket))
+        self.ops.n += 1
+        self._overdue.add(job.id)
+        for entity in leaf.path:
+            entity.overdue_n[model] = entity.overdue_n.get(model, 0) + 1
+
+    def dequeue(self, job: Job, now: float, *, to_run: bool) -> None:
+        """``job`` leaves the queue: to run (its path stays present) or for good."""
+        leaf, _ticket = self._queued.pop(job.id)
+        model = job.model_id
+        overdue = job.id in self._overdue
+        if overdue:
+            self._overdue.discard(job.id)
+        for entity in leaf.path:
+            if overdue:
+                entity.overdue_n[model] -= 1
+                if not entity.overdue_n[model]:
+                    del entity.overdue_n[model]
+            left = entity.queued[model] - 1
+            if left:
+                entity.queued[model] = left
+                continue
+            del entity.queued[model]
+            entity.loans.pop(model, None)
+            parent = entity.parent
+            assert parent is not None
+            index = parent.indexes.get(model)
+            if index is not None:
+                index.discard(entity)
+                if not index:
+                    del parent.indexes[model]
+        if model not in leaf.queued:
+            leaf.jobs.pop(model, None)
+            leaf.overdue.pop(model, None)
+        moved = not to_run and self._deactivate(leaf, now)
+        self._refresh(leaf, None if moved else model)
+
+    # -- running ----------------------------------------------------------------------
+
+    def start(self, job: Job, now: float) -> None:
+        """``job`` (already dequeued to run) holds the device from ``now``."""
+        self._running = list(reversed(self.leaf(job.class_name, job.producer).path))
+        self._running_job = job
+        for entity in self._running:
+            entity.running = True
+        self._charged_ns = to_ns(now)
+        self.version += 1
+
+    def charge(self, now: float) -> None:
+        """Charge the running path for the device time since the last charge."""
+        if not self._running:
+            return
+        now_ns = to_ns(now)
+        delta = now_ns - self._charged_ns
+        if delta <= 0:
+            return
+        self._charged_ns = now_ns
+        for entity in self._running:
+            step = delta * SCALE // entity.load
+            entity.v += step
+            parent = entity.parent
+            assert parent is not None
+            parent.sum_lv += entity.load * step
+            if entity.v >= entity.vd:  # its request is served: a new one, one slice on
+                entity.vd = entity.v + entity.slice_v
+        self._refresh(self._running[-1])
+
+    def stop(self, now: float) -> None:
+        """The running job ended (any way): charge it, then it is no longer present."""
+        if not self._running:
+            return
+        self.charge(now)
+        leaf = self._running[-1]
+        for entity in self._running:
+            entity.running = False
+        self._running = []
+        self._running_job = None
+        self._deactivate(leaf, now)
+        self._refresh(leaf)
+
+    @property
+    def running_job(self) -> Job | None:
+        return self._running_job
+
+    @property
+    def running_path(self) -> list[Entity]:
+        """The running job's path, its class first (depth d at index d - 1)."""
+        return self._running
+
+    def is_live(self, job_id: int, ticket: int) -> bool:
+        """Whether a leaf heap entry (job id, ticket) is the job's current stay."""
+        entry = self._queued.get(job_id)
+        return entry is not None and entry[1] == ticket
+
+    # -- keeping the indexes and loans up to date ---------------------------------------
+
+    def _refresh(self, leaf: Entity, only: str | None = None) -> None:
+        """Re-place every entity of one path in its parent's indexes, bottom-up:
+        a change anywhere on a path can move V, hence eligibility and the loans,
+        of every level above it, and of nothing else. ``only``: nothing moved
+        but one model's queue below the leaf (no arrival, departure or charge),
+        so the other models' entries stand."""
+        self.version += 1
+        for entity in leaf.path:
+            parent = entity.parent
+            assert parent is not None
+            for model in entity.queued if only is None else (only,) * (only in entity.queued):
+                loan = self._loan_below(entity, model) if model in entity.overdue_n else None
+                if loan is None:
+                    entity.loans.pop(model, None)
+                else:
+                    entity.loans[model] = loan
+                if parent is not self.root:
+                    index = parent.indexes.get(model)
+                    if index is None:
+                        index = parent.indexes[model] = ChildIndex(self.ops)
+                    index.update(parent, entity, loan)
+
+    def _loan_below(self, entity: Entity, model: str) -> Loan | None:
+        if entity.key is None:
+            return self.overdue_top(entity, model)
+        index = entity.indexes.get(model)
+        return index.best_loan(entity) if index is not None else None
+
+    def overdue_top(self, leaf: Entity, model: str) -> Loan | None:
+        """(due, job id) of the leaf's earliest overdue job on ``model``."""
+        heap = leaf.overdue.get(model)
+        queued = self._queued
+        while heap:
+            due, job_id, ticket = heap[0]
+            entry = queued.get(job_id)
+            if entry is not None and entry[1] == ticket:
+                return due, job_id
+            heapq.heappop(heap)
+            self.ops.n += 1
+        return None
+
+    def oldest(self, leaf: Entity, model: str) -> int | None:
+        """The leaf's oldest queued job on ``model`` (FIFO inside a producer)."""
+        heap = leaf.jobs.get(model)
+        queued = self._queued
+        while heap:
+            job_id, ticket = heap[0]
+            entry = queued.get(job_id)
+            if entry is not None and entry[1] == ticket:
+                return job_id
+            heapq.heappop(heap)
+            self.ops.n += 1
+        return None
+
+    def path_eligible(self, job: Job) -> bool:
+        """Whether ``job``'s producer is present and eligible at every level
+        (the loan check)."""
+        queued = self._queued.get(job.id)
+        if queued is not None:
+            leaf: Entity | None = queued[0]
+        elif job is self._running_job:
+            leaf = self._running[-1]
         else:
-            self._active.pop(producer, None)
-            self._idle_since[producer] = now
-            present = self._min_present(producer)
-            own = self.vruntime.get(producer, 0.0)
-            self._lag[producer] = max(0.0, present - own) if present is not None else 0.0
+            leaf = self._find_leaf(job)
+        return (
+            leaf is not None
+            and leaf.active > 0
+            and all(
+                entity.parent is not None and entity.parent.eligible(entity) for entity in leaf.path
+            )
+        )
 
-    def _min_present(self, producer: str) -> float | None:
-        """The smallest vruntime among the other producers with work queued or running."""
-        values = [self.vruntime.get(p, 0.0) for p in self._active if p != producer]
-        return min(values) if values else None
-
-    def _seed_value(self, newcomer: str) -> float:
-        present = self._min_present(newcomer)
-        if present is not None:
-            return present
-        others = [v for p, v in self.vruntime.items() if p != newcomer]
-        return min(others) if others else 0.0
-
-    def charge(self, producer: str, seconds: float) -> None:
-        """Charge device time, swap included, scaled by the producer's weight."""
-        weight = self.weights.get(producer, 1.0)
-        self.vruntime[producer] = self.vruntime.get(producer, 0.0) + max(0.0, seconds) / weight
-
-    def get(self, producer: str) -> float:
-        return self.vruntime.get(producer, 0.0)
+    def _find_leaf(self, job: Job) -> Entity | None:
+        node = self.root.children.get(job.class_name)
+        for part in job.producer.split("/", MAX_PATH_PARTS - 1):
+            if node is None:
+                return None
+            node = node.children.get(part)
+        return node.children.get(None) if node is not None else None

@@ -34,6 +34,16 @@ class Job:
     def class_name(self) -> str:
         return self.task_class.name
 
+    @property
+    def due(self) -> float | None:
+        """The deadline that orders overdue work: a deadline already past at
+        submission counts as the submission time, so claiming "due long ago"
+        buys no place ahead of work that really was due earlier
+        (docs/design.md §4 deadlines are loans)."""
+        if self.deadline is None:
+            return None
+        return max(self.deadline, self.submitted_at)
+
     def __repr__(self) -> str:
         return (
             f"<Job #{self.id} {self.class_name} model={self.model_id!r} producer={self.producer!r}>"

@@ -57,6 +57,10 @@ class Policy(Protocol):
     def finished(self, job: Job, now: float) -> None:
         """``job`` stopped running: completed, failed, cancelled or preempted."""
 
+    def swapped(self, model_id: str, seconds: float, now: float) -> None:
+        """The runner finished loading ``model_id``; the swap took ``seconds``
+        (the tiered policy caps its chat holds by it: docs/design.md §4 affinity)."""
+
     def next_wakeup(self, now: float) -> float | None:
         """The next time the policy's answer may change with no event (or None)."""
 

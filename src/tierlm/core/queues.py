@@ -13,20 +13,30 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tierlm.core.classes import TaskClass, Tier
-from tierlm.core.jobs import Job, Subject
+from tierlm.core.jobs import Foreground, Job, Subject
 
-__all__ = ["ClassQueue", "Live", "ModelQueue"]
+__all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue"]
 
 Live = dict[int, int]
 """job id -> version of every queued job; an entry is live iff its version matches."""
 
 _FifoEntry = tuple[int, int, int]  # (job id = submit order, job id, version)
-_DeadlineEntry = tuple[float, int, int]  # (deadline, job id, version)
-_ProducerEntry = tuple[float, int, str]  # (vruntime, oldest job id, producer)
+_DeadlineEntry = tuple[float, int, int]  # (due time, job id, version)
+
+Candidate = tuple[int, tuple[Any, ...], int]
+"""(rank, order key, job id): the smaller, the sooner. Keys are compared only
+within one rank: (id,) for FIFO tiers, (due, id) for T3, the path's EEVDF
+ranks then the id for the pool (T4)."""
+
+T3_AFTER_POOL = 5
+"""The rank of overdue work while the fair pool is owed its floor: after the
+pool (docs/design.md §4 deadlines are loans)."""
+
+# Tiers as plain ints for the hot path (IntEnum comparisons cost ~5x more).
+_T0, _T1, _T2, _T3, _T4 = (int(t) for t in Tier)
 
 
 _K = TypeVar("_K", int, float)
@@ -38,14 +48,16 @@ def _clean(heap: list[tuple[_K, int, int]], live: Live) -> None:
 
 
 class ClassQueue:
-    """The queued jobs of one task class on one model."""
+    """The queued jobs of one task class on one model, in submit order.
+
+    FIFO tiers (T0-T2, and T1 for the foreground of any class) take the
+    oldest; a T3 class takes the earliest due time (EDF). A fair class's T4
+    and T3 order live in the fair pool (``tierlm.core.fairness``); here it
+    keeps only the submit order the foreground rule needs.
+    """
 
     __slots__ = (
-        "_fair_epoch",
-        "_producer_heap",
-        "_producer_of",
         "base",
-        "cache_epoch",
         "cache_ok",
         "cached",
         "count",
@@ -53,8 +65,6 @@ class ClassQueue:
         "fifo",
         "live",
         "name",
-        "producer_counts",
-        "producers",
         "subjects",
         "task_class",
     )
@@ -67,64 +77,33 @@ class ClassQueue:
         self.count = 0
         self.fifo: list[_FifoEntry] = []
         self.subjects: dict[Subject, list[_FifoEntry]] = {}
-        # T3 classes: every job, by (deadline or +inf). T4 classes: overdue jobs.
+        # T3 classes: every job, by due time (+inf without a deadline).
         self.deadlines: list[_DeadlineEntry] = []
-        self.producers: dict[str, list[_FifoEntry]] = {}
-        self.producer_counts: dict[str, int] = {}
-        self._producer_heap: list[_ProducerEntry] = []
-        self._producer_of: dict[int, str] = {}
-        self._fair_epoch = -1
         # The policy's cache of this class's best job at its base tier: valid
-        # until the queue changes, the vruntime scale changes (cache_epoch), or
-        # the policy clears it when a charge worsens the cached job's producer.
-        self.cached: tuple[int, tuple[float, ...], int] | None = None
+        # until the queue changes.
+        self.cached: Candidate | None = None
         self.cache_ok = False
-        self.cache_epoch = -1
 
-    def add(self, job: Job, version: int, vruntime: float) -> None:
+    def add(self, job: Job, version: int) -> None:
         self.cache_ok = False
         entry = (job.id, job.id, version)
         heapq.heappush(self.fifo, entry)
         if job.subject is not None:
             heapq.heappush(self.subjects.setdefault(job.subject, []), entry)
         self.count += 1
-        tier = self.task_class.tier
-        if tier == Tier.T3:
-            deadline = job.deadline if job.deadline is not None else math.inf
-            heapq.heappush(self.deadlines, (deadline, job.id, version))
-        elif tier == Tier.T4:
-            producer = job.producer
-            heapq.heappush(self.producers.setdefault(producer, []), entry)
-            self.producer_counts[producer] = self.producer_counts.get(producer, 0) + 1
-            self._producer_of[job.id] = producer
-            # A new or re-queued job can be its producer's new oldest: keys only
-            # ever get better through here, so push (docs/design.md §4: re-queue to front).
-            heapq.heappush(self._producer_heap, (vruntime, job.id, producer))
-
-    def mark_overdue(self, job: Job, version: int) -> None:
-        """A T4 job's deadline passed: it is T3 now (docs/design.md §4 rule 4)."""
-        assert job.deadline is not None
-        self.cache_ok = False
-        heapq.heappush(self.deadlines, (job.deadline, job.id, version))
+        if self.task_class.tier == Tier.T3:
+            due = job.due if job.due is not None else math.inf
+            heapq.heappush(self.deadlines, (due, job.id, version))
 
     def removed(self, job: Job) -> None:
         """``job`` left the queue (its version is already gone from ``live``)."""
         self.cache_ok = False
         self.count -= 1
-        producer = self._producer_of.pop(job.id, None)
-        if producer is not None:
-            left = self.producer_counts[producer] - 1
-            if left:
-                self.producer_counts[producer] = left
-            else:
-                del self.producer_counts[producer]
-                del self.producers[producer]
         if self.count == 0:
             # Drop all stale entries at once; keeps memory bounded by queued jobs.
             self.fifo.clear()
             self.subjects.clear()
             self.deadlines.clear()
-            self._producer_heap.clear()
 
     def oldest(self) -> int | None:
         _clean(self.fifo, self.live)
@@ -145,41 +124,21 @@ class ClassQueue:
         _clean(heap, self.live)
         return (heap[0][0], heap[0][1]) if heap else None
 
-    def fairest(self, vruntime: Callable[[str], float], epoch: int) -> tuple[float, int] | None:
-        """(vruntime, job id) of the smallest-vruntime producer's oldest job."""
-        heap = self._producer_heap
-        if epoch != self._fair_epoch:
-            # vruntimes were all halved: same order, new keys; rebuild (O(producers)).
-            self._fair_epoch = epoch
-            heap.clear()
-            for producer in self.producer_counts:
-                oldest = self._producer_oldest(producer)
-                if oldest is not None:
-                    heap.append((vruntime(producer), oldest, producer))
-            heapq.heapify(heap)
-        while heap:
-            vr, job_id, producer = heap[0]
-            if producer in self.producer_counts:
-                oldest = self._producer_oldest(producer)
-                current = vruntime(producer)
-                if oldest == job_id and current == vr:
-                    return vr, job_id
-                # Stale: the producer ran (vruntime grew) or its oldest job left.
-                # Either way its key only got worse, so re-pushing the true key
-                # keeps the heap's minimum right (lazy deletion invariant).
-                heapq.heapreplace(
-                    heap, (current, oldest if oldest is not None else job_id, producer)
-                )
-            else:
-                heapq.heappop(heap)
-        return None
-
-    def _producer_oldest(self, producer: str) -> int | None:
-        heap = self.producers.get(producer)
-        if not heap:
-            return None
-        _clean(heap, self.live)
-        return heap[0][0] if heap else None
+    def base_candidate(self) -> Candidate | None:
+        """The best job at the class's own tier (FIFO, or EDF for T3), cached:
+        one event changes one class queue."""
+        if self.cache_ok:
+            return self.cached
+        candidate: Candidate | None = None
+        if self.base <= _T2:
+            oldest = self.oldest()
+            candidate = (self.base, (oldest,), oldest) if oldest is not None else None
+        else:
+            earliest = self.earliest_deadline()
+            if earliest is not None:
+                candidate = (_T3, earliest, earliest[1])
+        self.cached, self.cache_ok = candidate, True
+        return candidate
 
 
 class ModelQueue:
@@ -197,3 +156,35 @@ class ModelQueue:
         if queue is None:
             queue = self.by_class[task_class.name] = ClassQueue(task_class, self.live)
         return queue
+
+    def best(
+        self, skip: frozenset[str], foreground: Foreground | None, floor_owed: bool
+    ) -> Candidate | None:
+        """The best queued job of this model outside the pool's own order:
+        T0, the foreground (T1), T2 and T3 classes (docs/design.md §4 rules 1-3).
+        Hot path: plain ints."""
+        best: Candidate | None = None
+        fg_class = foreground.class_name if foreground is not None else None
+        for queue in self.by_class.values():
+            if queue.count == 0:
+                continue
+            base = queue.base
+            candidate: Candidate | None = None
+            if queue.name == fg_class and base != _T0:
+                assert foreground is not None
+                # Rule 2: the foreground's jobs are T1 whatever their budget
+                # (a person is looking at them). If any match, the class's
+                # other jobs (lower tiers) cannot beat them.
+                if foreground.subject is None:
+                    oldest = queue.oldest()
+                else:
+                    oldest = queue.oldest_with_subject(foreground.subject)
+                if oldest is not None:
+                    candidate = (_T1, (oldest,), oldest)
+            if candidate is None and base < _T4 and (base == _T0 or queue.name not in skip):
+                candidate = queue.base_candidate()
+                if candidate is not None and base == _T3 and floor_owed:
+                    candidate = (T3_AFTER_POOL, candidate[1], candidate[2])
+            if candidate is not None and (best is None or candidate < best):
+                best = candidate
+        return best

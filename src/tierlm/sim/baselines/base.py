@@ -75,6 +75,9 @@ class SimpleBaseline:
     def finished(self, job: Job, now: float) -> None:
         return None
 
+    def swapped(self, model_id: str, seconds: float, now: float) -> None:
+        return None  # no baseline weighs swap times
+
     def next_wakeup(self, now: float) -> float | None:
         return None
 

@@ -209,6 +209,9 @@ class SeedLiteralPolicy:
         self._arrived.clear()
         self._foreground_changed = False
 
+    def swapped(self, model_id: str, seconds: float, now: float) -> None:
+        return None  # the seed swaps at once; it never weighs a swap's cost
+
     def finished(self, job: Job, now: float) -> None:
         """_finishRunning: charge every kind's vruntime, record the T2 sample."""
         self._sweep(now)

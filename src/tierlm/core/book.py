@@ -1,0 +1,97 @@
+"""Every queued job, indexed three ways (docs/design.md §4, §6.9).
+
+- by id, with the version of its current stay (lazy deletion everywhere);
+- per model and class (``ModelQueue``): submit order for the FIFO tiers and
+  the foreground, due time for T3 classes;
+- in the fair pool (``FairPool``), for fair classes: EEVDF per path level,
+  and overdue jobs as loans.
+
+It also applies what time alone changes: a fair job whose deadline passes
+becomes overdue (docs/design.md §4 rule 4, §6.7), and producers away longer
+than ``idle_reset`` are forgotten.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from tierlm.core.fairness import FairPool
+from tierlm.core.jobs import Job
+from tierlm.core.queues import Live, ModelQueue
+
+__all__ = ["JobBook"]
+
+
+class JobBook:
+    """The queue's jobs and indexes (see the module doc)."""
+
+    __slots__ = ("_pending", "_version", "fair", "fresh", "jobs", "live", "models", "overdue")
+
+    def __init__(self, fair: FairPool) -> None:
+        self.fair = fair
+        self.jobs: dict[int, Job] = {}
+        self.live: Live = {}
+        self._version = 0
+        self.models: dict[str, ModelQueue] = {}
+        self._pending: list[tuple[float, int, int]] = []  # fair jobs due later
+        self.overdue: set[int] = set()
+        """Queued fair jobs past their deadline (loans, if their producer may borrow)."""
+        self.fresh = 0
+        """Queued fair jobs not overdue: the pool proper, which the floor protects."""
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def add(self, job: Job, now: float) -> None:
+        self._version += 1
+        version = self._version
+        self.jobs[job.id] = job
+        self.live[job.id] = version
+        model = self.models.get(job.model_id)
+        if model is None:
+            model = self.models[job.model_id] = ModelQueue(self.live)
+        model.queue_for(job.task_class).add(job, version)
+        model.count += 1
+        if job.task_class.fair:
+            overdue = job.deadline is not None and now >= job.deadline
+            self.fair.enqueue(job, now, overdue)
+            if overdue:
+                self.overdue.add(job.id)
+            else:
+                self.fresh += 1
+                if job.deadline is not None:
+                    heapq.heappush(self._pending, (job.deadline, job.id, version))
+
+    def remove(self, job: Job, now: float, *, to_run: bool) -> None:
+        """``job`` leaves the queue: to run (its producer stays present) or for good."""
+        del self.live[job.id]
+        del self.jobs[job.id]
+        model = self.models[job.model_id]
+        model.by_class[job.class_name].removed(job)
+        model.count -= 1
+        if model.count == 0:
+            del self.models[job.model_id]
+        if job.task_class.fair:
+            self.fair.dequeue(job, now, to_run=to_run)
+            if job.id in self.overdue:
+                self.overdue.discard(job.id)
+            else:
+                self.fresh -= 1
+
+    def advance(self, now: float) -> None:
+        """Apply what time alone changed by ``now``."""
+        self.fair.forget_idle(now)
+        pending = self._pending
+        while pending and pending[0][0] <= now:
+            _deadline, job_id, version = heapq.heappop(pending)
+            if self.live.get(job_id) == version:
+                self.fair.mark_overdue(self.jobs[job_id])
+                self.overdue.add(job_id)
+                self.fresh -= 1
+
+    def next_deadline(self) -> float | None:
+        """When the next queued fair job becomes overdue."""
+        pending = self._pending
+        while pending and self.live.get(pending[0][1]) != pending[0][2]:
+            heapq.heappop(pending)
+        return pending[0][0] if pending else None

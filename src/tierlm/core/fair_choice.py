@@ -1,0 +1,118 @@
+"""Decisions and views over the fair pool (docs/design.md §4 fair pool, deadlines).
+
+Read-only queries over ``FairPool``'s entities: the EEVDF pick restricted to
+one model, the earliest open loan, the whole pool's pick order, and each
+producer's virtual runtime. A pick walks one path from the classes down to a
+producer's leaf, asking one ``ChildIndex`` per level: O(depth x log n).
+"""
+
+from __future__ import annotations
+
+from tierlm.core.eevdf import Entity, Loan, Rank
+from tierlm.core.fairness import FairPool
+
+__all__ = ["best", "best_loan", "order", "vruntimes"]
+
+
+def best(
+    pool: FairPool, model: str, skip: frozenset[str], *, with_running: bool = False
+) -> tuple[tuple[object, ...], int] | None:
+    """EEVDF at every level, among jobs on ``model``: (the path's ranks, job id).
+
+    With ``with_running`` the running job competes too, its path winning ties
+    (a preemption that leads back to it never happens, docs/design.md §6.6).
+    Answers for different models compare by their ranks as the unrestricted
+    pick would order them, so the best of the per-model answers is the pool's
+    best job (docs/design.md §4 affinity)."""
+    job = pool.running_job
+    running = with_running and job is not None
+    path = pool.running_path
+    root = node = pool.root
+    chosen: Entity | None = None
+    chosen_rank: Rank | None = None
+    for entity in root.children.values():
+        if entity.name not in skip and (model in entity.queued or (running and entity.running)):
+            rank = root.rank(entity)
+            if chosen_rank is None or rank < chosen_rank:
+                chosen, chosen_rank = entity, rank
+    ranks: list[object] = []
+    while chosen is not None:
+        ranks.append(chosen_rank if node is root else node.rank(chosen))
+        node = chosen
+        if node.key is None:  # a producer's own jobs
+            oldest = pool.oldest(node, model)
+            if running and node.running and job is not None and (oldest is None or job.id < oldest):
+                oldest = job.id
+            if oldest is None:
+                return None
+            ranks.append(oldest)
+            return tuple(ranks), oldest
+        index = node.indexes.get(model)
+        chosen = index.pick(node) if index is not None else None
+        if running and node.running:
+            mine = path[node.depth]
+            if chosen is None or node.rank(mine) <= node.rank(chosen):
+                chosen = mine
+    return None
+
+
+def best_loan(pool: FairPool, model: str, skip: frozenset[str]) -> int | None:
+    """The queued overdue job on ``model`` with the earliest due time whose
+    producer is eligible at every level: a deadline is a loan against the
+    producer's share, open only while it is not ahead (docs/design.md §4).
+    Each class keeps its best such job up to date (``Entity.loans``)."""
+    root = pool.root
+    best: Loan | None = None
+    for entity in root.children.values():
+        loan = entity.loans.get(model)
+        if (
+            loan is not None
+            and (best is None or loan < best)
+            and entity.name not in skip
+            and root.eligible(entity)
+        ):
+            best = loan
+    return best[1] if best is not None else None
+
+
+def order(pool: FairPool) -> list[int]:
+    """Queued job ids in the order successive picks would take them if nothing
+    were charged: at every node its children by rank, a leaf's jobs oldest
+    first (docs/design.md §2 queue positions). O(n log n), off the dispatch path."""
+    out: list[int] = []
+    stack = [pool.root]
+    while stack:
+        node = stack.pop()
+        if node.parent is not None and node.key is None:
+            out.extend(
+                sorted(
+                    job_id
+                    for heap in node.jobs.values()
+                    for job_id, ticket in heap
+                    if pool.is_live(job_id, ticket)
+                )
+            )
+            continue
+        children = sorted((c for c in node.children.values() if c.queued), key=node.rank)
+        stack.extend(reversed(children))
+    return out
+
+
+def vruntimes(pool: FairPool) -> dict[str, float]:
+    """Virtual runtime in seconds of every remembered producer, at its own
+    level (for snapshots: values of different classes do not compare; a
+    producer name used in two classes is shown as "name (class)")."""
+    out: dict[str, float] = {}
+    for class_entity in pool.root.children.values():
+        stack = list(class_entity.children.values())
+        while stack:
+            node = stack.pop()
+            for key, child in node.children.items():
+                if key is None:
+                    name = node.name
+                    if name in out:
+                        name = f"{name} ({class_entity.name})"
+                    out[name] = node.v / 1e9
+                else:
+                    stack.append(child)
+    return out

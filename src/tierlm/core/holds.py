@@ -1,0 +1,86 @@
+"""How long to hold a model for a person who may type again (docs/design.md §4 affinity).
+
+Two holds keep the device on the model that served the last chat instead of
+swapping away for background work on another model:
+
+- ``chat_grace`` after the last chat (seed scenario 6: "a person likely types
+  again");
+- while the chat page is open (the foreground is a T0 class), ``chat_idle``
+  after the last chat: a person reading the reply may type again, but one who
+  has sent nothing for a minute has stopped, and no job waits forever for them.
+
+Both are capped by ski rental: idling costs what it lasts, a swap costs what
+it measures, so with work queued for another model the device idles at most
+``grace_factor`` swap times (a 0.1 s swap never idles the device for 30 s; a
+10 s phone swap keeps the seed's 30 s). The cap counts from when the device
+started idling with that work waiting. A hold that only delays a swap while
+same-model work runs costs nothing and is not capped.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_SWAP_ESTIMATE", "SwapHolds"]
+
+DEFAULT_SWAP_ESTIMATE = 10.0
+"""Seed: "a model swap costs ~10 s". Used until a swap has been measured."""
+
+
+class SwapHolds:
+    """Last chat per model, measured swap times, and the idle hold in progress."""
+
+    __slots__ = (
+        "_held_since",
+        "_last_chat",
+        "_last_swap",
+        "_swaps",
+        "chat_grace",
+        "chat_idle",
+        "grace_factor",
+    )
+
+    def __init__(self, chat_grace: float, chat_idle: float, grace_factor: float) -> None:
+        self.chat_grace = chat_grace
+        self.chat_idle = max(chat_grace, chat_idle)
+        self.grace_factor = grace_factor
+        self._last_chat: dict[str, float] = {}
+        self._swaps: dict[str, float] = {}
+        self._last_swap: float | None = None
+        self._held_since: float | None = None
+
+    def chat_ended(self, model_id: str, now: float) -> None:
+        self._last_chat[model_id] = now
+
+    def swapped(self, model_id: str, seconds: float) -> None:
+        """A swap to ``model_id`` took ``seconds`` (told by the shell)."""
+        self._swaps[model_id] = seconds
+        self._last_swap = seconds
+
+    def swap_estimate(self, model_id: str) -> float:
+        """The last measured swap to ``model_id``; else the last swap measured;
+        else the seed's figure."""
+        known = self._swaps.get(model_id, self._last_swap)
+        return known if known is not None else DEFAULT_SWAP_ESTIMATE
+
+    def hold_end(
+        self, now: float, loaded_model: str, target_model: str, *, chat_open: bool, idle: bool
+    ) -> float | None:
+        """Until when to hold ``loaded_model`` rather than swap to
+        ``target_model`` (None: no chat ran on it). ``idle``: nothing else on
+        the loaded model can run meanwhile, so the device would idle."""
+        last_chat = self._last_chat.get(loaded_model)
+        if last_chat is None:
+            return None
+        end = last_chat + (self.chat_idle if chat_open else self.chat_grace)
+        if idle:
+            since = self._held_since if self._held_since is not None else now
+            end = min(end, since + self.grace_factor * self.swap_estimate(target_model))
+        return end
+
+    def idling(self, now: float) -> None:
+        """The device went idle holding a model while other work waits."""
+        if self._held_since is None:
+            self._held_since = now
+
+    def busy(self) -> None:
+        """The device is not idling for a hold (it runs, or nothing waits)."""
+        self._held_since = None

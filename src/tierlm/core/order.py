@@ -1,0 +1,75 @@
+"""The dispatch order of a whole queue, for snapshots and queue positions.
+
+``TieredPolicy.queue_order``: the jobs in the order ``pick`` would return them,
+call after call, if the device freed now and nothing else changed. Nothing
+runs, so nothing is charged and no eligibility moves: each tier's order is
+fixed, the pool's being its EEVDF order at every level
+(``FairPool.order``), and only affinity (which model is loaded) changes as
+jobs are taken. Holds (a chat grace) and deadlines still ahead are ignored:
+they change when, not in which order. O(n log n), off the dispatch path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tierlm.core.classes import Tier
+from tierlm.core.jobs import Job
+
+__all__ = ["dispatch_order"]
+
+_T1, _T3, _T4 = int(Tier.T1), int(Tier.T3), int(Tier.T4)
+
+
+def dispatch_order(
+    jobs: Sequence[Job],
+    now: float,
+    loaded_model: str | None,
+    *,
+    rank: Callable[[Job], int],
+    skipped: Callable[[Job, int], bool],
+    pool_order: Sequence[int],
+    max_affinity_wait: float,
+) -> list[Job]:
+    """``jobs`` in dispatch order (see the module doc).
+
+    ``rank``: the job's rank now (its effective tier; overdue work waiting for
+    the pool floor ranks 5). ``skipped``: over budget, so it runs only when
+    nothing else can. ``pool_order``: queued pool job ids in EEVDF order.
+    """
+    pool_position = {job_id: i for i, job_id in enumerate(pool_order)}
+    by_model: dict[str, list[tuple[Any, ...]]] = {}
+    for job in jobs:
+        job_rank = rank(job)
+        if job_rank == _T4:
+            key: tuple[Any, ...] = (pool_position.get(job.id, len(pool_position)), job.id)
+        elif job_rank in (_T3, _T3 + 2):
+            key = (job.due if job.due is not None else math.inf, job.id)
+        else:
+            key = (job.id,)
+        phase = 1 if skipped(job, job_rank) else 0
+        by_model.setdefault(job.model_id, []).append((phase, job_rank, key, job))
+    heads: dict[str, int] = {}
+    for model, entries in by_model.items():
+        entries.sort(key=lambda entry: entry[:3])
+        heads[model] = 0
+    order: list[Job] = []
+    current = loaded_model
+    while heads:
+        best_model = min(heads, key=lambda m: by_model[m][heads[m]][:3])
+        best = by_model[best_model][heads[best_model]]
+        take = best_model
+        phase, job_rank, _key, job = best
+        if current is not None and best_model != current and job_rank > _T1:
+            loaded = by_model[current][heads[current]] if current in heads else None
+            starving = now >= job.submitted_at + max_affinity_wait
+            if loaded is not None and loaded[0] == phase and not starving:
+                take = current
+        order.append(by_model[take][heads[take]][3])
+        current = take
+        heads[take] += 1
+        if heads[take] == len(by_model[take]):
+            del heads[take]
+    return order
