@@ -12,8 +12,9 @@ an unknown field is an error too, with a suggestion.
     [server]        host, port, log_level, default_class, sse_heartbeat, dashboard_window
     [limits]        max_body_bytes, default_max_tokens, max_tokens_limit, queue_limit
     [backend]       kind = "sim" | "llama-cpp" | "openai" | "ollama", models, ... (backends/)
-    [scheduler]     max_affinity_wait, chat_grace, decay_period, idle_reset, cancel_grace,
-                    weights, default_classes
+    [scheduler]     max_affinity_wait, chat_grace, chat_idle, grace_factor, slice,
+                    pool_floor, idle_reset, cancel_grace, weights, class_weights,
+                    journal_bytes_per_job, journal_bytes_total, default_classes
     [classes.NAME]  tier, fair, requeue, budget = {share, window} | false, queue_limit
     [[keys]]        key | key_env, name, classes, default_class, admin, producer
     [embeddings]    backend = "minilm" | "llama-cpp" | "sim" | "none", model, ... (embedders.py)
@@ -28,7 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from tierlm.core.classes import TaskClass
-from tierlm.core.config import SchedulerConfig
+from tierlm.core.config import MAX_WEIGHT, MIN_WEIGHT, SchedulerConfig
 from tierlm.server.access import ClassSettings, KeySettings, resolve_classes, resolve_keys
 from tierlm.server.auth import ApiKey
 from tierlm.server.backends import DEFAULT_BACKEND, AnyBackend, backend_class
@@ -126,20 +127,43 @@ class SchedulerSettings(Schema):
     same-model work before its swap is forced (the starvation bound)."""
     chat_grace: Annotated[float, Field(ge=0)] = _SCHEDULER.chat_grace
     """docs/design.md §4 affinity: no swap away within this many seconds of a chat."""
-    decay_period: Annotated[float, Field(gt=0)] = _SCHEDULER.decay_period
-    """Seconds between halvings of every producer's fair-pool vruntime."""
+    chat_idle: Annotated[float, Field(ge=0)] = _SCHEDULER.chat_idle
+    """docs/design.md §4 affinity: while the chat page is open, no swap away until
+    the last chat is this old."""
+    grace_factor: Annotated[float, Field(ge=0)] = _SCHEDULER.grace_factor
+    """docs/design.md §4 affinity: the chat holds never idle the device, with work
+    queued for another model, longer than this many measured swap times."""
+    slice: Annotated[float, Field(gt=0)] = _SCHEDULER.slice
+    """docs/design.md §4 fair pool: seconds a pool job runs before it yields to an
+    eligible producer with an earlier virtual deadline."""
+    pool_floor: Annotated[float, Field(ge=0, lt=1)] = _SCHEDULER.pool_floor
+    """docs/design.md §4 deadlines are loans: overdue work never pushes a backlogged
+    fair pool below this share of device time in a 300 s window."""
     idle_reset: Annotated[float, Field(ge=0)] = _SCHEDULER.idle_reset
-    """A producer absent this long rejoins the fair pool at the current minimum."""
+    """A producer absent this long is forgotten and rejoins the fair pool afresh."""
     cancel_grace: Annotated[float, Field(ge=0)] = _SCHEDULER.cancel_grace
     """Seconds a cancelled job may take to stop before it is reported stuck."""
-    weights: Mapping[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
-    """Fair-pool weight per producer (``{ "indexer" = 2.0 }``; unset: 1)."""
+    weights: Mapping[str, Annotated[float, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT)]] = Field(
+        default_factory=dict
+    )
+    """Fair-pool weight per producer path (``{ "indexer" = 2.0 }``; unset: 1)."""
+    class_weights: Mapping[str, Annotated[float, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT)]] = Field(
+        default_factory=dict
+    )
+    """Fair-pool weight per task class (``{ "nataraj" = 2.0 }``; unset: 1)."""
+    journal_bytes_per_job: Annotated[int, Field(ge=0)] = _SCHEDULER.journal_bytes_per_job
+    """docs/design.md §4 zero-loss preemption: bytes of replay journal one job may keep."""
+    journal_bytes_total: Annotated[int, Field(ge=0)] = _SCHEDULER.journal_bytes_total
+    """docs/design.md §4 zero-loss preemption: bytes of replay journal all jobs may keep."""
+    decay_period: Annotated[float, Field(gt=0)] | None = None
+    """Deprecated, no effect (the seed's vruntime halving; the EEVDF pool keeps no
+    history to halve). Accepted so that older files still load; setting it warns."""
     default_classes: bool = True
     """Start from the default classes (chat, extract, nataraj, gana); false: only
     the ``[classes.NAME]`` tables."""
 
     def config(self) -> SchedulerConfig:
-        return SchedulerConfig(**self.model_dump(exclude={"default_classes"}))
+        return SchedulerConfig(**self.model_dump(exclude={"default_classes"}, exclude_none=True))
 
 
 class ServerSettings(Schema):
