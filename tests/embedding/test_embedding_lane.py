@@ -562,7 +562,7 @@ def test_random_cancellations_keep_the_books_straight() -> None:
 # ---------------------------------------------------------------- failures
 
 
-def test_a_failing_batch_fails_only_its_callers() -> None:
+def test_a_failing_batch_fails_only_the_text_the_embedder_cannot_take() -> None:
     emb = RecordingEmbedder(fail_when=lambda texts: "boom" in texts)
 
     async def main() -> None:
@@ -574,15 +574,53 @@ def test_a_failing_batch_fails_only_its_callers() -> None:
             lane.embed("d"),
             return_exceptions=True,
         )
-        assert emb.batches == [["a", "boom"], ["c", "d"]]
-        for failed in results[:2]:
-            assert isinstance(failed, EmbeddingFailed)
-            assert isinstance(failed.__cause__, RuntimeError)
-        assert results[2:] == [emb.vector_for("c"), emb.vector_for("d")]
+        # The failed batch is retried in halves: "a" alone succeeds, "boom" alone fails.
+        assert emb.batches == [["a", "boom"], ["a"], ["boom"], ["c", "d"]]
+        failed = results[1]
+        assert isinstance(failed, EmbeddingFailed)
+        assert isinstance(failed.__cause__, RuntimeError)
+        assert "alone, after its batch of 2 texts failed" in str(failed)
+        assert [results[0], *results[2:]] == [emb.vector_for(t) for t in ("a", "c", "d")]
         stats = lane.stats()
-        assert (stats.failed, stats.failed_batches, stats.embedded) == (2, 1, 2)
+        assert (stats.failed, stats.failed_batches, stats.embedded, stats.batches) == (1, 1, 3, 2)
         # The lane goes on working.
         assert await lane.embed("later") == emb.vector_for("later")
+        await lane.aclose()
+
+    run_virtual(main())
+
+
+def test_bisection_finds_every_bad_text_of_a_batch() -> None:
+    bad = {"bad3", "bad6"}
+    emb = RecordingEmbedder(fail_when=lambda texts: bool(bad & set(texts)))
+
+    async def main() -> None:
+        lane = EmbeddingLane(emb, concurrency=1, max_batch=8)
+        texts = [f"bad{i}" if f"bad{i}" in bad else f"ok{i}" for i in range(8)]
+        results = await asyncio.gather(*(lane.embed(t) for t in texts), return_exceptions=True)
+        for text, result in zip(texts, results, strict=True):
+            if text in bad:
+                assert isinstance(result, EmbeddingFailed), text
+            else:
+                assert result == emb.vector_for(text), text
+        # Far fewer calls than one per text after the first, and never more than 2n - 1.
+        assert len(emb.batches) <= 2 * len(texts) - 1
+        assert lane.stats().failed == 2
+        await lane.aclose()
+
+    run_virtual(main())
+
+
+def test_a_lone_surrogate_is_refused_before_it_is_queued() -> None:
+    emb = RecordingEmbedder()
+
+    async def main() -> None:
+        lane = EmbeddingLane(emb, concurrency=1)
+        with pytest.raises(ValueError, match=r"texts\[1\]: contains a lone UTF-16 surrogate"):
+            await lane.embed_many(["fine", "x\ud800"])
+        assert emb.batches == [] and lane.stats().accepted == 0
+        # A surrogate pair written as two escapes is one character: valid text.
+        assert await lane.embed("\ud83d\ude00".encode("utf-16", "surrogatepass").decode("utf-16"))
         await lane.aclose()
 
     run_virtual(main())
@@ -593,11 +631,12 @@ def test_embed_many_fails_as_a_whole_and_drops_its_queued_rest() -> None:
 
     async def main() -> None:
         lane = EmbeddingLane(emb, concurrency=1, max_batch=2)
-        with pytest.raises(EmbeddingFailed):
+        with pytest.raises(EmbeddingFailed) as info:
             await lane.embed_many(["boom", "x", "y", "z"])
+        assert info.value.index == 0
         await settle()
-        # [boom, x] failed; the call gave up, so y and z were never run.
-        assert emb.batches == [["boom", "x"]]
+        # [boom, x] failed, then boom alone; the call gave up, so y and z were never run.
+        assert emb.batches == [["boom", "x"], ["boom"], ["x"]]
         assert lane.stats().dropped == 2
         await lane.aclose()
 
@@ -790,7 +829,7 @@ def test_stats_report_latencies_and_the_observer_sees_every_batch() -> None:
     run_virtual(main())
 
 
-def test_the_observer_sees_a_failed_batch_without_latencies() -> None:
+def test_the_observer_sees_a_failed_batch_with_its_embedded_texts_only() -> None:
     emb = SimulatedEmbedder(fail_when=lambda texts: "boom" in texts)
     log = BatchLog()
 
@@ -799,8 +838,9 @@ def test_the_observer_sees_a_failed_batch_without_latencies() -> None:
         with pytest.raises(EmbeddingFailed):
             await lane.embed_many(["boom", "bystander"])
         stats = lane.stats()
-        assert (stats.batches, stats.failed_batches, stats.failed, stats.embedded) == (1, 1, 2, 0)
-        assert log.batches == [(2, [])]
+        assert (stats.batches, stats.failed_batches, stats.failed, stats.embedded) == (1, 1, 1, 1)
+        # The bystander's latency only: it was embedded, alone, after the batch failed.
+        assert len(log.batches) == 1 and log.batches[0][0] == 2 and len(log.batches[0][1]) == 1
         await lane.aclose()
 
     run_virtual(main())

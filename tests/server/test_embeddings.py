@@ -20,7 +20,7 @@ import shutil
 import socket
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
+from tests.embedding.helpers import RecordingEmbedder
 from tests.server.helpers import MESSAGES, WAIT, Gateway, chat_body, serve, sim_settings
 from tierlm.embedding import SimulatedEmbedder, Vector
 from tierlm.server import cli
@@ -238,16 +239,81 @@ def test_overlong_texts_can_be_truncated_instead() -> None:
         assert gw.metric("tierlm_embedding_truncated_texts_total") == 1
 
 
-def test_a_failing_embedder_fails_only_its_batch() -> None:
-    embedder = SimulatedEmbedder(fail_when=lambda texts: any("boom" in t for t in texts))
-    with serve(embedder=embedder) as gw:
-        failed = post(gw, {"model": SIM, "input": ["boom", "bystander"]})
-        assert failed.status_code == 500
-        assert failed.json()["error"]["code"] == "backend_error"
-        assert "simulated failure" in failed.json()["error"]["message"]
-        assert post(gw, {"model": SIM, "input": "fine"}).status_code == 200
-        assert gw.metric("tierlm_embedding_texts_total", outcome="failed") == 2
-        assert gw.metric("tierlm_embedding_texts_total", outcome="embedded") == 1
+ATTACKERS, INNOCENTS = 65, 200  # the figures of the attack this guards against
+
+
+def attack(gw: Gateway, poison: Callable[[int], str]) -> tuple[list[Any], list[Any]]:
+    """``ATTACKERS`` requests with a poisoned text among good ones, interleaved with
+    ``INNOCENTS`` requests of good texts, 32 at a time: the lane batches them together."""
+    client = gw.openai()
+
+    def attacker(i: int) -> Any:
+        body = {"model": SIM, "input": [f"spam {i}", poison(i)], "encoding_format": "float"}
+        # json.dumps escapes a lone surrogate as \\ud800, as any JSON client does.
+        return gw.http.post(
+            "/v1/embeddings",
+            content=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
+
+    def innocent(i: int) -> Any:
+        try:
+            return client.embeddings.create(model=SIM, input=f"note {i}", encoding_format="float")
+        except openai.APIError as exc:
+            return exc
+
+    with ThreadPoolExecutor(32) as pool:
+        jobs = [("a", i) for i in range(ATTACKERS)] + [("i", i) for i in range(INNOCENTS)]
+        jobs.sort(key=lambda job: job[1] * 1000 // (ATTACKERS if job[0] == "a" else INNOCENTS))
+        futures = [pool.submit(attacker if kind == "a" else innocent, i) for kind, i in jobs]
+        results = [(kind, f.result()) for (kind, _), f in zip(jobs, futures, strict=True)]
+    return [r for k, r in results if k == "a"], [r for k, r in results if k == "i"]
+
+
+def test_a_lone_surrogate_fails_only_its_own_request() -> None:
+    # Refused with a 400 naming the text before it is batched: the embedder never sees it.
+    embedder = RecordingEmbedder(384, fixed_seconds=0.002, per_text_seconds=0.0)
+    with serve(sim_settings({"embeddings": {"max_wait_ms": 20}}), embedder=embedder) as gw:
+        attackers, innocents = attack(gw, lambda i: "x\ud800")
+        for response in attackers:
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error["param"] == "input[1]"
+            assert "lone UTF-16 surrogate" in error["message"]
+        failures = [r for r in innocents if isinstance(r, Exception)]
+        assert failures == []
+        for i, reply in enumerate(innocents):
+            assert reply.data[0].embedding == embedder.vector_for(f"note {i}")
+        assert not any("\ud800" in text for batch in embedder.batches for text in batch)
+
+
+def test_a_text_the_embedder_fails_on_fails_only_its_own_request() -> None:
+    # A text that passes validation but the embedder fails on: no real input does
+    # that on demand, so this embedder FAKES the fault (fail_when) on "poison" texts.
+    embedder = RecordingEmbedder(
+        384,
+        fixed_seconds=0.002,
+        per_text_seconds=0.0,
+        fail_when=lambda texts: any(t.startswith("poison") for t in texts),
+    )
+    with serve(sim_settings({"embeddings": {"max_wait_ms": 20}}), embedder=embedder) as gw:
+        attackers, innocents = attack(gw, lambda i: f"poison {i}")
+        for response in attackers:
+            assert response.status_code == 500, response.text
+            error = response.json()["error"]
+            assert (error["param"], error["code"]) == ("input[1]", "backend_error")
+            # The embedder's exception stays in the log, out of the answer.
+            assert "simulated failure" not in error["message"]
+            assert "RuntimeError" not in error["message"]
+        assert [r for r in innocents if isinstance(r, Exception)] == []
+        # The poison really was batched with innocents' texts (else this showed nothing).
+        mixed = [
+            b
+            for b in embedder.batches
+            if any(t.startswith("poison") for t in b) and any(t.startswith("note") for t in b)
+        ]
+        assert mixed, embedder.sizes
+        assert gw.metric("tierlm_embedding_texts_total", outcome="failed") == ATTACKERS
 
 
 # -- pushback, leaving clients, and the LLM scheduler -----------------------------------

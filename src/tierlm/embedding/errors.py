@@ -18,7 +18,10 @@ class LaneClosed(EmbeddingError):
 
 
 class EmbeddingFailed(EmbeddingError):
-    """The embedder failed on the batch holding this text; ``__cause__`` says why."""
+    """The embedder failed on this text (alone: its batch was retried in parts);
+    ``__cause__`` says why, ``index`` which of an ``embed_many`` call's texts it was."""
+
+    index: int | None = None
 
 
 class TextTooLong(EmbeddingError, ValueError):

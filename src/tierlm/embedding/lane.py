@@ -16,8 +16,10 @@ What it adds over calling the embedder directly:
   for room (pushback), in arrival order; with ``nowait=True`` it gets
   :class:`LaneFull` at once instead.
 - **Isolation.** Each text has its own future: results go to their caller in
-  the order given; a batch whose embedder call fails fails only the callers in
-  that batch; a caller cancelled before its batch starts has its text dropped.
+  the order given; a batch whose embedder call fails is retried in halves down
+  to single texts (``isolation.py``), so only a text the embedder cannot take
+  fails, never its batch-mates; a caller cancelled before its batch starts has
+  its text dropped.
 - **Clean shutdown.** ``aclose()`` refuses new texts, fails queued ones and
   pushed-back callers with :class:`LaneClosed` (or runs the queued ones first
   with ``drain=True``) and waits for the batches already running.
@@ -27,6 +29,8 @@ Input rules (checked before anything is queued, so a bad call queues nothing):
 - a text must be a ``str`` (``TypeError`` otherwise) and must contain something
   other than whitespace (``ValueError``): an empty text has no meaning, yet the
   models would still return a vector for it that pollutes similarity search;
+  and it must be text: a lone UTF-16 surrogate (``"x\ud800"``, which JSON's
+  ``\ud800`` escape gives) is a ``ValueError``, not a batch failure;
 - ``embed_many([])`` returns ``[]``: there is nothing to embed, as with ``map``;
   ``embed_many("a str")`` is a ``TypeError`` (it would embed each character);
 - overlong texts are **truncated** by default: the embedder keeps the first
@@ -49,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tierlm.embedding import machine
 from tierlm.embedding.admission import QueuedText, TextQueue
 from tierlm.embedding.errors import EmbeddingError, EmbeddingFailed, LaneClosed, TextTooLong
+from tierlm.embedding.isolation import embed_isolating, failed_alone
 from tierlm.embedding.stats import BatchObserver, LaneCounters, LaneStats
 
 if TYPE_CHECKING:
@@ -231,6 +236,13 @@ class EmbeddingLane:
             raise TypeError(f"{where}: must be a str, got {type(text).__name__}")
         if not text.strip():
             raise ValueError(f"{where}: empty or whitespace-only text has no embedding")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # A lone surrogate ("\ud800"): no tokenizer takes it (docs/design.md §5).
+            raise ValueError(
+                f"{where}: contains a lone UTF-16 surrogate at character {exc.start}, not text"
+            ) from None
         if len(text) > self.max_chars:
             if self.overlong == "error":
                 raise TextTooLong(
@@ -260,7 +272,14 @@ class EmbeddingLane:
         try:
             await self._queue.admit(items, nowait, loop)
             # In order: the call returns when its last text is done anyway.
-            return [await item.future for item in items]
+            vectors = []
+            for index, item in enumerate(items):
+                try:
+                    vectors.append(await item.future)
+                except EmbeddingFailed as exc:
+                    exc.index = index
+                    raise
+            return vectors
         except BaseException:
             self._queue.abandon(items)
             raise
@@ -317,10 +336,10 @@ class EmbeddingLane:
 
     async def _run(self, batch: list[QueuedText], loop: asyncio.AbstractEventLoop) -> None:
         latencies: list[float] = []
-        failed = False
+        failed = 0
         try:
             try:
-                vectors = await self._call_embedder([item.text for item in batch])
+                results = await embed_isolating(self._call_embedder, [i.text for i in batch])
             except asyncio.CancelledError:
                 # Only the loop's shutdown cancels a batch; tell its callers.
                 for item in batch:
@@ -329,21 +348,16 @@ class EmbeddingLane:
                             LaneClosed("embedding lane stopped while this text's batch ran")
                         )
                 raise
-            except Exception as exc:
-                failed = True
-                for item in batch:
-                    if not item.future.done():
-                        error = EmbeddingFailed(
-                            f"embedder failed on a batch of {len(batch)} texts: {exc!r}"
-                        )
-                        error.__cause__ = exc
-                        item.future.set_exception(error)
-                return
             now = loop.time()
-            for item, vector in zip(batch, vectors, strict=True):
+            for item, result in zip(batch, results, strict=True):
+                if isinstance(result, Exception):
+                    failed += 1
+                    if not item.future.done():
+                        item.future.set_exception(failed_alone(result, len(batch)))
+                    continue
                 latencies.append(now - item.submitted)
                 if not item.future.done():
-                    item.future.set_result(vector)
+                    item.future.set_result(result)
         finally:
             self._counts.batch_ran(len(batch), latencies, failed=failed)
             if self._observer is not None:

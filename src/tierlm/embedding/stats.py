@@ -21,8 +21,8 @@ class BatchObserver(Protocol):
     (``tierlm.server.metrics``). Called on the lane's event loop; must not raise."""
 
     def batch_ran(self, size: int, latencies: Sequence[float]) -> None:
-        """A batch of ``size`` texts ended; ``latencies`` are its texts' seconds
-        from their ``embed`` call to their vector (none if the batch failed)."""
+        """A batch of ``size`` texts ended; ``latencies`` are its embedded texts'
+        seconds from their ``embed`` call to their vector (not the failed ones')."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class LaneStats:
     embedded: int
     """Texts whose batch succeeded."""
     failed: int
-    """Texts whose batch failed."""
+    """Texts the embedder failed on (alone: a failed batch is retried in parts)."""
     dropped: int
     """Texts removed before their batch started: caller cancelled, or lane closed."""
     rejected: int
@@ -60,6 +60,7 @@ class LaneStats:
     batches: int
     """Batches run to the end, failed ones included."""
     failed_batches: int
+    """Batches with a text that failed."""
     batch_sizes: Mapping[int, int]
     """Batch size -> number of batches of that size."""
     peak_queue_depth: int
@@ -98,15 +99,16 @@ class LaneCounters:
         self.latency_sum = 0.0
         self.recent_latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
 
-    def batch_ran(self, size: int, latencies: Sequence[float], *, failed: bool) -> None:
-        """A batch ended, with its embedded texts' latencies (none if it failed,
-        or was stopped by the loop's shutdown)."""
+    def batch_ran(self, size: int, latencies: Sequence[float], *, failed: int) -> None:
+        """A batch ended, with its embedded texts' latencies and the number of
+        its texts that failed (none embedded if it was stopped by the loop's
+        shutdown)."""
         self.batches += 1
         self.batch_sizes[size] = self.batch_sizes.get(size, 0) + 1
         self.embedded += len(latencies)
         if failed:
             self.failed_batches += 1
-            self.failed += size
+            self.failed += failed
         self.latency_count += len(latencies)
         self.latency_sum += sum(latencies)
         self.recent_latencies.extend(latencies)

@@ -58,6 +58,7 @@ from tierlm.server.disconnect import client_gone
 from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import APIError
 from tierlm.server.gateway import Gateway
+from tierlm.server.request_id import current_request_id
 from tierlm.server.requests import MAX_INPUTS, EmbeddingRequest, parse
 
 __all__ = ["MAX_INPUTS", "render", "routes"]
@@ -160,12 +161,7 @@ async def create_embeddings(request: Request) -> Response:
             503, "the gateway is shutting down; the texts were not embedded", code="shutting_down"
         ) from None
     except EmbeddingFailed as exc:
-        raise APIError(
-            500,
-            f"embedder {service.model!r}: {exc.__cause__ or exc}",
-            code="backend_error",
-            type="server_error",
-        ) from None
+        raise _embedder_failed(exc, params, service.model) from None
     if vectors is None:
         # Nobody reads this: the client is gone.
         return Response(status_code=499)
@@ -175,6 +171,22 @@ async def create_embeddings(request: Request) -> Response:
     else:
         payload = render(vectors, params, service.model, max_tokens)
     return Response(payload, media_type="application/json")
+
+
+def _embedder_failed(exc: EmbeddingFailed, params: EmbeddingRequest, model: str) -> APIError:
+    """500 naming the text the embedder failed on (alone: its batch-mates were
+    retried without it), never the exception's text: that goes to the log."""
+    index = exc.index or 0
+    param = "input" if isinstance(params.input, str) else f"input[{index}]"
+    logger.error("embedder %r failed on %s: %r", model, param, exc.__cause__ or exc)
+    return APIError(
+        500,
+        f"{param}: embedder {model!r} failed on this text; the gateway's log has the "
+        f"details (request id {current_request_id()})",
+        param=param,
+        code="backend_error",
+        type="server_error",
+    )
 
 
 def routes() -> list[BaseRoute]:
