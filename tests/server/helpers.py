@@ -29,6 +29,7 @@ from tierlm.runners.protocol import Runner
 from tierlm.server.app import create_app
 from tierlm.server.config import ServerSettings, settings_from_dict
 from tierlm.server.gateway import Gateway as GatewayCore
+from tierlm.server.http_server import uvicorn_config
 
 T = TypeVar("T")
 
@@ -146,9 +147,19 @@ def run_app(app: Any, on_stop: Callable[[], None] | None = None) -> Iterator[str
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    options: dict[str, Any] = {
+        "log_level": "warning",
+        "access_log": False,
+        "timeout_graceful_shutdown": 5,
+    }
+    core = getattr(app.state, "gateway", None) if hasattr(app, "state") else None
+    # A gateway app runs as `tierlm serve` runs it: its connection and head limits.
+    config = (
+        uvicorn_config(app, core.settings, **options)
+        if isinstance(core, GatewayCore)
+        else uvicorn.Config(app, **options)
     )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + WAIT

@@ -7,6 +7,13 @@ mounts the same way: its routes go in ``_routes``, its start/stop in
 ``lifespan`` (an ``AsyncExitStack``), its metrics in ``gateway.metrics.registry``
 and its state in ``gateway.extensions`` (shown by the state API and the
 dashboard). The embedding lane (``embedding_service.py``, ``embeddings.py``) is one.
+
+Every request passes the edge first (``_middleware``, outermost first): its
+request id (``request_id.py``), the error boundary (``errors.ErrorBoundary``),
+CORS when ``server.cors_origins`` lists origins, the Host, Origin and
+Content-Type checks (``guards.py``), and the body's size and time limits
+(``limits.py``). uvicorn's own limits (connections, head timeout, head size)
+are set by ``http_server.uvicorn_config``.
 """
 
 from __future__ import annotations
@@ -17,17 +24,23 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
-from tierlm.server import dashboard, embeddings, openai_api, scheduler_api
+from tierlm.server import dashboard, embeddings, openai_api, openapi, scheduler_api
 from tierlm.server.config import ServerSettings
 from tierlm.server.embedding_service import EmbeddingService
-from tierlm.server.errors import exception_handlers
+from tierlm.server.errors import ErrorBoundary, exception_handlers
 from tierlm.server.gateway import Gateway
+from tierlm.server.guards import RequestGuard
+from tierlm.server.limits import BodyLimits, BodyReads
+from tierlm.server.request_id import HEADER as REQUEST_ID_HEADER
+from tierlm.server.request_id import RequestIdMiddleware
 
 __all__ = ["create_app"]
 
@@ -49,7 +62,39 @@ def _routes() -> list[BaseRoute]:
         *scheduler_api.routes(),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *dashboard.routes(),
+        *openapi.routes(),
     ]
+
+
+def _middleware(settings: ServerSettings, body_reads: BodyReads) -> list[Middleware]:
+    server, limits = settings.server, settings.limits
+    stack = [Middleware(RequestIdMiddleware), Middleware(ErrorBoundary)]
+    if server.cors_origins:
+        stack.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(server.cors_origins),
+                allow_methods=["GET", "POST", "PUT"],
+                allow_headers=["*"],
+                expose_headers=[REQUEST_ID_HEADER, "X-Tierlm-Job-Id", "X-Tierlm-Class"],
+            )
+        )
+    stack += [
+        Middleware(
+            RequestGuard,
+            hosts=server.accepted_hosts(),
+            origins=server.cors_origins,
+            form_paths=[dashboard.LOGIN_PATH],
+            max_head_bytes=limits.max_header_bytes,
+        ),
+        Middleware(
+            BodyLimits,
+            max_bytes=limits.max_body_bytes,
+            timeout=limits.body_timeout,
+            reads=body_reads,
+        ),
+    ]
+    return stack
 
 
 def create_app(
@@ -91,8 +136,15 @@ def create_app(
             )
             yield {}
 
-    app = Starlette(routes=_routes(), exception_handlers=exception_handlers, lifespan=lifespan)
+    body_reads = BodyReads()
+    app = Starlette(
+        routes=_routes(),
+        middleware=_middleware(settings, body_reads),
+        exception_handlers=exception_handlers,
+        lifespan=lifespan,
+    )
     app.state.gateway = gateway
+    app.state.body_reads = body_reads
     app.state.metrics = gateway.metrics
     app.state.embeddings = service
     return app

@@ -19,8 +19,12 @@ from tierlm.server.app import create_app
 from tierlm.server.config import ConfigError, ServerSettings, load_settings
 from tierlm.server.flags import add_setting_flags, setting_overrides
 from tierlm.server.gateway import Gateway
+from tierlm.server.http_server import uvicorn_config
+from tierlm.server.logs import configure_logging
 
 __all__ = ["add_arguments", "run", "settings_from_args"]
+
+logger = logging.getLogger("tierlm.server")
 
 # Environment variable holding an admin key (a key on the command line shows in `ps`).
 API_KEY_ENV = "TIERLM_API_KEY"
@@ -89,6 +93,13 @@ def describe(settings: ServerSettings) -> str:
         f"limits   body<={settings.limits.max_body_bytes} B, "
         f"max_tokens<={settings.limits.max_tokens_limit} "
         f"(default {settings.limits.default_max_tokens})",
+        f"clients  connections<={settings.limits.max_connections}, "
+        f"head within {settings.limits.header_timeout:g} s, "
+        f"body within {settings.limits.body_timeout:g} s, "
+        "hosts "
+        + (", ".join(sorted(settings.server.accepted_hosts() or ())) or "any")
+        + ", CORS "
+        + (", ".join(settings.server.cors_origins) or "off"),
     ]
     e = settings.embeddings
     if not e.enabled:
@@ -110,28 +121,24 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         print(describe(settings))
         return 0
-    logging.basicConfig(
-        level=settings.server.log_level.upper()
-        if settings.server.log_level != "trace"
-        else "DEBUG",
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings.server.log_level, settings.server.log_format)
     app = create_app(settings)
     gateway: Gateway = app.state.gateway
-    config = uvicorn.Config(
+    config = uvicorn_config(
         app,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=settings.server.log_level,
+        settings,
         # A cancelled job stops within cancel_grace; twice that, then tasks are cancelled.
         timeout_graceful_shutdown=int(2 * settings.scheduler.cancel_grace) or 1,
     )
     server = _Server(config, gateway)
     base = f"http://{settings.server.host}:{settings.server.port}"
-    print(
-        f"tierlm gateway ({settings.backend.kind}): OpenAI base URL {base}/v1, "
-        f"dashboard {base}/dashboard, metrics {base}/metrics",
-        file=sys.stderr,
+    # Logged, not printed: with --log-format json every line is a JSON object.
+    logger.info(
+        "tierlm gateway (%s): OpenAI base URL %s/v1, dashboard %s/dashboard, metrics %s/metrics",
+        settings.backend.kind,
+        base,
+        base,
+        base,
     )
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C it handled
         server.run()

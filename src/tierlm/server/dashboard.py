@@ -7,19 +7,23 @@ state once, as JSON. Timeline items are sent once each (by sequence number):
 the page accumulates them.
 
 With keys configured the dashboard needs an admin key. A browser cannot put one
-in an EventSource's headers, so ``/dashboard?key=...`` checks it, stores it in
-an HttpOnly, same-site cookie scoped to /dashboard, and redirects to the bare
-URL (the key leaves the address bar and the history).
+in an EventSource's headers, so ``/dashboard`` shows a login form that POSTs
+the key to ``/dashboard/login``, which checks it, stores it in an HttpOnly,
+SameSite=Strict cookie scoped to /dashboard and redirects to ``/dashboard``.
+A key never travels in a URL: a URL is written to access logs, to the
+browser's history and to proxies' logs (``/dashboard?key=`` is not accepted).
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 from collections.abc import AsyncGenerator
 from dataclasses import asdict
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -31,7 +35,7 @@ from tierlm.server.gateway import Gateway
 from tierlm.server.streaming import EventStream
 from tierlm.snapshot import JobInfo
 
-__all__ = ["dashboard_state", "routes"]
+__all__ = ["LOGIN_PATH", "dashboard_state", "routes"]
 
 # Pushes at most 5 times a second (a burst of events is one update) and at least
 # once a second (the running time and the timeline's "now" advance).
@@ -123,34 +127,48 @@ def _gateway(request: Request) -> Gateway:
     return gateway
 
 
+LOGIN_PATH = "/dashboard/login"
+
+
 def _login_page(message: str) -> Response:
-    html = (
+    page = (
         "<!doctype html><meta charset=utf-8><title>tierlm dashboard</title>"
         "<body style='font:16px system-ui;margin:3em'><h1>tierlm dashboard</h1>"
-        f"<p>{message}</p><p>Open <code>/dashboard?key=YOUR_ADMIN_KEY</code> once; "
-        "the key is then kept in a cookie for this site.</p>"
+        f"<p id=message>{html.escape(message)}</p>"
+        f"<form method=post action='{LOGIN_PATH}'><label>Admin key "
+        "<input type=password name=key autocomplete=current-password required autofocus>"
+        "</label> <button type=submit>Open</button></form>"
+        "<p>The key is then kept in a cookie for this site's dashboard.</p>"
     )
-    return HTMLResponse(html, status_code=401)
+    return HTMLResponse(page, status_code=401, headers={"Cache-Control": "no-store"})
 
 
 async def page(request: Request) -> Response:
     gateway = _gateway(request)
-    key = request.query_params.get("key")
-    if key is not None and gateway.keys.configured:
-        entry = gateway.keys.lookup(key)
-        if entry is None or not entry.admin:
-            return _login_page("That key is not an admin key of this gateway.")
-        response: Response = RedirectResponse("/dashboard", status_code=303)
-        response.set_cookie(
-            DASHBOARD_COOKIE, key, httponly=True, samesite="strict", path="/dashboard"
-        )
-        return response
     try:
         gateway.keys.authenticate(request, admin=True)
     except APIError as exc:
-        return _login_page(exc.message)
+        message = exc.message
+        if "key" in request.query_params:
+            message = "A key in the URL is not accepted (URLs are logged); enter it below."
+        return _login_page(message)
     text = resources.files("tierlm.server").joinpath("dashboard.html").read_text("utf-8")
     return HTMLResponse(text, headers={"Cache-Control": "no-cache"})
+
+
+async def login(request: Request) -> Response:
+    """The login form's POST: an admin key -> the cookie, and back to the page."""
+    gateway = _gateway(request)
+    if not gateway.keys.configured:
+        return RedirectResponse("/dashboard", status_code=303)
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    key = (form.get("key") or [""])[0]
+    entry = gateway.keys.lookup(key) if key else None
+    if entry is None or not entry.admin:
+        return _login_page("That key is not an admin key of this gateway.")
+    response = RedirectResponse("/dashboard", status_code=303)
+    response.set_cookie(DASHBOARD_COOKIE, key, httponly=True, samesite="strict", path="/dashboard")
+    return response
 
 
 async def state(request: Request) -> Response:
@@ -183,6 +201,7 @@ async def events(request: Request) -> Response:
 def routes() -> list[BaseRoute]:
     return [
         Route("/dashboard", page, methods=["GET"]),
+        Route(LOGIN_PATH, login, methods=["POST"]),
         Route("/dashboard/state", state, methods=["GET"]),
         Route("/dashboard/events", events, methods=["GET"]),
     ]

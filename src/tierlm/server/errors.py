@@ -15,10 +15,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["APIError", "error_body", "error_response", "exception_handlers"]
+from tierlm.server.request_id import current_request_id
+
+__all__ = [
+    "APIError",
+    "ErrorBoundary",
+    "error_body",
+    "error_response",
+    "exception_handlers",
+    "internal_error",
+    "send_error",
+]
 
 logger = logging.getLogger("tierlm.server")
 
@@ -29,8 +40,11 @@ _TYPES = {
     403: "permission_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
+    421: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_error",
 }
 
@@ -105,13 +119,64 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return APIError(exc.status_code, message, code=code, headers=exc.headers).response()
 
 
-async def _server_error(request: Request, exc: Exception) -> Response:
-    logger.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
-
-
 exception_handlers: dict[Any, Any] = {
     APIError: _api_error,
     HTTPException: _http_error,
-    Exception: _server_error,
 }
+
+
+async def send_error(error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer with ``error`` from a middleware, counted as the handlers count it."""
+    metrics = getattr(getattr(scope.get("app"), "state", None), "metrics", None)
+    if metrics is not None:
+        metrics.rejected(error.reason)
+    await error.response()(scope, receive, send)
+
+
+def internal_error() -> APIError:
+    """A 500 that tells nothing of the exception (its text may hold paths, URLs
+    or a key); the log has it, under the request id given here."""
+    return APIError(
+        500,
+        f"internal error; the gateway's log has the details (request id {current_request_id()})",
+        code="internal_error",
+    )
+
+
+class ErrorBoundary:
+    """Where an exception no handler answered ends: logged once, with its
+    traceback, and answered with ``internal_error`` (if the response has not
+    started). Never re-raised: uvicorn would log it a second time and close a
+    kept-alive connection. A client that went away while sending its body
+    (``ClientDisconnect``) is one line at info: nothing failed but the client.
+
+    Inside Starlette's ``ServerErrorMiddleware`` (which re-raises everything
+    it answers), so that one never sees an exception."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except ClientDisconnect:
+            logger.info(
+                "%s %s: the client disconnected before sending the whole request body",
+                scope["method"],
+                scope["path"],
+            )
+        except Exception:
+            logger.exception("%s %s failed", scope["method"], scope["path"])
+            if not started:
+                await internal_error().response()(scope, receive, send)

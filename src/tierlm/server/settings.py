@@ -9,8 +9,11 @@ an unknown field is an error too, with a suggestion.
 
 ``ServerSettings()`` is ``tierlm serve``'s default. The file, all sections optional::
 
-    [server]        host, port, log_level, default_class, sse_heartbeat, dashboard_window
-    [limits]        max_body_bytes, default_max_tokens, max_tokens_limit, queue_limit
+    [server]        host, port, log_level, log_format, default_class, sse_heartbeat,
+                    dashboard_window, allowed_hosts, cors_origins
+    [limits]        max_body_bytes, default_max_tokens, max_tokens_limit, queue_limit,
+                    max_connections, header_timeout, body_timeout, keep_alive_timeout,
+                    max_header_bytes
     [backend]       kind = "sim" | "llama-cpp" | "openai" | "ollama", models, ... (backends/)
     [scheduler]     max_affinity_wait, chat_grace, chat_idle, grace_factor, slice,
                     pool_floor, idle_reset, cancel_grace, weights, class_weights,
@@ -26,7 +29,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.config import MAX_WEIGHT, MIN_WEIGHT, SchedulerConfig
@@ -34,7 +37,7 @@ from tierlm.server.access import ClassSettings, KeySettings, resolve_classes, re
 from tierlm.server.auth import ApiKey
 from tierlm.server.backends import DEFAULT_BACKEND, AnyBackend, backend_class
 from tierlm.server.embedders import AnyEmbeddings, SimEmbeddings, with_backend
-from tierlm.server.schema import FieldError, Flag, Schema
+from tierlm.server.schema import Expect, FieldError, Flag, Schema
 
 __all__ = [
     "ConfigError",
@@ -56,7 +59,26 @@ DEFAULT_MAX_TOKENS = 256
 # The scheduler's own defaults (docs/design.md §4), which [scheduler] overrides.
 _SCHEDULER = SchedulerConfig()
 
+# The names a browser on this machine uses for a loopback gateway.
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+LogFormat = Literal["text", "json"]
+
+
+def _comma_list(value: Any) -> Any:
+    # A flag or an environment variable gives one string: "a.example,b.example".
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    return value
+
+
+NameList = Annotated[
+    tuple[Annotated[str, Field(min_length=1)], ...],
+    BeforeValidator(_comma_list),
+    Field(strict=False),
+    Expect("a list of strings (or one string, comma-separated)"),
+]
 
 
 class ConfigError(ValueError):
@@ -72,6 +94,9 @@ class ServerSection(Schema):
     """The port."""
     log_level: Annotated[LogLevel, Flag("--log-level", "LEVEL")] = "info"
     """uvicorn's and tierlm's log level."""
+    log_format: Annotated[LogFormat, Flag("--log-format", "FORMAT")] = "text"
+    """``text`` (one line per record) or ``json`` (one JSON object per line, the
+    access log included); every line of a request carries its request id."""
     default_class: Annotated[str | None, Field(min_length=1)] = None
     """The class of keyless requests without ``X-Tierlm-Class`` (unset: ``chat``
     if defined, else the class of the lowest tier: an OpenAI client is usually a person)."""
@@ -80,6 +105,24 @@ class ServerSection(Schema):
     servers use to keep proxies from closing a quiet connection."""
     dashboard_window: Annotated[float, Field(gt=0)] = 300.0
     """Seconds of history in the dashboard's timeline ("the last minutes")."""
+    allowed_hosts: Annotated[NameList | None, Flag("--allowed-hosts", "HOST,...")] = None
+    """Host header names accepted; any other gets 421, so a web page cannot reach
+    a loopback gateway through DNS rebinding. Unset: the loopback names and
+    ``host``; any name when ``host`` is a wildcard address (0.0.0.0, ::), which
+    needs keys. ``*`` accepts any name."""
+    cors_origins: Annotated[NameList, Flag("--cors-origins", "URL,...")] = ()
+    """Web origins (``http://localhost:3000``) whose pages may call the gateway
+    (CORS); a request from any other page's origin gets 403. Empty by default:
+    no browser page but the gateway's own dashboard."""
+
+    def accepted_hosts(self) -> frozenset[str] | None:
+        """The Host header names accepted (lower case, no brackets); None: any."""
+        if self.allowed_hosts is not None:
+            names = frozenset(_host_name(name) for name in self.allowed_hosts)
+            return None if "*" in names else names
+        if _is_wildcard(self.host):
+            return None
+        return LOOPBACK_NAMES | {_host_name(self.host)}
 
 
 class LimitSettings(Schema):
@@ -97,6 +140,23 @@ class LimitSettings(Schema):
     queue_limit: Annotated[int, Flag("--queue-limit", "N"), Field(ge=1)] = 1000
     """Queued jobs per class beyond which requests get 429 + Retry-After. A queued
     job costs a few kB; 1000 leaves room for the gateway benchmark's 500 clients."""
+    max_connections: Annotated[int, Flag("--max-connections", "N"), Field(ge=1)] = 1000
+    """Open connections (and running requests) beyond which a request gets 503
+    (uvicorn's ``limit_concurrency``): twice the gateway benchmark's 500
+    concurrent streams, below the usual limit of 1024 open files."""
+    header_timeout: Annotated[float, Flag("--header-timeout", "S"), Field(gt=0)] = 10.0
+    """Seconds a client has to send a whole request head, from its connection
+    (or its previous response); then the connection is closed. A client on
+    loopback or a LAN sends one in milliseconds; 10 s cuts slowloris clients."""
+    body_timeout: Annotated[float, Flag("--body-timeout", "S"), Field(gt=0)] = 30.0
+    """Seconds a client has to send a request body, from its head: then 408 and
+    the connection is closed. 30 s is 35 kB/s for a body of ``max_body_bytes``."""
+    keep_alive_timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds an idle kept-alive connection stays open (uvicorn's default)."""
+    max_header_bytes: Annotated[int, Field(ge=1024)] = 16384
+    """Largest request head (request line and headers), in bytes: larger is
+    431 (400 if it trickles in) and the connection is closed. 16 KiB is h11's
+    default (and Node's)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -266,6 +326,17 @@ class ServerSettings(Schema):
         if "chat" in self.classes:
             return "chat"
         return min(self.classes.values(), key=lambda c: (c.tier, c.name)).name
+
+
+def _host_name(host: str) -> str:
+    return host.strip().lower().strip("[]")
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(_host_name(host)).is_unspecified
+    except ValueError:
+        return False
 
 
 def is_loopback(host: str) -> bool:
