@@ -1,6 +1,7 @@
 """The dashboard in a real headless Chromium (Debian's ``chromium``, driven by
-Playwright without a browser download): it shows the running job and updates
-live, without a reload, when another job starts.
+Playwright without a browser download): a person logs in with the admin key
+through the login form (never a key in a URL), and the page shows the running
+job and updates live, without a reload, when another job starts.
 
 Saves a screenshot (``dashboard.png`` in the test's tmp dir, and in
 ``$TIERLM_SCREENSHOT_DIR`` when set) for a person to look at.
@@ -32,6 +33,8 @@ ARGS = [
     "--disable-sync",
 ]
 LONG = 4000  # tokens: longer than the test lets any job run
+ADMIN = "sk-dashboard-admin"
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
 TIMEOUT_MS = 15_000
 
 
@@ -51,8 +54,10 @@ def warm_up(gw: Gateway) -> None:
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Chromium at {CHROMIUM}")
 def test_dashboard_shows_the_running_job_and_updates_live(tmp_path: Path) -> None:
     # A short timeline window: the test's few seconds of history fill it.
-    settings = sim_settings({"server": {"dashboard_window": 8}})
-    with serve(settings) as gw, sync_api.sync_playwright() as playwright:
+    settings = sim_settings(
+        {"server": {"dashboard_window": 8}, "keys": [{"key": ADMIN, "admin": True}]}
+    )
+    with serve(settings, key=ADMIN) as gw, sync_api.sync_playwright() as playwright:
         warm_up(gw)
         context = playwright.chromium.launch_persistent_context(
             str(tmp_path / "profile"),  # --user-data-dir
@@ -67,6 +72,13 @@ def test_dashboard_shows_the_running_job_and_updates_live(tmp_path: Path) -> Non
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(f"{gw.url}/dashboard")
+            # The login form: the key goes in a POST body, then lives in a cookie.
+            page.fill("input[name=key]", ADMIN)
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{gw.url}/dashboard")
+            assert ADMIN not in page.url
+            cookie = next(c for c in context.cookies() if c["name"] == "tierlm_key")
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
             page.wait_for_function("Number(document.body.dataset.updates) >= 1")
             assert page.inner_text("#status-text") == "live"
             assert page.get_attribute("#running", "data-job-id") == ""
@@ -74,19 +86,19 @@ def test_dashboard_shows_the_running_job_and_updates_live(tmp_path: Path) -> Non
             # Marks the document: a reload would lose it.
             page.evaluate("window.sameDocument = true")
 
-            gana_headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": "gana:7"}
+            gana_headers = {**AUTH, "X-Tierlm-Class": "gana", "X-Tierlm-Producer": "gana:7"}
             with sse(gw, chat_body(max_tokens=LONG), gana_headers) as gana:
                 page.wait_for_function(running_is(gana.job_id))
                 assert "gana:7" in page.inner_text("#running")
                 assert "running for" in page.inner_text("#running-detail")
                 # A person chats: the chat preempts the gana, live on the page.
-                with sse(gw, chat_body(max_tokens=LONG)) as chat:
+                with sse(gw, chat_body(max_tokens=LONG), AUTH) as chat:
                     page.wait_for_function(running_is(chat.job_id))
                     page.wait_for_function(
                         "document.getElementById('queue-T4').dataset.count === '1'"
                     )
                     assert f"#{gana.job_id} gana:7" in page.inner_text("#queue-T4")
-                    with sse(gw, chat_body(max_tokens=3), {"X-Tierlm-Class": "extract"}):
+                    with sse(gw, chat_body(max_tokens=3), {**AUTH, "X-Tierlm-Class": "extract"}):
                         page.wait_for_function(
                             "document.getElementById('queue-T2').dataset.count === '1'"
                         )
