@@ -10,6 +10,7 @@ prompt tokens.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from tierlm.runners.protocol import Cancelled, CancelReason, GenerationRequest, RunnerError
 from tierlm.server.body import read_json
-from tierlm.server.errors import APIError
+from tierlm.server.errors import APIError, internal_error
 from tierlm.server.gateway import Gateway, GatewayJob
 from tierlm.server.metadata import job_meta
 from tierlm.server.requests import ChatRequest, CompletionRequest, GenerationFields, parse
@@ -98,7 +99,9 @@ def job_error(job: GatewayJob) -> APIError | None:
             502 if upstream else 500, f"backend: {exc}", code="backend_error", type="server_error"
         )
     except Exception as exc:
-        return APIError(500, f"job {job.id} failed: {type(exc).__name__}: {exc}")
+        # Its text may hold paths or URLs: logged, not answered.
+        logging.getLogger("tierlm.server").error("job %d failed", job.id, exc_info=exc)
+        return internal_error()
     return None
 
 
