@@ -84,6 +84,11 @@ def test_pathological_json_is_a_400_on_a_connection_that_stays_usable(gw: Gatewa
         assert len(streams) == 1  # never reconnected
 
 
+def test_what_the_fuzzer_found_is_a_client_error_or_fine(gw: Gateway) -> None:
+    # test_fuzz.py found these (each was a 500).
+    assert gw.http.post("/v1/chat/completions", json=chat_body(stop=None)).status_code == 200
+
+
 def test_a_body_over_the_limit_is_413_on_every_endpoint(gw: Gateway) -> None:
     big = b'{"x": "' + b"y" * 200_000 + b'"}'
     for method, path in [*BODY_ENDPOINTS, ("POST", "/v1/scheduler/pause")]:

@@ -85,7 +85,10 @@ ANY_JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
     max_leaves=20,
 )
-HEADER_VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40)
+# What a header may carry at all (h11 refuses, client-side, surrounding spaces).
+HEADER_VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40).map(
+    str.strip
+)
 CONTENT_TYPES = st.sampled_from(
     ["application/json", "application/json; charset=utf-8", None, "text/plain", "APPLICATION/JSON"]
 )
@@ -131,8 +134,15 @@ def request_of(client: httpx.Client, endpoint: Endpoint, data: st.DataObject) ->
 
 @pytest.fixture(scope="module")
 def fuzz_gw() -> Iterator[Gateway]:
-    # Short generations: a fuzzed max_tokens may ask for the limit.
-    limits = {"max_tokens_limit": 4, "max_body_bytes": 20_000}
+    # Short generations: a fuzzed max_tokens may ask for the limit. No idle
+    # timeout within the run: Hypothesis may think for seconds between requests,
+    # and an idle connection closed then would not be the server's fault.
+    limits = {
+        "max_tokens_limit": 4,
+        "max_body_bytes": 20_000,
+        "keep_alive_timeout": 3600,
+        "header_timeout": 3600,
+    }
     backend = {"token_interval": 0.0005, "swap_seconds": 0.001}
     with serve(sim_settings({"limits": limits, "backend": backend})) as gw:
         yield gw
@@ -155,6 +165,7 @@ def fuzz(gw: Gateway, examples: int) -> Counter[str]:
     seen: Counter[str] = Counter()
     client = httpx.Client(base_url=gw.url, timeout=WAIT, limits=httpx.Limits(max_connections=1))
     connection: list[Any] = []
+    previous: list[Any] = []
 
     @settings(
         max_examples=examples,
@@ -166,13 +177,19 @@ def fuzz(gw: Gateway, examples: int) -> Counter[str]:
     def one_request(data: st.DataObject) -> None:
         endpoint = data.draw(st.sampled_from(targets), label="endpoint")
         request = request_of(client, endpoint, data)
-        response = client.send(request)
+        try:
+            response = client.send(request)
+        except BaseException:
+            connection.clear()  # httpx drops the connection: not the next request's fault
+            raise
         seen[f"{endpoint.method} {endpoint.path}"] += 1
         check(request, response)
         stream = response.extensions["network_stream"]
         if connection:
-            assert stream is connection[0], "the server closed the connection"
+            assert stream is connection[0], f"the server closed the connection after {previous}"
         connection[:] = [] if response.headers.get("connection") == "close" else [stream]
+        previous[:] = [request.method, request.url.path, request.content[:200]]
+        previous.append(response.status_code)
         if endpoint.path == "/v1/scheduler/pause" and response.is_success:
             # A paused scheduler would hold the next chat forever.
             assert client.post("/v1/scheduler/resume").is_success

@@ -177,9 +177,9 @@ class GenerationFields(Schema):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     stop: Annotated[
-        list[Annotated[str, Field(min_length=1)]] | None,
+        # max_length on the list, not on the optional: null is no stop (it was a 500).
+        Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)] | None,
         BeforeValidator(lambda v: [v] if isinstance(v, str) else v),
-        Field(max_length=MAX_STOP),
         Expect(f"a string or an array of up to {MAX_STOP} non-empty strings"),
     ] = None
     temperature: Annotated[float | None, Field(ge=0, le=2)] = None
