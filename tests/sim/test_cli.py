@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+from rich.progress import Progress, TextColumn
 
 from tierlm.cli import main
-from tierlm.sim.policies import POLICIES
+from tierlm.sim.cli_common import SimProgress
+from tierlm.sim.policies import DEFAULT_COLUMNS
+from tierlm.sim.workloads import CASES
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -22,13 +30,21 @@ def test_demo_prints_the_table_and_writes_both_pngs(
         data = (out / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 20_000, name
     results = json.loads((out / "results.json").read_text())
-    assert results["policy_order"] == list(POLICIES)
-    assert set(results["metrics"]) == set(POLICIES)
+    assert results["policy_order"] == list(DEFAULT_COLUMNS)
+    assert set(results["metrics"]) == set(DEFAULT_COLUMNS)
     assert results["workload"]["name"] == "issue118"
-    printed = capsys.readouterr().out
-    for name in POLICIES:
+    captured = capsys.readouterr()
+    printed = " ".join(captured.out.split())  # rich wraps lines at 80 columns
+    for name in DEFAULT_COLUMNS:
         assert name in printed
     assert "chat time to first token" in printed
+    assert "resuming a preempted job: restore" in printed
+    # The fair pool's cases and the frequent-chat waste, one line each.
+    for case in CASES:
+        assert case in printed
+    assert "Frequent chats" in printed
+    # Not a terminal: no progress bar anywhere.
+    assert "simulated s" not in captured.err
 
 
 def test_simulate_same_seed_gives_identical_results_json(tmp_path: Path) -> None:
@@ -72,7 +88,13 @@ def test_simulate_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture
     missing = tmp_path / "no-trace.csv"
     assert main([*base, "--workload", "azure-chat", "--trace", str(missing)]) == 2
     err = capsys.readouterr().err
-    assert "azure-llm-2023-conv.csv" in err and "not found" in err
+    assert "no-trace.csv not found" in err and "--trace" in err
+    assert main([*base, "--workload", "swarm", "--set", "load=2"]) == 2
+    assert "unknown parameter(s) load" in capsys.readouterr().err
+    assert main([*base, "--workload", "overdue-flood", "--sweep", "load"]) == 2
+    assert "NAME=V1,V2" in capsys.readouterr().err
+    assert main([*base, "--workload", "overdue-flood", "--set", "load=much"]) == 2
+    assert "must be a number" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*base, "--workload", "nope"])
 
@@ -83,3 +105,79 @@ def test_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
         main([command, "--help"])
     assert exit_.value.code == 0
     assert "--duration" in capsys.readouterr().out
+
+
+def test_sweep_prints_one_table_and_writes_each_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "simulate",
+            "--workload",
+            "frequent-chat",
+            "--sweep",
+            "chat_every=5,30",
+            "--policies",
+            "tierlm,strict-priority",
+            "--duration",
+            "300",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "chat_every swept: wasted share of busy time" in printed
+    summary = json.loads((tmp_path / "sweep.json").read_text())
+    assert [row["chat_every"] for row in summary["rows"]] == [5, 30]
+    for row in summary["rows"]:
+        ours = row["policies"]["tierlm"]["story"]
+        assert ours == row["policies"]["tierlm"]["wasted_share"]
+        # Restarting 10 s rounds under a chat every 5-30 s wastes far more.
+        assert ours < row["policies"]["strict-priority"]["story"]
+    for value in ("5", "30"):
+        results = json.loads((tmp_path / f"chat_every={value}" / "results.json").read_text())
+        assert results["workload"]["params"]["chat_every"] == float(value)
+
+
+def test_quiet_and_a_pipe_show_no_progress(tmp_path: Path) -> None:
+    """The bar goes to stderr, and only to a terminal: run the CLI as a user
+    would, its output piped, with and without --quiet."""
+    for extra in ([], ["--quiet"]):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tierlm.cli",
+                "simulate",
+                "--workload",
+                "two-sizes",
+                "--policies",
+                "tierlm",
+                "--duration",
+                "120",
+                "--out",
+                str(tmp_path),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "COLUMNS": "120"},
+        )
+        assert done.stderr == ""
+        assert "two-sizes, 120 simulated s" in done.stdout
+
+
+def test_progress_bar_on_a_terminal_reports_simulated_time() -> None:
+    """With a terminal on stderr, each policy gets a bar of simulated time."""
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, width=120)
+    progress = Progress(TextColumn("{task.description}"), console=console)
+    bars = SimProgress(progress)
+    with progress:
+        report = bars.comparison("two-sizes", ["tierlm", "fifo"], 100.0)
+        report("tierlm", 40.0)
+        report("fifo", 250.0)  # past the end: capped
+    tasks = {task.description: task.completed for task in progress.tasks}
+    assert tasks == {"two-sizes tierlm": 40.0, "two-sizes fifo": 100.0}

@@ -43,8 +43,17 @@ PRODUCER_COLOURS = [
 ]
 SWAP_COLOUR = "#222222"
 CHAT_OPEN_COLOUR = "#f4c7c3"
-POLICY_COLOURS = ["#d62728", "#7f7f7f", "#9467bd", "#8c564b", "#17becf", "#bcbd22"]
-POLICY_STYLES = ["-", "-", "-", "--", ":", "-."]
+POLICY_COLOURS = [
+    "#d62728",
+    "#7f7f7f",
+    "#9467bd",
+    "#8c564b",
+    "#17becf",
+    "#bcbd22",
+    "#e377c2",
+    "#1f77b4",
+]
+POLICY_STYLES = ["-", "-", "-", "--", ":", "-.", "--", ":"]
 # Waits shorter than this (a preemption at a token boundary is ~0-67 ms) are
 # drawn at it: a log axis has no zero.
 WAIT_FLOOR = 0.001
@@ -58,9 +67,11 @@ def _colours(records: Mapping[str, SimRecords]) -> tuple[bool, dict[str, str]]:
     """Colour by class; when every job is of one class (fair-pool, mixed-models),
     by producer instead, so the chart shows who held the device."""
     classes = {job.class_name for rec in records.values() for job in rec.jobs}
-    if len(classes) > 1:
-        return False, {cls: CLASS_COLOURS.get(cls, OTHER_COLOUR) for cls in sorted(classes)}
     producers = sorted({job.producer for rec in records.values() for job in rec.jobs})
+    # More producers than colours (many-producers: one per user) say nothing
+    # apart: colour by class then.
+    if len(classes) > 1 or len(producers) > len(PRODUCER_COLOURS):
+        return False, {cls: CLASS_COLOURS.get(cls, OTHER_COLOUR) for cls in sorted(classes)}
     return True, {p: PRODUCER_COLOURS[i % len(PRODUCER_COLOURS)] for i, p in enumerate(producers)}
 
 

@@ -5,24 +5,36 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from tierlm.runners.simulated import DEFAULT_RESTORE_SECONDS
 from tierlm.sim.charts import CDF_FILE, TIMELINE_FILE, chat_cdf, timeline
-from tierlm.sim.compare import Comparison, compare
+from tierlm.sim.compare import Comparison, PolicyProgress, compare
 from tierlm.sim.device import (
     DEFAULT_DECODE_TPS,
     DEFAULT_PREFILL_TPS,
+    DEFAULT_RESUME,
     DEFAULT_SWAP_SECONDS,
+    RESUME_COSTS,
     DeviceModel,
 )
 from tierlm.sim.report import print_report, write_results
 from tierlm.sim.workload import Workload
 
-__all__ = ["add_device_arguments", "device_from_args", "positive_float", "run_comparison"]
+__all__ = [
+    "SimProgress",
+    "add_device_arguments",
+    "add_quiet_argument",
+    "device_from_args",
+    "positive_float",
+    "run_comparison",
+    "sim_progress",
+]
 
 
 def positive_float(text: str) -> float:
@@ -68,6 +80,29 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"seconds to swap models (default {DEFAULT_SWAP_SECONDS:g})",
     )
+    group.add_argument(
+        "--resume",
+        choices=RESUME_COSTS,
+        default=DEFAULT_RESUME,
+        help="what resuming a preempted job costs the device: restart (redo it all), "
+        "re-evaluate (prompt + partial output again), restore (a KV snapshot) "
+        f"(default {DEFAULT_RESUME})",
+    )
+    group.add_argument(
+        "--restore-seconds",
+        type=non_negative_float,
+        default=DEFAULT_RESTORE_SECONDS,
+        metavar="S",
+        help=f"seconds to save and restore one KV snapshot (default {DEFAULT_RESTORE_SECONDS:g})",
+    )
+
+
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (it goes to stderr, and only to a terminal)",
+    )
 
 
 def device_from_args(args: argparse.Namespace) -> DeviceModel:
@@ -75,7 +110,50 @@ def device_from_args(args: argparse.Namespace) -> DeviceModel:
         decode_tps=args.decode_tps,
         prefill_tps=args.prefill_tps,
         swap_seconds=args.swap_seconds,
+        resume=args.resume,
+        restore_seconds=args.restore_seconds,
     )
+
+
+class SimProgress:
+    """One bar per simulated policy: simulated time done / total."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self._progress = progress
+
+    def comparison(self, label: str, policies: Sequence[str], horizon: float) -> PolicyProgress:
+        """Bars for one comparison; returns the callback ``compare`` reports to."""
+        progress = self._progress
+        if progress is None:
+            return lambda _name, _now: None
+        tasks: dict[str, TaskID] = {
+            name: progress.add_task(f"{label} {name}", total=horizon) for name in policies
+        }
+
+        def advance(name: str, now: float) -> None:
+            progress.update(tasks[name], completed=min(now, horizon))
+
+        return advance
+
+
+@contextmanager
+def sim_progress(quiet: bool) -> Iterator[SimProgress]:
+    """A progress bar on stderr, shown only to a terminal and unless ``quiet``:
+    a long run (24 simulated hours) says how far it is, a pipe or a log gets
+    only the results."""
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        yield SimProgress(None)
+        return
+    with Progress(
+        TextColumn("{task.description:<32}"),
+        BarColumn(),
+        TextColumn("{task.completed:>7.0f}/{task.total:.0f} simulated s"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        yield SimProgress(progress)
 
 
 def run_comparison(
@@ -87,25 +165,19 @@ def run_comparison(
     device: DeviceModel,
     out: Path,
     console: Console,
+    quiet: bool = False,
 ) -> Comparison:
     """Simulate with a progress bar, print the tables, write results and charts."""
     horizon = float(duration if duration is not None else workload.default_duration)
     started = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description:<16}"),
-        BarColumn(),
-        TextColumn("{task.completed:>6.0f}/{task.total:.0f} simulated s"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        tasks = {name: progress.add_task(name, total=horizon) for name in policies}
-
-        def advance(name: str, now: float) -> None:
-            progress.update(tasks[name], completed=min(now, horizon))
-
+    with sim_progress(quiet) as bars:
         comparison = compare(
-            workload, policies, seed=seed, duration=horizon, device=device, progress=advance
+            workload,
+            policies,
+            seed=seed,
+            duration=horizon,
+            device=device,
+            progress=bars.comparison(workload.name, policies, horizon),
         )
     elapsed = time.perf_counter() - started
     print_report(comparison, console)

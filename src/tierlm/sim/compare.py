@@ -11,7 +11,7 @@ from tierlm.sim.device import DeviceModel
 from tierlm.sim.engine import simulate
 from tierlm.sim.metrics import compute_metrics
 from tierlm.sim.records import SimRecords
-from tierlm.sim.targets import TargetCheck, check_targets
+from tierlm.sim.targets import TargetCheck, check_targets, story_checks
 from tierlm.sim.workload import Workload
 
 __all__ = ["Comparison", "compare"]
@@ -60,7 +60,10 @@ def compare(
         )
         result.records[name] = records
         result.metrics[name] = compute_metrics(records)
-    result.targets = check_targets(workload.name, result.metrics, device.token_interval)
+    result.targets = [
+        *story_checks(workload, result.metrics),
+        *check_targets(workload.name, result.metrics, device.token_interval),
+    ]
     return result
 
 

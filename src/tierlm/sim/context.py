@@ -2,22 +2,30 @@
 
 Its own module so that workloads (``tierlm.sim.workload``) and the engine that
 runs them (``tierlm.sim.engine``) both import it and not each other.
+
+Jobs do their work through the same entry points as any caller's
+(docs/design.md §2): a generation through ``Scheduler.submit_generation``, a
+closure job through ``ctx.generate`` (so its journal replays after a
+preemption). A column whose jobs RESTART (``tierlm.sim.policies``) submits
+every job as a closure that calls the runner directly, without a journal:
+a preempted run is redone from scratch, as the seed's jobs are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Awaitable, Callable, Mapping
 
 from tierlm.core.jobs import Subject
 from tierlm.handles import JobContext, JobHandle
-from tierlm.runners.protocol import Cancelled, CancelReason, GenerationRequest
-from tierlm.runners.simulated import SimulatedRunner
+from tierlm.runners.protocol import Cancelled, GenerationRequest, aclosing_stream
+from tierlm.runners.simulated import SimulatedCall, SimulatedRunner
 from tierlm.scheduler import Scheduler
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.jobspec import JobSpec
-from tierlm.sim.records import JobRecord, account_run
+from tierlm.sim.records import JobRecord
 
 __all__ = ["SimContext"]
 
@@ -44,8 +52,11 @@ class SimContext:
         self.seed = seed
         self._workload = workload
         self._records = records
-        self._resumes = resumes
+        self.resumes = resumes and device.resume != "restart"
         self._loop = asyncio.get_running_loop()
+        self._serial = itertools.count(1)
+        self._by_prompt: dict[str, JobRecord] = {}
+        runner.on_call = self._on_call
 
     # -- time and randomness ----------------------------------------------------
 
@@ -58,13 +69,18 @@ class SimContext:
     async def sleep_until(self, when: float) -> None:
         await asyncio.sleep(max(0.0, when - self._loop.time()))
 
-    def rng(self, name: str) -> random.Random:
-        """A random stream of its own for one producer, fixed by the seed.
+    @staticmethod
+    def random_stream(workload: str, seed: int, name: str) -> random.Random:
+        """The random stream ``name`` of ``workload`` under ``seed``.
 
         Seeding a Random with a str hashes it with SHA-512: the same across
         processes and runs, whatever PYTHONHASHSEED says.
         """
-        return random.Random(f"{self._workload}/{self.seed}/{name}")
+        return random.Random(f"{workload}/{seed}/{name}")
+
+    def rng(self, name: str) -> random.Random:
+        """A random stream of its own for one producer, fixed by the seed."""
+        return self.random_stream(self._workload, self.seed, name)
 
     # -- the surface the person looks at ----------------------------------------
 
@@ -74,24 +90,48 @@ class SimContext:
 
     # -- jobs -------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec) -> JobHandle[None]:
+    def submit(self, spec: JobSpec) -> JobHandle[None] | JobHandle[str]:
         """Submit one job (open loop: returns at once)."""
-        work = self._work(spec, resume=spec.resumable and self._resumes)
-        handle = self.sched.submit(
-            spec.class_name,
-            spec.model_id,
-            work,
-            producer=spec.producer,
-            subject=spec.subject,
-            deadline=spec.deadline,
-        )
+        serial = next(self._serial)
+        prompts = [f"job {serial} call {k}" for k in range(spec.calls)]
+        handle: JobHandle[None] | JobHandle[str]
+        if spec.generation and self.resumes:
+            request = GenerationRequest(
+                spec.model_id,
+                prompt=prompts[0],
+                max_tokens=spec.output_tokens,
+                prompt_tokens=spec.prompt_tokens,
+            )
+            handle = self.sched.submit_generation(
+                spec.class_name,
+                request,
+                _ignore,
+                producer=spec.producer,
+                subject=spec.subject,
+                deadline=spec.deadline,
+            )
+        else:
+            handle = self.sched.submit(
+                spec.class_name,
+                spec.model_id,
+                self._closure(spec, prompts),
+                producer=spec.producer,
+                subject=spec.subject,
+                deadline=spec.deadline,
+            )
         # The recorder filed the job's record at JobSubmitted; its shape is
         # known only here.
         record = self._records[handle.id]
         record.prompt_tokens = spec.prompt_tokens
         record.output_tokens = spec.output_tokens
-        record.resumable = spec.resumable
-        record.ideal_seconds = self.device.job_seconds(spec.prompt_tokens, spec.output_tokens)
+        record.calls = spec.calls
+        record.generation = spec.generation
+        record.restarts = not self.resumes
+        record.ideal_seconds = self.device.job_seconds(
+            spec.prompt_tokens, spec.output_tokens, spec.calls
+        )
+        for prompt in prompts:
+            self._by_prompt[prompt] = record
         return handle
 
     async def run(self, spec: JobSpec) -> bool:
@@ -103,42 +143,45 @@ class SimContext:
             return False
         return True
 
-    def _work(self, spec: JobSpec, *, resume: bool) -> Callable[[JobContext], Awaitable[None]]:
-        runner = self.runner
-        loop = self._loop
-        records = self._records
+    def _closure(
+        self, spec: JobSpec, prompts: list[str]
+    ) -> Callable[[JobContext], Awaitable[None]]:
+        calls = list(zip(prompts, spec.call_outputs(), strict=True))
+        tokens = spec.prompt_tokens
+        if self.resumes:
 
-        async def work(ctx: JobContext) -> None:
-            record = records[ctx.job_id]
-            kept = record.tokens_kept if resume else 0
-            left = spec.output_tokens - kept
-            if left <= 0:
-                return
-            # Resume: the next run prefills prompt + the partial output again
-            # (docs/design.md §4 re-queue); restart: the prompt alone, every token again.
-            request = GenerationRequest(
-                ctx.model_id,
-                prompt="simulated",
-                max_tokens=left,
-                prompt_tokens=spec.prompt_tokens + kept,
-            )
-            started = loop.time()
-            outcome = await runner.complete(request, ctx.cancel)
-            elapsed = loop.time() - started
-            if outcome.tokens and record.first_token is None:
-                record.first_token = outcome.first_token_at
-            preempted = outcome.stopped and ctx.cancel.reason is CancelReason.PREEMPTED
-            account_run(
-                record,
-                resume=resume,
-                elapsed=elapsed,
-                prefill=outcome.prefill_seconds,
-                tokens=outcome.tokens,
-                preempted=preempted,
-            )
-            if record.runs:
-                record.runs[-1].tokens = outcome.tokens
-            if outcome.stopped:
+            async def replayed(ctx: JobContext) -> None:
+                for prompt, output in calls:
+                    stream = ctx.generate(prompt=prompt, max_tokens=output, prompt_tokens=tokens)
+                    async with aclosing_stream(stream):
+                        async for _piece in stream:
+                            pass
+
+            return replayed
+
+        async def restarted(ctx: JobContext) -> None:
+            # No journal: the runner directly, every call again on every run.
+            for prompt, output in calls:
+                request = GenerationRequest(
+                    ctx.model_id, prompt=prompt, max_tokens=output, prompt_tokens=tokens
+                )
+                async with aclosing_stream(ctx.runner.generate(request, ctx.cancel)) as stream:
+                    async for _piece in stream:
+                        pass
                 ctx.checkpoint()  # raises Cancelled: the shell re-queues or ends it
 
-        return work
+        return restarted
+
+    def _on_call(self, call: SimulatedCall) -> None:
+        """The runner finished a call: account it to its job's current run."""
+        prompt = call.request.prompt
+        record = self._by_prompt.get(prompt) if prompt is not None else None
+        if record is None or not record.runs:
+            return
+        record.runs[-1].account(call)
+        if call.first_token_at is not None and record.first_token is None:
+            record.first_token = call.first_token_at
+
+
+def _ignore(_piece: str) -> None:
+    return None

@@ -1,25 +1,31 @@
 """``tierlm demo``: the README's main job.
 
-Replays issue #118 (``issue118`` workload) under all five policies in one run,
-prints the table and its targets, and writes the device timeline and
-the chat waiting-time CDF (plus results.json) to ``./tierlm-demo/``. Simulated
-time: 20 minutes of a busy phone take a few seconds.
+Replays issue #118 (``issue118`` workload) under every policy in one run,
+prints the table and its targets, and writes the device timeline and the chat
+waiting-time CDF (plus results.json) to ``./tierlm-demo/``; then the fair
+pool's adversarial cases and the frequent-chat waste, one line each
+(``tierlm.sim.demo_summary``). Simulated time: 20 minutes of a busy phone take
+a few seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from rich.console import Console
 
 from tierlm.sim.cli_common import (
     add_device_arguments,
+    add_quiet_argument,
     device_from_args,
     positive_float,
     run_comparison,
+    sim_progress,
 )
-from tierlm.sim.policies import POLICIES
+from tierlm.sim.demo_summary import run_summary
+from tierlm.sim.policies import DEFAULT_COLUMNS
 from tierlm.sim.workloads.issue118 import Issue118
 
 __all__ = ["add_arguments", "run"]
@@ -37,8 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=None,
         metavar="SECONDS",
-        help=f"simulated seconds (default {Issue118.default_duration:.0f})",
+        help=f"simulated seconds of issue118 (default {Issue118.default_duration:.0f})",
     )
+    parser.add_argument(
+        "--no-cases",
+        action="store_true",
+        help="only issue118, without the fair-pool cases and the frequent-chat waste",
+    )
+    add_quiet_argument(parser)
     add_device_arguments(parser)
     real = parser.add_argument_group("a real model (--real)")
     real.add_argument(
@@ -65,18 +77,35 @@ def run(args: argparse.Namespace) -> int:
 
         return run_real(args, console)
     workload = Issue118()
+    device = device_from_args(args)
     console.print(
         f"[bold]tierlm demo[/]: issue #118 -- {workload.description}.\n"
-        f"Five schedulers, the same workload and seed, the real tierlm Scheduler "
+        f"The same workload and seed under every scheduler, the real tierlm Scheduler "
         f"on a simulated phone in virtual time."
     )
     run_comparison(
         workload,
-        list(POLICIES),
+        list(DEFAULT_COLUMNS),
         seed=args.seed,
         duration=args.duration,
-        device=device_from_args(args),
+        device=device,
         out=args.out,
         console=console,
+        quiet=args.quiet,
+    )
+    if args.no_cases:
+        return 0
+    started = time.perf_counter()
+    with sim_progress(args.quiet) as bars:
+        summary = run_summary(device, args.seed, bars)
+    for table in summary.tables():
+        console.print(table)
+    console.print("What each case measures (strict: strict-priority, seed: seed-literal):")
+    for line in summary.legend():
+        console.print(line, highlight=False)
+    console.print(
+        f"Simulated {len(summary.cases) + len(summary.chats)} more workloads in "
+        f"{time.perf_counter() - started:.1f} s of wall time; each alone: "
+        f"tierlm simulate --workload NAME."
     )
     return 0

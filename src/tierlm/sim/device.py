@@ -1,19 +1,41 @@
-"""The simulated device: decode and prefill speed, swap cost."""
+"""The simulated device: decode and prefill speed, swap cost, what a resume costs."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any, Literal, get_args
 
-from tierlm.runners.simulated import SimulatedRunner
+from tierlm.runners.simulated import (
+    DEFAULT_KV_BYTES_PER_TOKEN,
+    DEFAULT_RESTORE_SECONDS,
+    DEFAULT_SNAPSHOT_POOL_BYTES,
+    SimulatedRunner,
+)
 
-__all__ = ["DeviceModel"]
+__all__ = ["RESUME_COSTS", "DeviceModel", "ResumeCost"]
 
 # Phone-class defaults: 15 tokens/s decode, 150 tokens/s
 # prefill, and the seed's "~10 s to unload + load on flutter_gemma 1.1.x".
 DEFAULT_DECODE_TPS = 15.0
 DEFAULT_PREFILL_TPS = 150.0
 DEFAULT_SWAP_SECONDS = 10.0
+
+ResumeCost = Literal["restart", "re-evaluate", "restore"]
+"""What a preempted job costs to resume, by what the runner can do
+(docs/design.md §8 resume cost):
+
+- ``restart``: nothing is kept; the job runs again from scratch (a closure job
+  without a journal; every job of the baselines that restart, as the seed does);
+- ``re-evaluate``: generations resume and closure jobs replay their journal,
+  but the interrupted call evaluates its prompt + partial output again;
+- ``restore``: as ``re-evaluate``, but the interrupted call's KV state is
+  restored from a snapshot (a small fixed cost), while the snapshot pool holds it.
+"""
+RESUME_COSTS: tuple[str, ...] = get_args(ResumeCost)
+# llama.cpp with KV snapshots (docs/design.md §4 zero-loss preemption) is the
+# runner tierlm ships for local models.
+DEFAULT_RESUME: ResumeCost = "restore"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,15 +45,29 @@ class DeviceModel:
     decode_tps: float = DEFAULT_DECODE_TPS
     prefill_tps: float = DEFAULT_PREFILL_TPS
     swap_seconds: float = DEFAULT_SWAP_SECONDS
+    resume: ResumeCost = DEFAULT_RESUME
+    restore_seconds: float = DEFAULT_RESTORE_SECONDS
+    snapshot_pool_bytes: int = DEFAULT_SNAPSHOT_POOL_BYTES
+    kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
 
     def __post_init__(self) -> None:
         for name in ("decode_tps", "prefill_tps"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"device.{name}: must be a number > 0, got {value!r}")
-        swap = self.swap_seconds
-        if not isinstance(swap, int | float) or not math.isfinite(swap) or swap < 0:
-            raise ValueError(f"device.swap_seconds: must be a number >= 0, got {swap!r}")
+        for name in (
+            "swap_seconds",
+            "restore_seconds",
+            "snapshot_pool_bytes",
+            "kv_bytes_per_token",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"device.{name}: must be a number >= 0, got {value!r}")
+        if self.resume not in RESUME_COSTS:
+            raise ValueError(
+                f"device.resume: must be one of {', '.join(RESUME_COSTS)}, got {self.resume!r}"
+            )
 
     @property
     def token_interval(self) -> float:
@@ -46,9 +82,10 @@ class DeviceModel:
     def prefill_seconds(self, prompt_tokens: int) -> float:
         return prompt_tokens * self.prefill_per_token
 
-    def job_seconds(self, prompt_tokens: int, output_tokens: int) -> float:
-        """A job's device time when nothing interrupts it (no swap)."""
-        return self.prefill_seconds(prompt_tokens) + output_tokens * self.token_interval
+    def job_seconds(self, prompt_tokens: int, output_tokens: int, calls: int = 1) -> float:
+        """A job's device time when nothing interrupts it (no swap): each of its
+        ``calls`` evaluates the prompt, and together they generate the output."""
+        return calls * self.prefill_seconds(prompt_tokens) + output_tokens * self.token_interval
 
     def runner(self, initial_model: str | None) -> SimulatedRunner:
         return SimulatedRunner(
@@ -56,7 +93,12 @@ class DeviceModel:
             prefill_per_token=self.prefill_per_token,
             swap_seconds=self.swap_seconds,
             initial_model=initial_model,
+            resume="restore" if self.resume == "restore" else "re-evaluate",
+            restore_seconds=self.restore_seconds,
+            snapshot_pool_bytes=self.snapshot_pool_bytes,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            per_token=False,
         )
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,12 +1,12 @@
 """Run one workload under one policy: the real Scheduler, a SimulatedRunner,
 virtual time (docs/design.md §1 sim). No second scheduler exists here.
 
-Jobs spend device time through ``SimulatedRunner.complete`` (a few timers per
-run, not one per token: "do not schedule one event per token when
-nothing observes them"). Each job accounts its own work: tokens, first token,
-and what a preemption threw away (``records.account_run``, in
-``tierlm.sim.context``); the scheduler's events give the rest
-(``recorder.Recorder``).
+Jobs spend device time through the runner's ``generate``, in a few timers per
+call, not one per token ("do not schedule one event per token when nothing
+observes them"; ``SimulatedRunner(per_token=False)``). The runner reports every
+call (tokens, first token, how its prompt was made ready and at what cost) and
+``tierlm.sim.context`` files it under its job's current run; the scheduler's
+events give the rest (``recorder.Recorder``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tierlm.events import SchedulerEvent
 from tierlm.scheduler import Scheduler
 from tierlm.sim.context import SimContext
 from tierlm.sim.device import DeviceModel
-from tierlm.sim.policies import POLICIES, make_policy
+from tierlm.sim.policies import column, make_policy
 from tierlm.sim.recorder import Recorder
 from tierlm.sim.records import SimRecords
 from tierlm.sim.workload import Workload
@@ -49,8 +49,7 @@ def simulate(
 
     Deterministic: the same arguments give the same records.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"policy: unknown {policy!r}; known: {', '.join(POLICIES)}")
+    column(policy)  # raises on an unknown name
     horizon = float(duration if duration is not None else workload.default_duration)
     if horizon <= 0:
         raise ValueError(f"duration: must be > 0 simulated seconds, got {horizon}")
@@ -90,7 +89,7 @@ async def _simulate(
             duration=horizon,
             seed=seed,
             workload=workload.name,
-            resumes=POLICIES[policy].resumes,
+            resumes=column(policy).resumes,
         )
         if progress is not None:
             sched.add_listener(_Progress(progress, horizon / PROGRESS_STEPS))
@@ -119,6 +118,8 @@ async def _simulate(
         foreground=list(recorder.foreground),
         fair_classes=sorted(name for name, c in sched.classes.items() if c.fair),
         budget_caps={name: c.budget.share for name, c in sorted(sched.classes.items()) if c.budget},
+        initial_model=workload.initial_model,
+        chat_grace=config.chat_grace,
         hints=workload.hints(horizon),
     )
 

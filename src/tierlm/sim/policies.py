@@ -1,15 +1,23 @@
-"""The five policies the simulator compares, by name, and how each treats work.
+"""The policies the simulator compares, by name, and how each treats work.
 
-``resumes``: whether a preempted generate-style job (a chat, a Nataraj card)
-keeps its tokens and continues from prompt + partial output (docs/design.md §4
-re-queue, §6.8: tierlm's ``Scheduler.generate``), or restarts from scratch as
-the seed does ("re-queued ... so it runs again later from scratch"). Every
-baseline restarts. For ``strict-priority`` that is the
-app-level view: vLLM's own recompute preemption keeps the request's generated
-tokens and recomputes their KV cache, i.e. it resumes; its wasted time here is
-therefore an upper bound for vLLM itself. Closure jobs (extraction, Gana
-rounds) restart under every policy. The simulator's jobs model this themselves
-(``tierlm.sim.engine``); the shell is the same for all.
+A column of a comparison is a policy and whether its preempted jobs RESUME:
+
+- resume: a generation (a chat turn, a Nataraj card) continues from prompt +
+  partial output (``Scheduler.submit_generation``), and a closure job (an
+  extraction, a Gana round) is re-run with its journal, so its finished
+  ``ctx.generate`` calls replay for free and the interrupted one continues
+  (docs/design.md §4 re-queue and zero-loss preemption). What the interrupted
+  call still costs is the device's (``DeviceModel.resume``: re-evaluate, or
+  restore a KV snapshot).
+- restart: every preempted job runs again from scratch, as the seed does
+  ("re-queued ... so it runs again later from scratch").
+
+tierlm resumes; every baseline restarts. ``<policy>+resume`` is a baseline
+whose jobs resume on the same device, and ``tierlm+restart`` tierlm without
+zero-loss preemption, so that a table never credits the policy for what only
+the runner and the journal do. For ``strict-priority`` restart is the
+app-level view: vLLM's own recompute preemption keeps the generated tokens and
+re-evaluates them (``strict-priority+resume`` on a ``re-evaluate`` device).
 """
 
 from __future__ import annotations
@@ -28,9 +36,19 @@ from tierlm.sim.baselines import (
     TwoLanePolicy,
 )
 
-__all__ = ["POLICIES", "PolicySpec", "make_policy", "parse_policy_names"]
+__all__ = [
+    "DEFAULT_COLUMNS",
+    "POLICIES",
+    "Column",
+    "PolicySpec",
+    "column",
+    "make_policy",
+    "parse_policy_names",
+]
 
 Factory = Callable[[Mapping[str, TaskClass], SchedulerConfig], Policy]
+RESUME = "+resume"
+RESTART = "+restart"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +56,7 @@ class PolicySpec:
     name: str
     factory: Factory
     resumes: bool
+    """Whether its jobs resume unless the column says otherwise."""
     summary: str
 
 
@@ -48,7 +67,7 @@ POLICIES: dict[str, PolicySpec] = {
             "tierlm",
             lambda classes, config: TieredPolicy(classes, config),
             resumes=True,
-            summary="tiers, foreground, EDF, budget, CFS per producer, affinity (design §4)",
+            summary="tiers, foreground, EDF, budget, fair pool, affinity (design §4)",
         ),
         PolicySpec(
             "fifo",
@@ -78,31 +97,74 @@ POLICIES: dict[str, PolicySpec] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a comparison: a policy, and whether its jobs resume."""
+
+    name: str
+    policy: PolicySpec
+    resumes: bool
+
+    @property
+    def summary(self) -> str:
+        if self.resumes == self.policy.resumes:
+            return self.policy.summary
+        how = "jobs resume (journal, device's resume cost)" if self.resumes else "jobs restart"
+        return f"{self.policy.summary}; {how}"
+
+
+# The baselines that preempt appear twice, restarting and resuming: the
+# difference is the runner's and the journal's, not the policy's. FIFO and
+# two-lane never preempt, so resuming changes nothing for them.
+DEFAULT_COLUMNS: tuple[str, ...] = (
+    "tierlm",
+    "fifo",
+    "two-lane",
+    "strict-priority",
+    "strict-priority+resume",
+    "seed-literal",
+    "seed-literal+resume",
+)
+
+
+def column(name: str) -> Column:
+    """``"strict-priority+resume"`` -> the strict-priority policy, resuming."""
+    base, resumes = name, None
+    if name.endswith(RESUME):
+        base, resumes = name.removesuffix(RESUME), True
+    elif name.endswith(RESTART):
+        base, resumes = name.removesuffix(RESTART), False
+    spec = POLICIES.get(base)
+    if spec is None:
+        raise ValueError(
+            f"policy: unknown {name!r}; known: {', '.join(POLICIES)}, each optionally "
+            f"with {RESUME} or {RESTART}"
+        )
+    return Column(name, spec, spec.resumes if resumes is None else resumes)
+
+
 def make_policy(
     name: str,
     classes: Mapping[str, TaskClass] | None = None,
     config: SchedulerConfig | None = None,
 ) -> Policy:
-    """A fresh policy by name (``POLICIES``), with the default classes if None."""
-    spec = POLICIES.get(name)
-    if spec is None:
-        raise ValueError(f"policy: unknown {name!r}; known: {', '.join(POLICIES)}")
+    """A fresh policy by name (``POLICIES``, or a column name), default classes if None."""
+    spec = column(name).policy
     return spec.factory(
         classes if classes is not None else default_classes(), config or SchedulerConfig()
     )
 
 
 def parse_policy_names(text: str) -> list[str]:
-    """``"tierlm,fifo"`` -> ``["tierlm", "fifo"]``, checked, duplicates dropped."""
+    """``"tierlm,fifo+resume"`` -> ``["tierlm", "fifo+resume"]``, checked, duplicates dropped."""
     names: list[str] = []
     for raw in text.split(","):
         name = raw.strip()
         if not name:
             continue
-        if name not in POLICIES:
-            raise ValueError(f"policy: unknown {name!r}; known: {', '.join(POLICIES)}")
+        column(name)  # raises on an unknown name
         if name not in names:
             names.append(name)
     if not names:
-        raise ValueError(f"policies: give at least one of {', '.join(POLICIES)}")
+        raise ValueError(f"policies: give at least one of {', '.join(DEFAULT_COLUMNS)}")
     return names

@@ -1,8 +1,9 @@
 """What the simulator records per job and per run: plain data, and its accounting.
 
-The engine fills these from the scheduler's events (submit, start, swap, end)
-and from the jobs' own work (tokens, first token, discarded work); the metrics
-are computed from them alone, whichever policy ran.
+The recorder fills these from the scheduler's events (submit, start, swap, end)
+and from the runner's report of every generation call (how its prompt was made
+ready, at what cost, the tokens it produced); the metrics are computed from
+them alone, whichever policy ran.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tierlm.core.jobs import Subject
+from tierlm.runners.simulated import SimulatedCall
 
-__all__ = ["FOREGROUND_NONE", "JobRecord", "RunRecord", "SimRecords", "account_run"]
+__all__ = ["FOREGROUND_NONE", "JobRecord", "RunRecord", "SimRecords", "run_waste"]
 
 FOREGROUND_NONE = ""
 """The class name recorded when no AI surface is open."""
+
+PREEMPTED = "requeued"
+"""``RunRecord.how`` of a run stopped by a preemption (its job was re-queued)."""
 
 
 @dataclass(slots=True)
@@ -25,11 +30,64 @@ class RunRecord:
     start: float
     end: float | None = None
     how: str | None = None
-    """completed / requeued / cancelled / failed; None while running."""
+    """completed / requeued (preempted) / cancelled / failed; None while running."""
     swap_start: float | None = None
     swap_end: float | None = None
     tokens: int = 0
-    """Tokens this run generated (kept or discarded)."""
+    """Tokens the runner generated in this run (kept or discarded)."""
+    prompt_seconds: float = 0.0
+    """Fresh prompt evaluation (work done for the first time)."""
+    cut_seconds: float = 0.0
+    """Fresh prompt evaluation cut short before its first token: redone later."""
+    resume_seconds: float = 0.0
+    """Re-evaluating prompt + partial output, or restoring a KV snapshot: what
+    resuming cost (docs/design.md §8 resume cost)."""
+    reevaluations: int = 0
+    restores: int = 0
+
+    @property
+    def device_seconds(self) -> float:
+        """The run's time on the device, its swap excluded."""
+        if self.end is None:
+            return 0.0
+        swap = 0.0
+        if self.swap_start is not None:
+            swap = (self.swap_end if self.swap_end is not None else self.end) - self.swap_start
+        return self.end - self.start - swap
+
+    def account(self, call: SimulatedCall) -> None:
+        """Add one generation call of this run."""
+        self.tokens += call.tokens
+        if call.ready == "fresh":
+            if call.tokens == 0 and call.stopped:
+                self.cut_seconds += call.prompt_seconds
+            else:
+                self.prompt_seconds += call.prompt_seconds
+        else:
+            self.resume_seconds += call.prompt_seconds
+            if call.ready == "restore":
+                self.restores += 1
+            else:
+                self.reevaluations += 1
+
+
+def run_waste(run: RunRecord, *, restarts: bool) -> float:
+    """Device time of ``run`` whose work was thrown away or redone
+    (docs/design.md §8 wasted device time).
+
+    - A run stopped by a preemption of a job that RESTARTS: all of it (its
+      swap aside): the next run does it all again.
+    - Otherwise what resuming cost (re-evaluating prompt + partial output, or
+      restoring a snapshot), and a fresh prompt evaluation cut short by a
+      preemption before its first token (the next run evaluates it again).
+
+    A run stopped by the end of the simulation (not by the policy) wastes
+    nothing more: its work is cut by the horizon, not thrown away.
+    """
+    if run.how == PREEMPTED and restarts:
+        return run.device_seconds
+    cut = run.cut_seconds if run.how == PREEMPTED else 0.0
+    return run.resume_seconds + cut
 
 
 @dataclass(slots=True)
@@ -37,7 +95,8 @@ class JobRecord:
     """Everything the metrics need about one job.
 
     The recorder files it when the job is submitted; the simulator's context
-    then sets its shape (prompt and output tokens, ``resumable``, ideal time).
+    then sets its shape (prompt and output tokens, calls, ideal time, whether
+    it restarts).
     """
 
     id: int
@@ -49,26 +108,21 @@ class JobRecord:
     submitted: float
     prompt_tokens: int = 0
     output_tokens: int = 0
-    resumable: bool = False
-    """A generate-style job (a chat, a Nataraj card): it resumes under policies
-    that resume (docs/design.md §4 re-queue, §6.8), restarts under the others."""
+    calls: int = 1
+    generation: bool = False
+    restarts: bool = False
+    """A preempted run is thrown away and the job starts again (docs/design.md §8)."""
     ideal_seconds: float = 0.0
-    """Prefill of the prompt + decode of every token: its device time uninterrupted."""
+    """Prefill of each call's prompt + decode of every token: its device time uninterrupted."""
     first_token: float | None = None
     """When the first token that reached the caller was produced."""
     ended: float | None = None
     outcome: str = "unfinished"
     """completed / failed / cancelled (by its caller) / unfinished (at the horizon)."""
     preemptions: int = 0
-    tokens_kept: int = 0
-    tokens_discarded: int = 0
-    wasted_seconds: float = 0.0
-    """Device time whose work was thrown away (docs/design.md §8 wasted device time)."""
     swaps: int = 0
     swap_seconds: float = 0.0
     runs: list[RunRecord] = field(default_factory=list)
-    prefilled: bool = False
-    """A kept run has prefilled the prompt (a later resumed prefill is a redo)."""
 
     @property
     def busy_seconds(self) -> float:
@@ -77,6 +131,20 @@ class JobRecord:
     @property
     def ttft(self) -> float | None:
         return None if self.first_token is None else self.first_token - self.submitted
+
+    @property
+    def wasted_seconds(self) -> float:
+        return sum(run_waste(run, restarts=self.restarts) for run in self.runs)
+
+    @property
+    def tokens_discarded(self) -> int:
+        if not self.restarts:
+            return 0
+        return sum(run.tokens for run in self.runs if run.how == PREEMPTED)
+
+    @property
+    def tokens_kept(self) -> int:
+        return sum(run.tokens for run in self.runs) - self.tokens_discarded
 
 
 @dataclass(slots=True)
@@ -97,48 +165,13 @@ class SimRecords:
     """Classes in the fair pool (their producers are compared for fairness)."""
     budget_caps: dict[str, float] = field(default_factory=dict)
     """Budgeted classes (extraction) and their cap on the share of busy time."""
+    initial_model: str | None = None
+    """The model the device held at t = 0."""
+    chat_grace: float = 0.0
+    """The policy's hold on swaps after a chat (docs/design.md §4 affinity), for
+    the metrics' notion of work the policy could have run."""
+    chat_idle: float | None = None
+    """How long after the last chat an open chat surface still holds swaps
+    (None: as long as it stays open)."""
     hints: dict[str, Any] = field(default_factory=dict)
     """What the workload knows about itself (e.g. ``min_swaps``), for metrics."""
-
-
-def account_run(
-    record: JobRecord,
-    *,
-    resume: bool,
-    elapsed: float,
-    prefill: float,
-    tokens: int,
-    preempted: bool,
-) -> None:
-    """Account one run's work as kept or wasted (docs/design.md §8 wasted device time).
-
-    ``elapsed`` is the run's device time after any swap, ``prefill`` the prefill
-    it would have needed (the part of ``elapsed`` spent before the first token is
-    ``min(elapsed, prefill)``), ``tokens`` the tokens it generated.
-
-    - Restart (closure jobs, and every job under policies that restart, as the
-      seed does: "re-queued ... so it runs again later from scratch"): a
-      preempted run's whole time and tokens are discarded.
-    - Resume (docs/design.md §6.8: generated text is kept): the tokens are kept; what
-      is redone is the prefill of prompt + partial output on the next run, so a
-      run's prefill is wasted when an earlier run already prefilled the prompt,
-      and a run stopped before its first token wastes everything it spent.
-
-    A run stopped by the end of the simulation (not by the policy) wastes
-    nothing: its work is cut by the horizon, not thrown away.
-    """
-    prefill_part = min(elapsed, prefill)
-    if not resume:
-        if preempted:
-            record.wasted_seconds += elapsed
-            record.tokens_discarded += tokens
-        else:
-            record.tokens_kept = tokens
-        return
-    if preempted and tokens == 0:
-        record.wasted_seconds += elapsed
-        return
-    if record.prefilled:
-        record.wasted_seconds += prefill_part
-    record.prefilled = True
-    record.tokens_kept += tokens

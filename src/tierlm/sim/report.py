@@ -14,10 +14,19 @@ from rich.table import Table
 
 import tierlm
 from tierlm.sim.compare import Comparison
-from tierlm.sim.policies import POLICIES
-from tierlm.sim.trace import ATTRIBUTION
+from tierlm.sim.device import DeviceModel
+from tierlm.sim.policies import column
 
-__all__ = ["RESULTS_FILE", "metrics_tables", "print_report", "results_dict", "write_results"]
+__all__ = [
+    "RESULTS_FILE",
+    "device_line",
+    "metrics_tables",
+    "offered_line",
+    "print_report",
+    "results_dict",
+    "rounded",
+    "write_results",
+]
 
 RESULTS_FILE = "results.json"
 # Enough digits for any figure we report; fewer than a float's repr, so the
@@ -25,15 +34,16 @@ RESULTS_FILE = "results.json"
 DIGITS = 6
 
 
-def _rounded(value: Any) -> Any:
+def rounded(value: Any) -> Any:
+    """Floats to ``DIGITS`` decimals (None if not finite), in any nesting."""
     if isinstance(value, float):
         if not math.isfinite(value):
             return None
         return round(value, DIGITS)
     if isinstance(value, dict):
-        return {str(k): _rounded(v) for k, v in value.items()}
+        return {str(k): rounded(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_rounded(v) for v in value]
+        return [rounded(v) for v in value]
     return value
 
 
@@ -53,16 +63,16 @@ def results_dict(comparison: Comparison) -> dict[str, Any]:
         "device": comparison.device.to_dict(),
         "policy_order": list(comparison.metrics),
         "policies": {
-            name: {"summary": POLICIES[name].summary, "resumes": POLICIES[name].resumes}
+            name: {"summary": column(name).summary, "resumes": column(name).resumes}
             for name in comparison.metrics
         },
         "metrics": comparison.metrics,
         "targets": [t.to_dict() for t in comparison.targets],
     }
-    if workload.requires_trace:
-        data["trace_attribution"] = ATTRIBUTION
-    rounded: dict[str, Any] = _rounded(data)
-    return rounded
+    if workload.credit is not None:
+        data["credit"] = workload.credit
+    result: dict[str, Any] = rounded(data)
+    return result
 
 
 def write_results(comparison: Comparison, out: Path) -> Path:
@@ -106,10 +116,11 @@ def metrics_tables(comparison: Comparison) -> list[Table]:
         ("policy", "busy", "wasted", "preempts", "lost tok", "swaps", "swapping"),
     )
     sharing = _table(
-        "sharing: Jain's index and max 60 s service difference (s) of backlogged fair-pool "
-        "producers, extraction's max share of a contended 300 s window, deadline lateness "
-        "p95 (s), jobs completed",
-        ("policy", "Jain", "60 s diff", "extract", "late p95", "done"),
+        "sharing: fair-pool producers' service / their max-min fair share (Jain's index of "
+        "it, and the least), max 60 s service difference (s) of two backlogged producers, "
+        "extraction's max share of a contended 300 s window, deadline lateness p95 (s), "
+        "jobs completed",
+        ("policy", "Jain", "least", "60 s diff", "extract", "late p95", "done"),
     )
     for name, m in comparison.metrics.items():
         c, fair, waste, swaps = m["chat"], m["fairness"], m["waste"], m["swaps"]
@@ -136,12 +147,56 @@ def metrics_tables(comparison: Comparison) -> list[Table]:
         sharing.add_row(
             name,
             _s(fair["jain"], 3),
+            _s(fair["min_ratio"], 2),
             _s(fair["max_diff_60s"], 1),
             _pct(budget.get("max_share_contended")),
             _s(m["deadlines"]["lateness_p95"], 0),
             f"{m['jobs']['completed']}/{m['jobs']['submitted']}",
         )
-    return [chat, device, sharing]
+    tables = [chat, device, sharing]
+    story = comparison.workload.story()
+    if story is not None:
+        sign = ">=" if story.at_least else "<="
+        case = _table(
+            f"the case: {story.label} (tierlm must be {sign} {story.show(story.bound)})",
+            ("policy", "measured"),
+        )
+        for name, m in comparison.metrics.items():
+            case.add_row(name, story.show(story.read(m)))
+        tables.append(case)
+    return tables
+
+
+def device_line(device: DeviceModel) -> str:
+    resume = {
+        "restart": "restart (a preempted job is redone from scratch)",
+        "re-evaluate": "re-evaluate (prompt + partial output evaluated again)",
+        "restore": f"restore (a KV snapshot, {device.restore_seconds:g} s; "
+        "re-evaluation if evicted)",
+    }[device.resume]
+    return (
+        f"Device: {device.decode_tps:g} tokens/s decode, {device.prefill_tps:g} tokens/s "
+        f"prefill, {device.swap_seconds:g} s swap; resuming a preempted job: {resume}."
+    )
+
+
+def offered_line(comparison: Comparison) -> str | None:
+    """The load the workload states, beside the load the run generated."""
+    first = next(iter(comparison.metrics.values()), None)
+    if first is None:
+        return None
+    offered = first["offered_load"]
+    if not offered["stated"]:
+        return None
+    parts = [
+        f"{name} {offered['by_class'].get(name, 0.0) * 100:.1f} % (stated {stated * 100:.1f} %)"
+        for name, stated in offered["stated"].items()
+    ]
+    return (
+        "Offered load (device time of the jobs submitted / the run's length): "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def targets_table(comparison: Comparison) -> Table | None:
@@ -164,10 +219,14 @@ def targets_table(comparison: Comparison) -> Table | None:
 
 
 def print_report(comparison: Comparison, console: Console) -> None:
+    console.print(device_line(comparison.device))
+    offered = offered_line(comparison)
+    if offered is not None:
+        console.print(offered)
     for table in metrics_tables(comparison):
         console.print(table)
     targets = targets_table(comparison)
     if targets is not None:
         console.print(targets)
-    if comparison.workload.requires_trace:
-        console.print(f"Trace: {ATTRIBUTION}.")
+    if comparison.workload.credit is not None:
+        console.print(comparison.workload.credit)

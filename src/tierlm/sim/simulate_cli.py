@@ -1,9 +1,11 @@
 """``tierlm simulate``: one workload under chosen policies, side by side.
 
     tierlm simulate --workload W --policies a,b,c --seed N --duration D --out DIR
+    tierlm simulate --workload frequent-chat --sweep chat_every=5,10,15,20,25,30
 
-Prints a table (with a progress bar while it runs) and writes results.json,
-timeline.png and chat_ttft_cdf.png to DIR.
+Prints a table (with a progress bar on stderr while it runs) and writes
+results.json, timeline.png and chat_ttft_cdf.png to DIR; a sweep prints one
+table of the workload's story per value and writes sweep.json.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from rich.console import Console
 
 from tierlm.sim.cli_common import (
     add_device_arguments,
+    add_quiet_argument,
     device_from_args,
     positive_float,
     run_comparison,
 )
-from tierlm.sim.policies import POLICIES, parse_policy_names
-from tierlm.sim.trace import TraceMissingError
+from tierlm.sim.policies import DEFAULT_COLUMNS, POLICIES, parse_policy_names
+from tierlm.sim.sweep import parse_sweep, run_sweep
+from tierlm.sim.trace import ENV_VAR, TraceMissingError
 from tierlm.sim.workloads import WORKLOADS, get_workload
 
 __all__ = ["add_arguments", "run"]
@@ -29,20 +33,22 @@ __all__ = ["add_arguments", "run"]
 DEFAULT_OUT = Path("tierlm-sim")
 
 
+def _workload_help() -> str:
+    lines = []
+    for name, w in WORKLOADS.items():
+        params = "; ".join(f"{p}: {h}" for p, h in w.parameters.items())
+        lines.append(f"{name}: {w.description}" + (f" [{params}]" if params else ""))
+    # argparse %-formats help text: a literal % must be doubled.
+    return "; ".join(lines).replace("%", "%%")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--workload",
-        required=True,
-        choices=list(WORKLOADS),
-        # argparse %-formats help text: a literal % must be doubled.
-        help="; ".join(f"{name}: {w.description}" for name, w in WORKLOADS.items()).replace(
-            "%", "%%"
-        ),
-    )
+    parser.add_argument("--workload", required=True, choices=list(WORKLOADS), help=_workload_help())
     parser.add_argument(
         "--policies",
-        default=",".join(POLICIES),
-        help=f"comma-separated, from {', '.join(POLICIES)} (default: all)",
+        default=",".join(DEFAULT_COLUMNS),
+        help=f"comma-separated, from {', '.join(POLICIES)}, each optionally with +resume "
+        f"or +restart (default: {','.join(DEFAULT_COLUMNS)})",
     )
     parser.add_argument("--seed", type=int, default=1, help="workload seed (default 1)")
     parser.add_argument(
@@ -53,15 +59,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="simulated seconds (default: the workload's own)",
     )
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a workload parameter (see --workload), e.g. --set chat_load=0.5",
+    )
+    parser.add_argument(
+        "--sweep",
+        default=None,
+        metavar="NAME=V1,V2,...",
+        help="run once per value of a workload parameter and print one table, "
+        "e.g. --sweep chat_every=5,10,15,20,25,30",
+    )
+    parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT}/)"
     )
     parser.add_argument(
         "--trace",
         type=Path,
         default=None,
-        help="the Azure trace CSV for azure-chat (default ../shared/traces/ beside the repo)",
+        help=f"another trace CSV for azure-chat (plain or .gz; or ${ENV_VAR}); "
+        "default: the Azure LLM 2023 trace shipped with tierlm",
     )
+    add_quiet_argument(parser)
     add_device_arguments(parser)
+
+
+def _parse_sets(items: list[str]) -> dict[str, float]:
+    params: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--set: expected NAME=VALUE, got {item!r}")
+        try:
+            params[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--set {name}: the value must be a number, got {value!r}") from None
+    return params
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,11 +104,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         policies = parse_policy_names(args.policies)
         device = device_from_args(args)
-        workload = get_workload(args.workload, trace=args.trace)
-    except TraceMissingError as exc:
-        print(f"tierlm simulate: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
+        params = _parse_sets(args.set)
+        if args.sweep is not None:
+            name, values = parse_sweep(args.sweep)
+            run_sweep(
+                args.workload,
+                name,
+                values,
+                policies,
+                params=params,
+                trace=args.trace,
+                seed=args.seed,
+                duration=args.duration,
+                device=device,
+                out=args.out,
+                console=console,
+                quiet=args.quiet,
+            )
+            return 0
+        workload = get_workload(args.workload, trace=args.trace, params=params)
+    except (TraceMissingError, ValueError) as exc:
         print(f"tierlm simulate: {exc}", file=sys.stderr)
         return 2
     run_comparison(
@@ -84,5 +134,6 @@ def run(args: argparse.Namespace) -> int:
         device=device,
         out=args.out,
         console=console,
+        quiet=args.quiet,
     )
     return 0

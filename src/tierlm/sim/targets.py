@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["TargetCheck", "check_targets"]
+if TYPE_CHECKING:
+    from tierlm.sim.workload import Workload
+__all__ = ["TargetCheck", "check_targets", "story_checks"]
 
 Metrics = Mapping[str, Any]
 _EPS = 1e-9
@@ -51,6 +53,21 @@ def check_targets(
     return checks
 
 
+def story_checks(workload: Workload, metrics: Mapping[str, Metrics]) -> list[TargetCheck]:
+    """The workload's story (``Workload.story``), checked for tierlm: the
+    baselines' values are in the report beside it."""
+    story = workload.story()
+    ours = metrics.get("tierlm")
+    if story is None or ours is None:
+        return []
+    value = story.read(ours)
+    return [
+        _check(
+            workload.name, "tierlm", story.target, value, story.bound, story.met(value), story.note
+        )
+    ]
+
+
 def _check(
     workload: str,
     policy: str,
@@ -68,16 +85,19 @@ def _issue118(metrics: Mapping[str, Metrics], token_interval: float) -> list[Tar
     ours = metrics.get("tierlm")
     if ours is not None:
         chat = ours["chat"]
-        ratio = chat["ratio_p99"]
+        # TTFT over (the chat's idle TTFT + one token interval): a running job
+        # stops at its next token boundary, so up to one token of waiting is
+        # the rule itself, not a miss (docs/design.md §8 targets).
+        ratio = chat["ratio_boundary_p99"]
         out.append(
             _check(
                 "issue118",
                 "tierlm",
-                "chat TTFT p99 <= 1.05 x (own prefill + 1 token) [ratio]",
+                "chat TTFT p99 <= 1.05 x (own prefill + 1 token + 1 token boundary) [ratio]",
                 ratio,
                 1.05,
                 None if ratio is None else ratio <= 1.05 + _EPS,
-                "p99 of TTFT / the chat's TTFT on an idle device",
+                "p99 of TTFT / (TTFT on an idle device + one token interval)",
             )
         )
         wait = chat["wait_max"]

@@ -2,26 +2,78 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from tierlm.sim.workload import Workload
 from tierlm.sim.workloads.azure_chat import AzureChat
 from tierlm.sim.workloads.backfill_flood import BackfillFlood
+from tierlm.sim.workloads.chat_idle import ChatIdle
 from tierlm.sim.workloads.fair_pool import FairPool
+from tierlm.sim.workloads.frequent_chat import FrequentChat
 from tierlm.sim.workloads.issue118 import Issue118
+from tierlm.sim.workloads.many_producers import ManyProducers
 from tierlm.sim.workloads.mixed_models import MixedModels
+from tierlm.sim.workloads.pool_cases import (
+    DeadlineAbuse,
+    GanasVsNataraj,
+    OneAtATime,
+    OverdueFlood,
+    Swarm,
+    TwoSizes,
+)
 
-__all__ = ["WORKLOADS", "get_workload"]
+__all__ = ["CASES", "WORKLOADS", "get_workload"]
 
 WORKLOADS: dict[str, type[Workload]] = {
-    w.name: w for w in (Issue118, BackfillFlood, FairPool, MixedModels, AzureChat)
+    w.name: w
+    for w in (
+        Issue118,
+        BackfillFlood,
+        FairPool,
+        MixedModels,
+        AzureChat,
+        FrequentChat,
+        DeadlineAbuse,
+        OverdueFlood,
+        Swarm,
+        GanasVsNataraj,
+        OneAtATime,
+        TwoSizes,
+        ChatIdle,
+        ManyProducers,
+    )
 }
 
+CASES: tuple[str, ...] = (
+    DeadlineAbuse.name,
+    OverdueFlood.name,
+    Swarm.name,
+    GanasVsNataraj.name,
+    OneAtATime.name,
+    TwoSizes.name,
+    ChatIdle.name,
+)
+"""The adversarial cases of docs/design.md §8, each with its story (``Workload.story``)."""
 
-def get_workload(name: str, *, trace: Path | None = None) -> Workload:
-    """A workload by name. ``azure-chat`` reads its trace now (clear error if missing)."""
-    if name not in WORKLOADS:
+
+def get_workload(
+    name: str, *, trace: Path | None = None, params: Mapping[str, float] | None = None
+) -> Workload:
+    """A workload by name, with its ``parameters`` set from ``params``.
+
+    ``azure-chat`` reads its trace now (clear error if a named file is missing).
+    """
+    cls = WORKLOADS.get(name)
+    if cls is None:
         raise ValueError(f"workload: unknown {name!r}; known: {', '.join(WORKLOADS)}")
-    if name == AzureChat.name:
-        return AzureChat(trace)
-    return WORKLOADS[name]()
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(cls.parameters))
+    if unknown:
+        known = ", ".join(cls.parameters) or "none"
+        raise ValueError(
+            f"workload {name}: unknown parameter(s) {', '.join(unknown)}; known: {known}"
+        )
+    if cls is AzureChat:
+        return AzureChat(trace, **params)
+    return cls(**params)

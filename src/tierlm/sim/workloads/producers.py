@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 from tierlm.sim.context import SimContext
+from tierlm.sim.device import DeviceModel
 from tierlm.sim.jobspec import JobSpec
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "extract_job",
     "extraction",
     "gana_cron",
+    "output_for",
 ]
 
 Range = tuple[int, int]
@@ -57,6 +59,13 @@ GANA_OUTPUT: Range = (80, 200)
 
 def _draw(rng: random.Random, size: Range) -> int:
     return rng.randint(size[0], size[1])
+
+
+def output_for(device: DeviceModel, seconds: float, prompt: int) -> Range:
+    """Output tokens that make a job of ``prompt`` tokens last ``seconds`` on
+    ``device`` (within 10 % either way, so jobs are not all alike)."""
+    decode = max(1.0, (seconds - device.prefill_seconds(prompt)) / device.token_interval)
+    return max(1, round(0.9 * decode)), max(1, round(1.1 * decode))
 
 
 @dataclass
@@ -92,7 +101,7 @@ async def deck_filler(
             prompt_tokens=_draw(rng, CARD_PROMPT),
             output_tokens=_draw(rng, CARD_OUTPUT),
             producer=producer,
-            resumable=True,  # a generated card (docs/design.md §4: generate resumes)
+            generation=True,  # a generated card (docs/design.md §4: generate resumes)
         )
         if await sim.run(spec):
             deck.ready += 1
@@ -120,7 +129,12 @@ async def chat_session(
         history += _draw(rng, CHAT_MESSAGE)
         output = _draw(rng, CHAT_OUTPUT)
         spec = JobSpec(
-            "chat", model, prompt_tokens=history, output_tokens=output, producer=producer
+            "chat",
+            model,
+            prompt_tokens=history,
+            output_tokens=output,
+            producer=producer,
+            generation=True,
         )
         pause = rng.uniform(*think)
         await sim.run(spec)
@@ -217,12 +231,17 @@ async def backlogged(
     output: Range,
     start: float = 0.0,
     stop: float | None = None,
-    resumable: bool = False,
+    generation: bool = False,
+    calls: int = 1,
+    deadline: float | None = None,
 ) -> None:
     """A producer that always has ``outstanding`` jobs queued or running.
 
     It submits them all at ``start`` (a burst, as a Gana with a batch of
-    rounds), then one more each time one ends, until ``stop``.
+    rounds), then one more each time one ends, until ``stop``. With
+    ``outstanding=1`` it is a producer that submits one job at a time.
+    ``deadline``: the absolute deadline of every job (one already past makes
+    each job overdue on arrival).
     """
     rng = sim.rng(producer)
     await sim.sleep_until(start)
@@ -239,7 +258,9 @@ async def backlogged(
                 prompt_tokens=_draw(rng, prompt),
                 output_tokens=_draw(rng, output),
                 producer=producer,
-                resumable=resumable,
+                generation=generation,
+                calls=calls,
+                deadline=deadline,
             )
             task = asyncio.create_task(sim.run(spec))
             pending.add(task)
