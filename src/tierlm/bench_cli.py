@@ -1,8 +1,8 @@
 """``tierlm bench``: run the benchmarks under ``bench/`` of a tierlm checkout.
 
 Benchmarks are scripts, not package code (they need a checkout, and some need
-real models or the trace under ``../shared/``); this command finds them and
-runs each with the current Python, so their numbers land in ``bench/results/``.
+real models); this command finds them and runs each with the current Python,
+so their numbers land in ``bench/results/``.
 """
 
 from __future__ import annotations

@@ -282,8 +282,9 @@ class SimulatedRunner:
             tokens = await self._decode(request, cancel)
             if tokens:
                 first = started + cost + interval
-            for i in range(tokens):
-                yield _piece(offset + i)
+            _piece(offset + tokens)  # grow the cache once, not per piece
+            for piece in _PIECES[offset : offset + tokens]:
+                yield piece
         finally:
             stopped = tokens < request.max_tokens
             if stopped:
@@ -322,8 +323,16 @@ class SimulatedRunner:
         return SimulatedOutcome(tokens, first, prefill, stopped=stopped)
 
 
+_PIECES: list[str] = []
+
+
 def _piece(n: int) -> str:
-    return f"w{n} "
+    """The simulated text of token ``n``: "w<n> " (made once, reused: the
+    simulator produces millions)."""
+    pieces = _PIECES
+    while len(pieces) <= n:
+        pieces.append(f"w{len(pieces)} ")
+    return pieces[n]
 
 
 def _resumed_tokens(request: GenerationRequest) -> int:

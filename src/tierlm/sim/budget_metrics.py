@@ -72,16 +72,17 @@ def runnable_other_work(rec: SimRecords, class_name: str) -> list[Interval]:
     """When a job of another class than ``class_name`` was queued or running
     and the policy could have run it (module docstring)."""
     horizon = rec.horizon
-    held = _held_models(rec)
-    allowed_away: list[Interval] = []  # a swap away from the held model is allowed
     anything: list[Interval] = []  # no model held: every model runs without a swap
     on_model: dict[str, list[Interval]] = defaultdict(list)
-    for start, end, model in held:
+    for start, end, model in _held_models(rec):
         if model is None:
             anything.append((start, end))
-            continue
-        on_model[model].append((start, end))
-        allowed_away.extend(subtract([(start, end)], _swap_holds(rec, model)))
+        else:
+            on_model[model].append((start, end))
+    allowed_away: list[Interval] = []  # a swap away from the held model is allowed
+    surface = _chat_surface_open(rec)
+    for model, segments in on_model.items():
+        allowed_away.extend(subtract(merge(segments), _swap_holds(rec, model, surface)))
     away = merge([*allowed_away, *anything])
     waiting: dict[str, list[Interval]] = defaultdict(list)
     for job in rec.jobs:
@@ -111,7 +112,7 @@ def _held_models(rec: SimRecords) -> list[tuple[float, float, str | None]]:
     return segments
 
 
-def _swap_holds(rec: SimRecords, model: str) -> list[Interval]:
+def _swap_holds(rec: SimRecords, model: str, surface: list[Interval]) -> list[Interval]:
     """When the policy holds the device on ``model`` after a chat on it."""
     ends = sorted(
         job.ended
@@ -121,7 +122,6 @@ def _swap_holds(rec: SimRecords, model: str) -> list[Interval]:
     if not ends:
         return []
     holds = [(end, end + rec.chat_grace) for end in ends]
-    surface = _chat_surface_open(rec)
     if rec.chat_idle is None:
         holds.extend(intersect(surface, [(ends[0], rec.horizon)]))
     else:
