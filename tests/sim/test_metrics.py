@@ -299,10 +299,13 @@ def test_the_pools_capacity_is_its_device_time_and_idle_time_with_work() -> None
         job(1, "chat", 0.0, [(0.0, 50.0)]),
         job(2, "gana", 0.0, [(50.0, 100.0)], producer="gana:a"),
     ]
-    producers = _fair(chat, 100.0)["producers"]
+    fair = _fair(chat, 100.0)
+    producers = fair["producers"]
     assert isinstance(producers, dict)
     assert producers["gana:a"]["fair_share"] == pytest.approx(50.0)
     assert producers["gana:a"]["ratio"] == pytest.approx(1.0)
+    # Fair within itself, the pool had half the device: the table says so.
+    assert fair["pool_share"] == pytest.approx(0.5)
 
 
 def test_min_share_of_a_300_s_window_while_backlogged() -> None:

@@ -32,7 +32,10 @@ CHAT_CLASS = "chat"
 
 def budget(rec: SimRecords, runs_by_job: dict[int, list[Interval]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    present = {job.class_name for job in rec.jobs}
     for name, cap in rec.budget_caps.items():
+        if name not in present:
+            continue  # nothing to measure: the workload has none of its jobs
         mine: list[Interval] = []
         everything: list[Interval] = []
         longest = 0.0

@@ -7,6 +7,8 @@
   Jain's index of the ratios (1: everyone got the same fraction of what they
   were owed), ``shortfall_60s`` the most any producer got below its fair
   share in one 60 s window.
+- ``pool_share``: the pool's device time over the run (a pool starved by
+  higher tiers is fair within itself, and this says so).
 - ``max_diff_60s`` (VTC, arXiv:2501.14312): the largest difference in
   service between two producers both backlogged (a job queued or running)
   throughout one 60 s window.
@@ -82,6 +84,7 @@ def fairness(rec: SimRecords, runs_by_job: dict[int, list[Interval]]) -> dict[st
     worst = min(ratios, key=lambda p: (ratios[p], p)) if ratios else None
     return {
         "producers": producers,
+        "pool_share": sum(c.total for c in service.values()) / horizon,
         "jain": jain_index(list(ratios.values())),
         "min_ratio": ratios[worst] if worst is not None else None,
         "worst_producer": worst,
@@ -93,6 +96,7 @@ def fairness(rec: SimRecords, runs_by_job: dict[int, list[Interval]]) -> dict[st
 def _empty() -> dict[str, Any]:
     return {
         "producers": {},
+        "pool_share": 0.0,
         "jain": None,
         "min_ratio": None,
         "worst_producer": None,

@@ -116,11 +116,11 @@ def metrics_tables(comparison: Comparison) -> list[Table]:
         ("policy", "busy", "wasted", "preempts", "lost tok", "swaps", "swapping"),
     )
     sharing = _table(
-        "sharing: fair-pool producers' service / their max-min fair share (Jain's index of "
-        "it, and the least), max 60 s service difference (s) of two backlogged producers, "
-        "extraction's max share of a contended 300 s window, deadline lateness p95 (s), "
-        "jobs completed",
-        ("policy", "Jain", "least", "60 s diff", "extract", "late p95", "done"),
+        "sharing: the fair pool's share of the device, its producers' service / their "
+        "max-min fair share (Jain's index of it, and the least), max 60 s service "
+        "difference (s) of two backlogged producers, extraction's max share of a contended "
+        "300 s window, deadline lateness p95 (s), jobs completed",
+        ("policy", "pool", "Jain", "least", "60 s diff", "extract", "late p95", "done"),
     )
     for name, m in comparison.metrics.items():
         c, fair, waste, swaps = m["chat"], m["fairness"], m["waste"], m["swaps"]
@@ -146,6 +146,7 @@ def metrics_tables(comparison: Comparison) -> list[Table]:
         )
         sharing.add_row(
             name,
+            _pct(fair["pool_share"]),
             _s(fair["jain"], 3),
             _s(fair["min_ratio"], 2),
             _s(fair["max_diff_60s"], 1),
