@@ -120,6 +120,7 @@ async def _simulate(
         budget_caps={name: c.budget.share for name, c in sorted(sched.classes.items()) if c.budget},
         initial_model=workload.initial_model,
         chat_grace=config.chat_grace,
+        chat_idle=_chat_idle(config),
         hints=workload.hints(horizon),
     )
 
@@ -139,3 +140,11 @@ class _Progress:
         if event.time >= self.next:
             self.progress(event.time)
             self.next = event.time + self.step
+
+
+def _chat_idle(config: SchedulerConfig) -> float | None:
+    """How long an open chat page holds a model after its last chat
+    (docs/design.md §4 affinity), if the policy limits that hold: the metrics'
+    notion of work the policy could have run needs it."""
+    chat_idle: float | None = getattr(config, "chat_idle", None)
+    return None if chat_idle is None else max(config.chat_grace, chat_idle)
