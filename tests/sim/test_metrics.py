@@ -175,6 +175,17 @@ def test_waste_of_a_prompt_cut_before_its_first_token() -> None:
     assert run_waste(cut, restarts=False) == 0.0
 
 
+def test_waste_names_the_cut_prompt_evaluations() -> None:
+    cut = job(1, "extract", 0.0, [(0.0, 0.4), (2.0, 4.0)])
+    cut.runs[0].how = "requeued"
+    cut.runs[0].account(call("fresh", 0.4, 0, stopped=True))
+    cut.runs[1].account(call("fresh", 1.0, 10, stopped=False))
+    waste = compute_metrics(records([cut], 10.0))["waste"]
+    assert waste["cut_prompt_seconds"] == pytest.approx(0.4)
+    assert waste["wasted_seconds"] == pytest.approx(0.4)
+    assert waste["wasted_share"] == pytest.approx(0.4 / 2.4)
+
+
 def test_waste_share_and_tokens_over_the_run() -> None:
     restarted = job(1, "nataraj", 0.0, [(0.0, 3.0), (5.0, 16.0)], restarts=True)
     restarted.runs[0].how = "requeued"

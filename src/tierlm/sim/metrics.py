@@ -40,7 +40,7 @@ from typing import Any
 from tierlm.sim.budget_metrics import budget
 from tierlm.sim.fairness_metrics import fairness
 from tierlm.sim.intervals import Interval, runs
-from tierlm.sim.records import JobRecord, SimRecords
+from tierlm.sim.records import PREEMPTED, JobRecord, SimRecords
 from tierlm.sim.stats import jain_index, percentile
 
 __all__ = [
@@ -151,6 +151,7 @@ def _waste(rec: SimRecords, busy: float) -> dict[str, Any]:
         "wasted_share": wasted / busy if busy > 0 else 0.0,
         "restarted_seconds": restarted,
         "resume_seconds": sum(run.resume_seconds for run in resumed),
+        "cut_prompt_seconds": sum(run.cut_seconds for run in resumed if run.how == PREEMPTED),
         "reevaluations": sum(run.reevaluations for run in resumed),
         "restores": sum(run.restores for run in resumed),
         "tokens_kept": sum(job.tokens_kept for job in rec.jobs),

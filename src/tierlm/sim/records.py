@@ -14,7 +14,7 @@ from typing import Any
 from tierlm.core.jobs import Subject
 from tierlm.runners.simulated import SimulatedCall
 
-__all__ = ["FOREGROUND_NONE", "JobRecord", "RunRecord", "SimRecords", "run_waste"]
+__all__ = ["FOREGROUND_NONE", "PREEMPTED", "JobRecord", "RunRecord", "SimRecords", "run_waste"]
 
 FOREGROUND_NONE = ""
 """The class name recorded when no AI surface is open."""
