@@ -1,15 +1,16 @@
 """``chat-idle``: the chat page left open, nobody typing, a job on another model.
 
-The person chats for a minute on ``m1`` and leaves the chat page open
+The person chats for about a minute on ``m1`` and leaves the chat page open
 (foreground ``chat``) for the rest of the hour. A Gana round on a second
-model, ``m2``, arrives at 120 s, then every 20 minutes. The open chat page
-holds the device on the chat's model (docs/design.md §4 affinity: no swap
-away while the chat surface is open), but not forever: the person stopped
-typing, and the device is otherwise idle.
+model, ``m2``, arrives 10 s after the last reply, then every 20 minutes. The
+open chat page holds the device on the chat's model (docs/design.md §4
+affinity: no swap away while the chat surface is open), but not forever: the
+person stopped typing, and the device is otherwise idle.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
@@ -21,7 +22,7 @@ from tierlm.sim.workloads.producers import GANA_OUTPUT, GANA_PROMPT, chat_sessio
 
 __all__ = ["ChatIdle"]
 
-FIRST_ROUND = 120.0
+AFTER_CHAT = 10.0  # the first round arrives this long after the last reply
 EVERY = 1200.0
 
 
@@ -29,20 +30,23 @@ class ChatIdle(Workload):
     name = "chat-idle"
     description = (
         "a minute of chat, then the chat page left open for an hour; a Gana round on "
-        "another model arrives at 120 s and every 20 min"
+        "another model arrives 10 s after the last reply, then every 20 min"
     )
     default_duration = 3600.0
 
     def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
-        return [self._person(sim), self._rounds(sim)]
+        quiet = asyncio.Event()
+        return [self._person(sim, quiet), self._rounds(sim, quiet)]
 
-    async def _person(self, sim: SimContext) -> None:
+    async def _person(self, sim: SimContext, quiet: asyncio.Event) -> None:
         sim.set_foreground("chat")
         await chat_session(sim, sim.rng("person"), messages=3, think=(8.0, 15.0))
+        quiet.set()  # the last reply is in; the page stays open
 
-    async def _rounds(self, sim: SimContext) -> None:
+    async def _rounds(self, sim: SimContext, quiet: asyncio.Event) -> None:
         rng = sim.rng("gana:translate")
-        at = FIRST_ROUND
+        await quiet.wait()
+        at = sim.now() + AFTER_CHAT
         while True:
             await sim.sleep_until(at)
             sim.submit(
