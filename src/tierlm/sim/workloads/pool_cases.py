@@ -26,10 +26,9 @@ from collections.abc import Coroutine, Mapping
 from typing import Any, ClassVar
 
 from tierlm.sim.context import SimContext
-from tierlm.sim.jobspec import JobSpec
 from tierlm.sim.story import Story, class_share, min_window_share, producer_share
 from tierlm.sim.workload import Workload
-from tierlm.sim.workloads.producers import Deck, backlogged, deck_filler, output_for
+from tierlm.sim.workloads.producers import Deck, backlogged, deck_filler, gana_cron, output_for
 
 __all__ = ["DeadlineAbuse", "GanasVsNataraj", "OneAtATime", "OverdueFlood", "Swarm", "TwoSizes"]
 
@@ -87,28 +86,18 @@ class OverdueFlood(Workload):
     def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
         period = self.CRONS * self.ROUND / self.load
         crons = [
-            self._cron(sim, f"gana:cron{k + 1}", period, first=k * period / self.CRONS)
+            gana_cron(
+                sim,
+                f"gana:cron{k + 1}",
+                period=period,
+                first=k * period / self.CRONS,
+                slack=self.SLACK,
+                prompt=(PROMPT, PROMPT),
+                output=output_for(sim.device, self.ROUND, PROMPT),
+            )
             for k in range(self.CRONS)
         ]
         return [*crons, deck_filler(sim, Deck(target=10**9))]
-
-    async def _cron(self, sim: SimContext, producer: str, period: float, first: float) -> None:
-        output = output_for(sim.device, self.ROUND, PROMPT)
-        rng = sim.rng(producer)
-        fire = first
-        while True:
-            await sim.sleep_until(fire)
-            sim.submit(
-                JobSpec(
-                    "gana",
-                    "m1",
-                    PROMPT,
-                    rng.randint(*output),
-                    producer=producer,
-                    deadline=fire + self.SLACK,
-                )
-            )
-            fire += period
 
     def hints(self, duration: float) -> dict[str, Any]:
         return {"stated_load": {"gana": self.load}}

@@ -196,6 +196,8 @@ async def gana_cron(
     period: float,
     first: float,
     slack: float,
+    prompt: Range = GANA_PROMPT,
+    output: Range = GANA_OUTPUT,
 ) -> None:
     """GanaEngine.processGana, cron fire: a tick every ``period`` s (open loop).
 
@@ -210,8 +212,8 @@ async def gana_cron(
             JobSpec(
                 "gana",
                 model,
-                prompt_tokens=_draw(rng, GANA_PROMPT),
-                output_tokens=_draw(rng, GANA_OUTPUT),
+                prompt_tokens=_draw(rng, prompt),
+                output_tokens=_draw(rng, output),
                 producer=producer,
                 subject=producer,
                 deadline=fire + slack,
