@@ -103,16 +103,18 @@ def _table(title: str, headers: Sequence[str]) -> Table:
 
 
 def metrics_tables(comparison: Comparison) -> list[Table]:
-    """Three narrow tables (they fit an 80-column terminal): chat, device, sharing."""
+    """Narrow tables (they fit an 80-column terminal): chat (when the workload
+    has chats), device, sharing, and the workload's case."""
     head = (
         f"{comparison.workload.name}, {comparison.duration:.0f} simulated s, seed {comparison.seed}"
     )
+    chats = any(m["chat"]["count"] for m in comparison.metrics.values())
     chat = _table(
         f"{head}: chat time to first token (s)",
         ("policy", "chats", "p50", "p95", "p99", "max", "wait p99", "wait max"),
     )
     device = _table(
-        "the device",
+        "the device" if chats else f"{head}: the device",
         ("policy", "busy", "wasted", "preempts", "lost tok", "swaps", "swapping"),
     )
     sharing = _table(
@@ -154,7 +156,7 @@ def metrics_tables(comparison: Comparison) -> list[Table]:
             _s(m["deadlines"]["lateness_p95"], 0),
             f"{m['jobs']['completed']}/{m['jobs']['submitted']}",
         )
-    tables = [chat, device, sharing]
+    tables = [chat, device, sharing] if chats else [device, sharing]
     story = comparison.workload.story()
     if story is not None:
         sign = ">=" if story.at_least else "<="
