@@ -13,33 +13,7 @@ BASELINES = ("fifo", "two-lane", "strict-priority", "seed-literal")
 # Long enough for the case to show (a 300 s window, a 200 s wait), short
 # enough for the default run.
 DURATION = {"chat-idle": 900.0}
-# Cases the tiered policy on main does not meet yet: fair pool v2
-# (docs/design.md §4: hierarchical EEVDF, deadlines as loans with a pool
-# floor, slices, chat_idle) is built in parallel. strict: once it lands, these
-# pass and the marks must go.
-NEEDS_POOL_V2 = {
-    "deadline-abuse",
-    "overdue-flood",
-    "swarm",
-    "ganas-vs-nataraj",
-    "one-at-a-time",
-    "two-sizes",
-    "chat-idle",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                name in NEEDS_POOL_V2, reason="needs fair pool v2 (docs/design.md §4)", strict=True
-            ),
-        )
-        for name in CASES
-    ],
-)
+@pytest.mark.parametrize("name", CASES)
 def test_tierlm_meets_the_case_and_beats_the_baselines_that_miss_it(name: str) -> None:
     workload = get_workload(name)
     story = workload.story()

@@ -3,8 +3,13 @@
 The person keeps the chat open and sends a message every ``chat_every``
 seconds (default 13), open loop: prompts of 150-250 tokens, replies of 20-40
 (~3 s on the default device). Two Ganas stay backlogged with closure rounds
-of ``round_seconds`` (default 10 s): three ``ctx.generate`` calls in a row,
-each on a 100-token prompt, as an agent round of three steps. Every chat
+of ``round_seconds`` (default 10 s) on average: three ``ctx.generate`` calls
+in a row, each on the round's prompt (100 tokens on average), as an agent
+round of three steps. Prompt and output sizes vary by ``spread`` either way
+(default 40 %), as agent steps do; with ``spread=0`` every call takes the
+same 3.3 s, and a 4 s slice of the fair pool (docs/design.md §4) then lands
+in the second call's prompt evaluation about half the time, which shows what
+cutting a prompt evaluation costs. Every chat
 preempts a round; what that costs is what preemption wastes: a round that
 restarts loses everything it did, one that replays its journal loses only the
 interrupted call's re-evaluation or restore (docs/design.md §4 zero-loss
@@ -21,7 +26,7 @@ from tierlm.sim.context import SimContext
 from tierlm.sim.jobspec import JobSpec
 from tierlm.sim.story import Story, wasted_share
 from tierlm.sim.workload import Workload
-from tierlm.sim.workloads.producers import backlogged, output_for
+from tierlm.sim.workloads.producers import backlogged
 
 __all__ = ["FrequentChat"]
 
@@ -38,26 +43,33 @@ class FrequentChat(Workload):
     parameters: ClassVar[Mapping[str, str]] = {
         "chat_every": "seconds between chat messages (default 13)",
         "round_seconds": "device seconds of one agent round of 3 calls (default 10)",
+        "spread": "how much prompt and output sizes vary either way, a fraction (default 0.4)",
     }
 
-    def __init__(self, chat_every: float = 13.0, round_seconds: float = 10.0) -> None:
+    def __init__(
+        self, chat_every: float = 13.0, round_seconds: float = 10.0, spread: float = 0.4
+    ) -> None:
         if not chat_every > 0:
             raise ValueError(f"chat_every: must be > 0 seconds, got {chat_every!r}")
         if not round_seconds > 0:
             raise ValueError(f"round_seconds: must be > 0 seconds, got {round_seconds!r}")
+        if not 0 <= spread < 1:
+            raise ValueError(f"spread: must be a fraction in [0, 1), got {spread!r}")
+        self.spread = spread
         self.chat_every = chat_every
         self.round_seconds = round_seconds
 
     def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
-        seconds = self.round_seconds - (ROUND_CALLS - 1) * sim.device.prefill_seconds(ROUND_PROMPT)
-        low, high = output_for(sim.device, seconds, ROUND_PROMPT)
+        device = sim.device
+        prompts = ROUND_CALLS * device.prefill_seconds(ROUND_PROMPT)
+        output = (self.round_seconds - prompts) / device.token_interval
         rounds = [
             backlogged(
                 sim,
                 producer,
                 outstanding=1,
-                prompt=(ROUND_PROMPT, ROUND_PROMPT),
-                output=(max(low, ROUND_CALLS), max(high, ROUND_CALLS)),
+                prompt=_spread(ROUND_PROMPT, self.spread, 1),
+                output=_spread(output, self.spread, ROUND_CALLS),
                 calls=ROUND_CALLS,
             )
             for producer in ("gana:a", "gana:b")
@@ -83,7 +95,16 @@ class FrequentChat(Workload):
             at += self.chat_every
 
     def params(self) -> dict[str, Any]:
-        return {"chat_every": self.chat_every, "round_seconds": self.round_seconds}
+        return {
+            "chat_every": self.chat_every,
+            "round_seconds": self.round_seconds,
+            "spread": self.spread,
+        }
 
     def story(self) -> Story:
         return Story("wasted share of busy time", wasted_share, 0.05, False)
+
+
+def _spread(mean: float, spread: float, least: int) -> tuple[int, int]:
+    """Token counts within ``spread`` of ``mean`` either way, at least ``least``."""
+    return max(least, round(mean * (1 - spread))), max(least, round(mean * (1 + spread)))
