@@ -13,6 +13,8 @@ BASELINES = ("fifo", "two-lane", "strict-priority", "seed-literal")
 # Long enough for the case to show (a 300 s window, a 200 s wait), short
 # enough for the default run.
 DURATION = {"chat-idle": 900.0}
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_tierlm_meets_the_case_and_beats_the_baselines_that_miss_it(name: str) -> None:
     workload = get_workload(name)

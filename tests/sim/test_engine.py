@@ -58,7 +58,9 @@ def test_tierlm_resumes_a_preempted_card_from_its_kv_snapshot() -> None:
     assert chat.ttft == pytest.approx(STOP - 5.02 + 1 + TOKEN)
     assert chat.runs[0].start == pytest.approx(STOP)
     # The resumed run: restore, then the 239 tokens still due.
-    assert card.runs[1].end - card.runs[1].start == pytest.approx(0.1 + 239 * TOKEN)
+    assert card.runs[1].end - card.runs[1].start == pytest.approx(
+        DEFAULT_RESTORE_SECONDS + 239 * TOKEN
+    )
 
 
 def test_a_device_that_re_evaluates_redoes_prompt_and_partial_output() -> None:

@@ -72,21 +72,22 @@ DEFAULT_SWAP_SECONDS = 10.0
 ResumeCapability = Literal["re-evaluate", "restore"]
 PromptReady = Literal["fresh", "re-evaluate", "restore"]
 
-# KV state per token of context: ~23 KB for SmolLM2-135M, measured with
-# llama.cpp's sequence state save on these machines (/work/shared/FACTS.md,
-# "KV state"). Sizes the snapshots, and so how many fit the pool.
+# KV state per token of context: ~23 KB for SmolLM2-135M (bench/results/
+# real_model.json, section "resume": 35 039 784 bytes for a 1 512-token
+# context; /work/shared/FACTS.md, "KV state"). Sizes the snapshots, and so how
+# many fit the pool.
 DEFAULT_KV_BYTES_PER_TOKEN = 23_000
 # The KV snapshot pool of the llama.cpp runner: 512 MiB by default (its
 # config; docs/design.md §4 zero-loss preemption). ~23 000 tokens of context.
 DEFAULT_SNAPSHOT_POOL_BYTES = 512 << 20
-# Save + restore of one snapshot. Not yet measured on the real runner (its
-# benchmark, bench/real_model.py, will report it); estimated from FACTS.md: a
-# 2 000-token context is 46 MB of state, copied out and back at ~1-2 GB/s on a
-# busy shared machine (~0.05 s), plus one decode step to recompute the last
-# token's logits (~0.05 s at the seed's 20 tokens/s). Measured for contrast
-# (FACTS.md, "Re-prefill on resume"): re-evaluating a resumed job's prompt took
-# 3.1 s (p50) under contention, against 0.28 s for a fresh prompt.
-DEFAULT_RESTORE_SECONDS = 0.1
+# Save + restore of one snapshot, measured on the llama.cpp worker with
+# SmolLM2-135M on these machines (bench/results/real_model.json, section
+# "resume", "kv restore", p50 of a 1 512-token context): save 25.1 ms +
+# restore 4.6 ms. The resumed generation then evaluates one token, the step
+# that produces its next token anyway, so nothing else is redone. For
+# contrast, re-evaluating that context took 1.10x a fresh prompt evaluation
+# (the same section, "re-evaluation"): what ``re-evaluate`` charges.
+DEFAULT_RESTORE_SECONDS = 0.03
 
 
 @dataclass(frozen=True, slots=True)
