@@ -17,6 +17,7 @@ from tierlm.sim.workloads.mixed_models import MixedModels
 from tierlm.sim.workloads.pool_cases import (
     DeadlineAbuse,
     GanasVsNataraj,
+    LongPrompt,
     OneAtATime,
     OverdueFlood,
     Swarm,
@@ -41,6 +42,7 @@ WORKLOADS: dict[str, type[Workload]] = {
         OneAtATime,
         TwoSizes,
         ChatIdle,
+        LongPrompt,
         ManyProducers,
     )
 }

@@ -18,6 +18,10 @@ prompt (60 tokens) and enough output to last the stated time, +-10 %.
   when the last ends) against ``gana:busy``, backlogged with 20 s jobs.
 - ``two-sizes``: two backlogged producers, 5 s and 20 s jobs: the largest
   difference in device time between them over a 60 s window.
+- ``long-prompt``: an agent whose prompts take longer to evaluate than a
+  slice of the fair pool (800 tokens: 5.3 s on the default device), one job
+  at a time, against a backlogged peer (10 s jobs): a slice that stops a job
+  in its prompt evaluation throws the evaluation away (docs/design.md §8).
 """
 
 from __future__ import annotations
@@ -26,11 +30,25 @@ from collections.abc import Coroutine, Mapping
 from typing import Any, ClassVar
 
 from tierlm.sim.context import SimContext
-from tierlm.sim.story import Story, class_share, min_window_share, producer_share
+from tierlm.sim.story import (
+    Story,
+    class_share,
+    min_window_share,
+    producer_share,
+    wasted_share,
+)
 from tierlm.sim.workload import Workload
 from tierlm.sim.workloads.producers import Deck, backlogged, deck_filler, gana_cron, output_for
 
-__all__ = ["DeadlineAbuse", "GanasVsNataraj", "OneAtATime", "OverdueFlood", "Swarm", "TwoSizes"]
+__all__ = [
+    "DeadlineAbuse",
+    "GanasVsNataraj",
+    "LongPrompt",
+    "OneAtATime",
+    "OverdueFlood",
+    "Swarm",
+    "TwoSizes",
+]
 
 PROMPT = 60  # tokens: 0.4 s of prefill on the default device
 
@@ -172,3 +190,26 @@ class TwoSizes(Workload):
             False,
             percent=False,
         )
+
+
+class LongPrompt(Workload):
+    name = "long-prompt"
+    description = (
+        "an agent whose 800-token prompts take longer to evaluate than a slice (5.3 s), "
+        "one job at a time, against a backlogged peer (10 s jobs)"
+    )
+    default_duration = 1200.0
+    LONG_PROMPT = 800
+
+    def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
+        long = backlogged(
+            sim,
+            "gana:long",
+            outstanding=1,
+            prompt=(self.LONG_PROMPT, self.LONG_PROMPT),
+            output=(10, 20),
+        )
+        return [long, _jobs(sim, "gana:busy", 10.0, outstanding=1)]
+
+    def story(self) -> Story:
+        return Story("wasted share of busy time", wasted_share, 0.05, False)
