@@ -159,15 +159,18 @@ class SimContext:
 
             return replayed
 
+        runner = self.runner
+
         async def restarted(ctx: JobContext) -> None:
             # No journal: the runner directly, every call again on every run.
+            # ``complete`` spends what ``generate`` would and returns counts:
+            # nobody reads these pieces (docs/design.md §8: one event per
+            # token only where something observes it).
             for prompt, output in calls:
                 request = GenerationRequest(
                     ctx.model_id, prompt=prompt, max_tokens=output, prompt_tokens=tokens
                 )
-                async with aclosing_stream(ctx.runner.generate(request, ctx.cancel)) as stream:
-                    async for _piece in stream:
-                        pass
+                await runner.complete(request, ctx.cancel)
                 ctx.checkpoint()  # raises Cancelled: the shell re-queues or ends it
 
         return restarted
