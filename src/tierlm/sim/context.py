@@ -170,8 +170,9 @@ class SimContext:
                 request = GenerationRequest(
                     ctx.model_id, prompt=prompt, max_tokens=output, prompt_tokens=tokens
                 )
-                await runner.complete(request, ctx.cancel)
-                ctx.checkpoint()  # raises Cancelled: the shell re-queues or ends it
+                outcome = await runner.complete(request, ctx.cancel)
+                if outcome.stopped:  # a call that finished is kept, as the seed's are
+                    ctx.checkpoint()  # raises Cancelled: the shell re-queues or ends it
 
         return restarted
 
