@@ -98,6 +98,8 @@ class Dispatcher:
         """The model the device holds, or is swapping to."""
         self.swapping_to: str | None = None
         self.paused = False
+        self.held = 0
+        """Device operations waiting for, or holding, the device: nothing new starts."""
         self.closed = False
         self.stuck: dict[int, Entry[Any]] = {}
         self.listeners: list[Listener] = []
@@ -180,6 +182,21 @@ class Dispatcher:
         assert self._idle is not None
         await self._idle.wait()
 
+    async def exclusive(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run ``operation`` (a load, an unload) on the device with no job on it:
+        no job starts from now, and the running one (if any) ends first; it is
+        still preempted for a better one, which then waits for the operation.
+        The loaded model is the runner's afterwards."""
+        self.held += 1
+        try:
+            while self.running is not None:
+                await self.idle()
+            return await operation()
+        finally:
+            self.held -= 1
+            self.model = self.runner.loaded_model
+            self.reschedule()
+
     # -- the decision point -----------------------------------------------------
 
     def reschedule(self) -> None:
@@ -195,7 +212,7 @@ class Dispatcher:
                 running.job, now, self.model
             ):
                 self.stop_running(CancelReason.PREEMPTED)
-        elif not self.paused:
+        elif not self.paused and not self.held:
             job = self.policy.pick(now, self.model)
             if job is not None:
                 self._start(self.entries[job.id], now)

@@ -33,7 +33,14 @@ from tierlm.handles import (
     ResumingGeneration,
 )
 from tierlm.journal import Journal, JournalBudget
-from tierlm.runners.protocol import CancelReason, GenerationRequest, Message, Runner
+from tierlm.runners.protocol import (
+    CancelReason,
+    GenerationRequest,
+    Message,
+    Runner,
+    RunnerError,
+    Unloadable,
+)
 from tierlm.snapshot import JobInfo, SchedulerSnapshot, SchedulerStats
 
 __all__ = ["Scheduler", "SchedulerClosedError"]
@@ -147,6 +154,29 @@ class Scheduler:
         dispatch = self._dispatch
         if dispatch.paused:
             dispatch.release()
+
+    async def load_model(self, model_id: str) -> None:
+        """Load ``model_id`` now (an operator's preload), once no job runs."""
+        self._bind_loop()
+        arguments.check_model_id(model_id)
+        await self._dispatch.exclusive(lambda: self.runner.load(model_id))
+
+    async def unload_model(self, model_id: str | None = None) -> str | None:
+        """Free the device once no job runs: unload its model (only if it is
+        ``model_id``, when given). Returns the model unloaded, or None."""
+        self._bind_loop()
+        runner = self.runner
+        if not isinstance(runner, Unloadable):
+            raise RunnerError(f"{type(runner).__name__} cannot unload its model")
+
+        async def unload() -> str | None:
+            loaded = runner.loaded_model
+            if loaded is None or model_id not in (None, loaded):
+                return None
+            await runner.unload()
+            return loaded
+
+        return await self._dispatch.exclusive(unload)
 
     @property
     def paused(self) -> bool:

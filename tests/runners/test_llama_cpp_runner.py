@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.runners.helpers import run
-from tierlm.runners.protocol import CancelReason, CancelToken, GenerationRequest, RunnerError
+from tierlm.runners.protocol import (
+    CancelReason,
+    CancelToken,
+    GenerationRequest,
+    InvalidRequest,
+    RunnerError,
+)
 from tierlm.testing.gguf_model import write_tiny_llama
 
 if TYPE_CHECKING:
@@ -442,19 +448,33 @@ def test_a_gbnf_grammar_constrains_the_output(tiny_models: TinyModels) -> None:
 
 
 def test_bad_or_unsupported_sampling_options_are_refused_by_name(tiny_models: TinyModels) -> None:
-    """An invalid grammar would make llama-cpp-python add a null sampler (a
-    segfault); it is refused with a clear error instead, and nothing crashes."""
+    """An invalid grammar would make llama.cpp return a null sampler (a segfault
+    in a chain); it is refused with a clear error instead, and nothing crashes.
+    Each refusal is an ``InvalidRequest`` naming the request field, both when
+    the prompt is counted (before a gateway queues it) and when generating."""
 
     async def main() -> None:
         runner = runner_for(tiny_models)
         await runner.load("a")
-        for extra, pattern in (
-            ({"grammar": "root ::= yes"}, r"'a': grammar: not a valid GBNF grammar"),
-            ({"logit_bias": {"1": 5.0}}, r"'a': logit_bias: not supported"),
-        ):
+        for extra, param, pattern in (
+            ({"grammar": "root ::= yes"}, "grammar", r"^grammar: not a valid GBNF grammar"),
+            ({"logit_bias": {"99999": 5.0}}, "logit_bias.99999", r"token id 99999 is not in"),
+            ({"typo_p": 0.5}, "typo_p", r"^typo_p: not supported by the llama-cpp runner"),
+            (
+                {"response_format": {"type": "json_schema", "json_schema": {"schema": {
+                    "type": "object", "properties": {"n": {"type": "integer", "minimum": 0}},
+                }}}},
+                "response_format.json_schema.schema.properties.n.minimum",
+                r"keyword 'minimum' is not supported by the llama-cpp backend",
+            ),
+        ):  # fmt: skip
             request = GenerationRequest(model_id="a", prompt="x", max_tokens=4, extra=extra)
-            with pytest.raises(RunnerError, match=pattern):
+            with pytest.raises(InvalidRequest, match=pattern) as counted:
+                await runner.count_prompt_tokens(request)
+            assert counted.value.param == param
+            with pytest.raises(InvalidRequest, match=pattern) as generated:
                 await collect(runner, request)
+            assert (generated.value.param, generated.value.model_id) == (param, "a")
         assert runner.restarts == 0
         assert len(await collect(runner, chat(max_tokens=4))) == 4
         await runner.aclose()

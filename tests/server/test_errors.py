@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from tests.server.helpers import MESSAGES, Gateway, chat_body, serve, sim_settings
+from tierlm.server.compat import TOOL
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,23 @@ def test_malformed_body(gw: Gateway, content: bytes, message: str) -> None:
         ({"stream": "yes"}, "stream", "must be a boolean, got a string"),
         ({"stream_options": {"include_usage": 1}}, "stream_options.include_usage", "boolean"),
         ({"n": 2}, "n", "only 1 choice per request"),
-        ({"tools": [{"type": "function"}]}, "tools", "tool calling is not supported"),
+        ({"tools": [{"type": "function"}]}, "tools[0].function", "required"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "get weather"}}]},
+            "tools[0].function.name",
+            "must be 1 to 64 letters, digits, underscores or dashes, got 'get weather'",
+        ),
+        ({"tool_choice": "required"}, "tool_choice", "needs tools"),
+        ({"response_format": {"type": "xml"}}, "response_format.type", "must be one of text"),
+        ({"logit_bias": {"a": 1}}, "logit_bias.a", "keys must be token ids"),
+        ({"logit_bias": {"1": -101}}, "logit_bias.1", "between -100 and 100"),
+        ({"mirostat_tau": 3.0}, "mirostat_tau", "no effect without mirostat_mode"),
+        ({"top_logprobs": 2}, "top_logprobs", "needs logprobs: true"),
+        (
+            {"messages": [{"role": "tool", "content": "x"}]},
+            "messages[0].tool_call_id",
+            "needs the id of the call",
+        ),
     ],
 )
 def test_wrong_fields(gw: Gateway, change: dict[str, Any], param: str, message: str) -> None:
@@ -166,24 +183,28 @@ def test_rejections_are_counted(gw: Gateway) -> None:
 @pytest.mark.parametrize(
     ("change", "param", "message"),
     [
-        ({"logit_bias": {"50256": -100}}, "logit_bias", "not supported yet"),
-        ({"grammar": "root ::= [a-z]+"}, "grammar", "not supported yet"),
-        ({"mirostat_mode": 2}, "mirostat_mode", "not supported yet"),
+        ({"logit_bias": {"50256": -100}}, "logit_bias", "not supported by the sim backend"),
+        ({"grammar": "root ::= [a-z]+"}, "grammar", "not supported by the sim backend"),
+        ({"mirostat_mode": 2}, "mirostat_mode", "not supported by the sim backend"),
         ({"modalities": ["text", "audio"]}, "modalities", "only text is supported"),
-        ({"tool_choice": "auto"}, "tool_choice", "not supported yet"),
-        ({"response_format": {"type": "json_object"}}, "response_format", 'only {"type": "text"}'),
-        ({"logprobs": True}, "logprobs", "log-probabilities are not supported"),
+        ({"tools": [TOOL]}, "tools", "not supported by the sim backend"),
+        (
+            {"response_format": {"type": "json_object"}},
+            "response_format",
+            "not supported by the sim backend",
+        ),
+        ({"logprobs": True}, "logprobs", "not supported by the sim backend"),
+        ({"functions": [TOOL["function"]]}, "functions", "use tools and tool_choice"),
         (
             {"messages": [{"role": "user", "content": "hi", "name": "ann"}]},
             "messages[0].name",
-            "not supported yet",
+            "message names are not supported",
         ),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
             "messages[0].content[0]",
             "only text parts are supported, got 'image_url'",
         ),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "tool messages"),
     ],
 )
 def test_fields_the_gateway_does_not_honour_are_refused(
@@ -250,5 +271,5 @@ def test_the_official_client_raises_on_unsupported_fields(gw: Gateway) -> None:
         )
     assert info.value.param == "logit_bias"  # type: ignore[attr-defined]
     assert info.value.code == "unsupported"
-    assert "not supported yet" in info.value.message
+    assert "not supported by the sim backend" in info.value.message
     still_serves(gw)

@@ -13,6 +13,16 @@ time of a swap is spent, and measured (``last_load_seconds``), inside ``load``.
 Every request also carries ``keep_alive``, so Ollama never unloads the model
 behind the scheduler's back after its default five idle minutes.
 
+OpenAI's options map to Ollama's: ``response_format`` to ``format`` (``"json"``,
+or the JSON schema), ``tools`` as they are (not sent with ``tool_choice:
+"none"``), a past call's ``arguments`` as an object, ``mirostat_mode`` to
+``options.mirostat``, other sampling options into ``options``. What Ollama has
+no field for (``logit_bias``, ``grammar``, ``parallel_tool_calls``, a
+``tool_choice`` that forces a call, ``logprobs``) is refused
+(``InvalidRequest``), never sent to be ignored. The calls Ollama answers
+(``message.tool_calls``) come back as text in tierlm's tool-call format
+(``tierlm.runners.tool_calls``).
+
 Resume: a chat continues as a final assistant message holding the partial
 answer (Ollama renders a trailing assistant message open, so the model
 continues it, with the templates that support it; the tests can only check
@@ -26,6 +36,7 @@ request anyway.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,7 +52,8 @@ from tierlm.runners.http import (
     parse_json_object,
     post_stream,
 )
-from tierlm.runners.protocol import CancelToken, GenerationRequest, RunnerError
+from tierlm.runners.protocol import CancelToken, GenerationRequest, InvalidRequest, RunnerError
+from tierlm.runners.tool_calls import ToolCallWriter
 
 if TYPE_CHECKING:
     pass
@@ -57,6 +69,10 @@ DEFAULT_KEEP_ALIVE: int | str = -1
 # Options of GenerationRequest.extra that are top-level request fields in
 # Ollama's API; every other key goes into "options" (num_ctx, top_p, seed...).
 _TOP_LEVEL = frozenset({"format", "raw", "system", "template", "images", "think", "tools"})
+# OpenAI options that Ollama's API has no field for.
+_REFUSED = frozenset({"logit_bias", "grammar", "parallel_tool_calls", "logprobs", "top_logprobs"})
+# OpenAI names of Ollama options.
+_RENAMED = {"mirostat_mode": "mirostat"}
 
 
 class OllamaRunner(HttpRunner):
@@ -102,6 +118,12 @@ class OllamaRunner(HttpRunner):
         self.loads += 1
         self.last_load_seconds = time.perf_counter() - started
 
+    async def unload(self) -> None:
+        """Ask Ollama to free the model now (``keep_alive: 0``)."""
+        previous, self.loaded_model = self.loaded_model, None
+        if previous is not None:
+            await self._post_load(previous, self.server_model(previous), keep_alive=0)
+
     async def _post_load(self, model_id: str, name: str, *, keep_alive: int | str) -> None:
         # A generate request without a prompt loads (or, with keep_alive 0,
         # unloads) the model and answers one object with done_reason load/unload.
@@ -143,13 +165,24 @@ class OllamaRunner(HttpRunner):
             "stream": True,
             "keep_alive": self.keep_alive,
         }
-        for key, value in request.extra.items():
+        extra = dict(request.extra)
+        choice = extra.pop("tool_choice", "auto")
+        if choice == "none":
+            extra.pop("tools", None)
+        elif choice != "auto":
+            raise self._refuse("tool_choice", "only auto and none")
+        response_format = extra.pop("response_format", None)
+        if response_format is not None:
+            body["format"] = _format(response_format)
+        for key, value in extra.items():
+            if key in _REFUSED:
+                raise self._refuse(key, "no such field")
             if key in _TOP_LEVEL:
                 body[key] = value
             elif key == "options" and isinstance(value, Mapping):
                 options.update(value)
             else:
-                options[key] = value
+                options[_RENAMED.get(key, key)] = value
         body["options"] = options
         raw = bool(body.get("raw"))
         if request.prompt is not None and (raw or not request.resume_text):
@@ -164,7 +197,7 @@ class OllamaRunner(HttpRunner):
             messages.append({"role": "user", "content": request.prompt})
         else:
             assert request.messages is not None
-            messages = [dict(m) for m in request.messages]
+            messages = [_ollama_message(m) for m in request.messages]
         if request.resume_text:
             messages.append({"role": "assistant", "content": request.resume_text})
         body["messages"] = messages
@@ -179,6 +212,7 @@ class OllamaRunner(HttpRunner):
         chat = path == "/api/chat"
         pieces = 0
         finished = False
+        calls = ToolCallWriter()
         lines = post_stream(self._clients.get(), url, body, cancel, model_id, lambda: pieces)
         async with contextlib.aclosing(lines):
             async for line in lines:
@@ -191,14 +225,18 @@ class OllamaRunner(HttpRunner):
                         model_id=model_id,
                     )
                 if chat:
-                    text = (chunk.get("message") or {}).get("content")
+                    message = chunk.get("message") or {}
+                    texts = [message.get("content"), *_call_texts(message, calls)]
                 else:
-                    text = chunk.get("response")
-                if text:
-                    if cancel.cancelled:
-                        return
-                    pieces += 1
-                    yield text
+                    texts = [chunk.get("response")]
+                if chunk.get("done"):
+                    texts.append(calls.close())
+                for text in texts:
+                    if text:
+                        if cancel.cancelled:
+                            return
+                        pieces += 1
+                        yield text
                 if chunk.get("done"):
                     finished = True
                     break
@@ -208,3 +246,48 @@ class OllamaRunner(HttpRunner):
                 'without a "done" message',
                 model_id=model_id,
             )
+
+    def _refuse(self, key: str, why: str) -> InvalidRequest:
+        return InvalidRequest(
+            f"{key}: not supported by Ollama's API ({why})", param=key, model_id=None
+        )
+
+
+def _format(response_format: Mapping[str, Any]) -> Any:
+    """OpenAI's ``response_format`` as Ollama's ``format``."""
+    if response_format.get("type") == "json_schema":
+        return (response_format.get("json_schema") or {}).get("schema") or "json"
+    return "json"
+
+
+def _ollama_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat message as Ollama takes it: a past call's arguments are an object."""
+    out = dict(message)
+    calls = out.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [
+            {"function": {"name": c["function"]["name"], "arguments": _object(c["function"])}}
+            for c in calls
+        ]
+    return out
+
+
+def _object(function: Mapping[str, Any]) -> Any:
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
+def _call_texts(message: Mapping[str, Any], calls: ToolCallWriter) -> list[str]:
+    """A message's tool calls (Ollama sends each whole), as text."""
+    texts = []
+    for index, call in enumerate(message.get("tool_calls") or (), start=calls.calls):
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+        texts += [calls.start(index, function.get("name", "")), text]
+    return texts

@@ -21,6 +21,12 @@ scheduler accounts for it, and not inside the next job.
 Resume (``GenerationRequest.resume_text``) of a prompt is a completion of prompt
 + resume_text. Resume of a chat depends on the server; see ``ResumeMode``.
 
+Every option in ``GenerationRequest.extra`` goes into the request body as it
+is (``response_format``, ``tools``, ``tool_choice``, ``logit_bias``...): the
+server honours it or answers an error. The server's streamed ``tool_calls``
+come back as text in tierlm's tool-call format (``tierlm.runners.tool_calls``),
+which the gateway turns into ``tool_calls`` again.
+
 What it shares with ``OllamaRunner`` (racing a stream against a cancel token,
 one client per loop, readable server errors) is in ``tierlm.runners.http``.
 """
@@ -48,6 +54,7 @@ from tierlm.runners.http import (
     post_stream,
 )
 from tierlm.runners.protocol import CancelToken, GenerationRequest, Message, RunnerError
+from tierlm.runners.tool_calls import ToolCallWriter
 
 if TYPE_CHECKING:
     pass
@@ -163,6 +170,7 @@ class OpenAIRunner(HttpRunner):
         chat = path.endswith("/chat/completions")
         pieces = 0
         finished = False
+        calls = ToolCallWriter()
         lines = post_stream(self._clients.get(), url, body, cancel, model_id, lambda: pieces)
         async with contextlib.aclosing(lines):
             async for event in _sse_events(lines):
@@ -178,16 +186,19 @@ class OpenAIRunner(HttpRunner):
                     )
                 for choice in chunk.get("choices") or ():
                     if chat:
-                        text = (choice.get("delta") or {}).get("content")
+                        delta = choice.get("delta") or {}
+                        texts = [delta.get("content"), *_call_texts(delta, calls)]
                     else:
-                        text = choice.get("text")
+                        texts = [choice.get("text")]
                     if choice.get("finish_reason"):
                         finished = True
-                    if text:
-                        if cancel.cancelled:
-                            return
-                        pieces += 1
-                        yield text
+                        texts.append(calls.close())
+                    for text in texts:
+                        if text:
+                            if cancel.cancelled:
+                                return
+                            pieces += 1
+                            yield text
         if not finished and not cancel.cancelled:
             raise RunnerError(
                 f"model {model_id!r}: {url} ended the stream after {pieces} pieces "
@@ -230,6 +241,18 @@ class OpenAIRunner(HttpRunner):
                 path = "/chat/completions"
         body.update(request.extra)
         return path, body
+
+
+def _call_texts(delta: Mapping[str, Any], calls: ToolCallWriter) -> list[str]:
+    """A delta's tool calls, as text (``tierlm.runners.tool_calls``)."""
+    texts = []
+    for call in delta.get("tool_calls") or ():
+        function = call.get("function") or {}
+        index = call.get("index", calls.calls)
+        if function.get("name") and index != calls.open:
+            texts.append(calls.start(index, function["name"]))
+        texts.append(function.get("arguments") or "")
+    return texts
 
 
 def render_chat_template(

@@ -20,9 +20,14 @@ __all__ = [
     "CancelToken",
     "Cancelled",
     "GenerationRequest",
+    "InvalidRequest",
     "Message",
+    "PromptCounter",
     "Runner",
     "RunnerError",
+    "TokenLogprob",
+    "TokenPiece",
+    "Unloadable",
     "aclosing_stream",
     "unknown_model",
 ]
@@ -67,6 +72,19 @@ class RunnerError(Exception):
     def __init__(self, message: str, *, model_id: str | None = None) -> None:
         self.model_id = model_id
         super().__init__(message)
+
+
+class InvalidRequest(RunnerError):
+    """The request asks for something the runner cannot do as asked: a JSON
+    schema its grammar cannot express, a token id its vocabulary does not have.
+    The request's fault, not the backend's: the gateway answers 400 naming
+    ``param`` (the request field, dotted: ``response_format.json_schema.schema``)."""
+
+    def __init__(
+        self, message: str, *, param: str | None = None, model_id: str | None = None
+    ) -> None:
+        self.param = param
+        super().__init__(message, model_id=model_id)
 
 
 def unknown_model(model_id: str, known: Iterable[str]) -> RunnerError:
@@ -158,6 +176,35 @@ class CancelToken:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A token and its log-probability under the model (before any sampling
+    option changed the distribution)."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+    """The token's UTF-8 bytes (a token may hold part of a character)."""
+
+
+class TokenPiece(str):
+    """A piece of generated text with its token's log-probability and the most
+    likely tokens at its position (``top``, most likely first). Runners that
+    can compute them yield these when a request asks (``extra["logprobs"]``);
+    to everyone else it is the piece's text."""
+
+    logprob: TokenLogprob
+    top: tuple[TokenLogprob, ...]
+
+    def __new__(
+        cls, text: str, logprob: TokenLogprob, top: tuple[TokenLogprob, ...] = ()
+    ) -> TokenPiece:
+        piece = super().__new__(cls, text)
+        piece.logprob = logprob
+        piece.top = top
+        return piece
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One generation: a prompt (completion) or messages (chat), not both.
 
@@ -180,7 +227,11 @@ class GenerationRequest:
     prompt_tokens: int | None = None
     """Size of the prompt in tokens, when the caller knows it (the simulator does)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
-    """Backend-specific options passed through unchanged (e.g. ``top_p``)."""
+    """Options beyond the common ones, by their OpenAI names (``top_p``,
+    ``seed``, ``logit_bias``, ``response_format``, ``tools``, ``tool_choice``,
+    ``parallel_tool_calls``, ``logprobs``...) or a backend's own (llama.cpp's
+    ``grammar``, ``top_k``, ``mirostat_mode``). A runner honours them, passes
+    them on to its server, or raises ``InvalidRequest``; it never drops one."""
     job_id: int | str | None = None
     """The scheduler job this generation belongs to, when known: a runner's
     errors name it (e.g. a crashed llama.cpp worker: "while generating for job 12")."""
@@ -239,3 +290,22 @@ class Runner(Protocol):
     async def load(self, model_id: str) -> None: ...
 
     def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]: ...
+
+
+@runtime_checkable
+class PromptCounter(Protocol):
+    """A runner that can count a request's prompt exactly, with its model's
+    tokenizer and chat template (``usage.prompt_tokens``)."""
+
+    async def count_prompt_tokens(self, request: GenerationRequest) -> int: ...
+
+
+@runtime_checkable
+class Unloadable(Protocol):
+    """A runner that can free its device: after ``unload``, ``loaded_model`` is
+    None and the next ``load`` loads again. The scheduler calls it only while
+    no job runs (``Scheduler.unload_model``)."""
+
+    loaded_model: str | None
+
+    async def unload(self) -> None: ...

@@ -211,6 +211,10 @@ class SimulatedRunner:
         self.loaded_model = model_id
         self.loads += 1
 
+    async def unload(self) -> None:
+        """Free the simulated device (instant: nothing is held)."""
+        self.loaded_model = None
+
     def prefill_seconds(self, request: GenerationRequest) -> float:
         """Evaluating the prompt and any partial output (``resume_text``)."""
         tokens = request.approx_prompt_tokens()

@@ -38,6 +38,7 @@ from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import ErrorBoundary, exception_handlers
 from tierlm.server.gateway import Gateway
 from tierlm.server.guards import RequestGuard
+from tierlm.server.keep_alive import KeepAlive, keep_alive_seconds
 from tierlm.server.limits import BodyLimits, BodyReads
 from tierlm.server.request_id import HEADER as REQUEST_ID_HEADER
 from tierlm.server.request_id import RequestIdMiddleware
@@ -122,6 +123,10 @@ def create_app(
         async with contextlib.AsyncExitStack() as stack:
             await gateway.start()
             stack.push_async_callback(gateway.aclose)
+            keep_alive = KeepAlive(gateway.scheduler, keep_alive_seconds(settings.backend.models))
+            keep_alive.start()
+            app.state.keep_alive = keep_alive
+            stack.push_async_callback(keep_alive.aclose)
             if service is not None:
                 await service.start()
                 stack.push_async_callback(service.aclose)

@@ -1,27 +1,36 @@
-"""OpenAI-compatible endpoints: chat completions, completions, models, health.
+"""OpenAI-compatible endpoints: chat completions, completions, health.
 
 Requests are validated by their pydantic models (``requests``); an invalid one
 gets 400 in OpenAI's error format with ``param`` naming the field. Fields the
-gateway cannot honour (``n`` other than 1, tools, log-probabilities...) and
-unknown fields are rejected rather than silently ignored. ``usage.prompt_tokens``
-is an estimate (~4 characters a token): runners report generated tokens, not
-prompt tokens.
+configured backend cannot honour (``compat.py``'s table) and unknown fields
+are rejected rather than silently ignored. A runner that can count a prompt
+exactly (``PromptCounter``) counts it before the request is queued: the
+answer's ``usage.prompt_tokens``, and a request its model cannot serve (a
+chat its template refuses, a schema its grammar cannot express) is a 400 at
+once rather than a failure after its wait. The answers' shapes are
+``answers.py``'s; the models' endpoints ``models_api.py``'s.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from tierlm.runners.protocol import Cancelled, CancelReason, GenerationRequest, RunnerError
+from tierlm.runners.protocol import (
+    Cancelled,
+    CancelReason,
+    GenerationRequest,
+    InvalidRequest,
+    PromptCounter,
+    RunnerError,
+)
+from tierlm.server import compat, models_api
+from tierlm.server.answers import Answer, Endpoint, Params
 from tierlm.server.body import read_json
 from tierlm.server.errors import APIError, internal_error
 from tierlm.server.gateway import Gateway, GatewayJob
@@ -30,34 +39,29 @@ from tierlm.server.requests import ChatRequest, CompletionRequest, GenerationFie
 from tierlm.server.settings import LimitSettings
 from tierlm.server.streaming import JobResult, JobStream
 
-__all__ = ["Params", "parse_chat", "parse_completion", "routes"]
+__all__ = ["parse_chat", "parse_completion", "routes"]
 
-Endpoint = Literal["chat", "completions"]
-
-
-@dataclass(frozen=True, slots=True)
-class Params:
-    """A validated request."""
-
-    endpoint: Endpoint
-    model: str
-    request: GenerationRequest
-    stream: bool
-    include_usage: bool
+logger = logging.getLogger("tierlm.server")
 
 
-def parse_chat(body: Any, limits: LimitSettings) -> Params:
+def parse_chat(body: Any, limits: LimitSettings, backend: str | None = None) -> Params:
+    """A chat request's parameters; ``backend`` (its kind) refuses what it cannot do."""
     chat = parse(ChatRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
-    return _params("chat", chat, limits, messages=[m.as_runner_message() for m in chat.messages])
+    messages = [m.as_runner_message() for m in chat.messages]
+    return _params("chat", chat, limits, backend, messages=messages)
 
 
-def parse_completion(body: Any, limits: LimitSettings) -> Params:
+def parse_completion(body: Any, limits: LimitSettings, backend: str | None = None) -> Params:
     completion = parse(CompletionRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
-    return _params("completions", completion, limits, prompt=completion.prompt)
+    return _params("completions", completion, limits, backend, prompt=completion.prompt)
 
 
 def _params(
-    endpoint: Endpoint, fields: GenerationFields, limits: LimitSettings, **text: Any
+    endpoint: Endpoint,
+    fields: GenerationFields,
+    limits: LimitSettings,
+    backend: str | None,
+    **text: Any,
 ) -> Params:
     _, max_tokens = fields.max_tokens_field()
     request = GenerationRequest(
@@ -65,10 +69,29 @@ def _params(
         max_tokens=limits.default_max_tokens if max_tokens is None else max_tokens,
         temperature=fields.temperature,
         stop=tuple(fields.stop or ()),
-        extra=fields.sampling(),
+        extra=fields.extras(),
         **text,
     )
+    if backend is not None:
+        compat.check(request, backend)
     return Params(endpoint, fields.model, request, bool(fields.stream), fields.include_usage)
+
+
+async def counted(gateway: Gateway, request: GenerationRequest) -> GenerationRequest:
+    """``request`` with its exact prompt size, when the runner can count it."""
+    runner = gateway.runner
+    if not isinstance(runner, PromptCounter):
+        return request
+    try:
+        tokens = await runner.count_prompt_tokens(request)
+    except InvalidRequest as exc:
+        raise APIError(400, str(exc), param=exc.param, code="invalid_request") from None
+    except RunnerError as exc:
+        # Not the request's fault (a worker restarting): it is queued all the
+        # same, with the estimate; the generation meets the error if it lasts.
+        logger.warning("counting the prompt of a request failed: %s", exc)
+        return request
+    return replace(request, prompt_tokens=tokens)
 
 
 # -- answers ------------------------------------------------------------------
@@ -105,96 +128,6 @@ def job_error(job: GatewayJob) -> APIError | None:
     return None
 
 
-class _Answer:
-    """Renders one request's answer, streamed and not, in OpenAI's shapes."""
-
-    def __init__(self, params: Params) -> None:
-        self.params = params
-        prefix = "chatcmpl" if params.endpoint == "chat" else "cmpl"
-        self.id = f"{prefix}-{secrets.token_hex(12)}"
-        self.created = int(time.time())
-        self.object = "chat.completion" if params.endpoint == "chat" else "text_completion"
-
-    def usage(self, job: GatewayJob) -> dict[str, int]:
-        prompt = self.params.request.approx_prompt_tokens()
-        completion = len(job.produced)
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-
-    def finish_reason(self, job: GatewayJob) -> str:
-        # Runners yield one piece per token: as many pieces as max_tokens = cut short.
-        return "length" if len(job.produced) >= self.params.request.max_tokens else "stop"
-
-    def _base(self, obj: str) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": obj,
-            "created": self.created,
-            "model": self.params.model,
-            "system_fingerprint": None,
-        }
-
-    def render(self, job: GatewayJob) -> dict[str, Any]:
-        text = "".join(job.produced)
-        reason = self.finish_reason(job)
-        if self.params.endpoint == "chat":
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": reason,
-                "logprobs": None,
-            }
-        else:
-            choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
-        snap = job.handle.job
-        return {
-            **self._base(self.object),
-            "choices": [choice],
-            "usage": self.usage(job),
-            # Ignored by OpenAI clients; useful to a caller that wants to know.
-            "tierlm": {
-                "job_id": job.id,
-                "class": job.meta.class_name,
-                "producer": snap.producer,
-                "time_to_first_token": (
-                    None if job.first_token_at is None else job.first_token_at - snap.submitted_at
-                ),
-            },
-        }
-
-    # SSEFormat
-    def _chunk(self, delta: dict[str, Any] | str, finish: str | None) -> dict[str, Any]:
-        if self.params.endpoint == "chat":
-            choice: dict[str, Any] = {
-                "index": 0,
-                "delta": delta,
-                "finish_reason": finish,
-                "logprobs": None,
-            }
-            return {**self._base("chat.completion.chunk"), "choices": [choice]}
-        choice = {"index": 0, "text": delta, "finish_reason": finish, "logprobs": None}
-        return {**self._base("text_completion"), "choices": [choice]}
-
-    def start(self) -> list[Mapping[str, Any]]:
-        if self.params.endpoint == "chat":
-            return [self._chunk({"role": "assistant", "content": ""}, None)]
-        return []
-
-    def piece(self, text: str) -> Mapping[str, Any]:
-        return self._chunk({"content": text} if self.params.endpoint == "chat" else text, None)
-
-    def end(self, job: GatewayJob) -> list[Mapping[str, Any]]:
-        empty: dict[str, Any] | str = {} if self.params.endpoint == "chat" else ""
-        chunks: list[Mapping[str, Any]] = [self._chunk(empty, self.finish_reason(job))]
-        if self.params.include_usage:
-            obj = "chat.completion.chunk" if self.params.endpoint == "chat" else "text_completion"
-            chunks.append({**self._base(obj), "choices": [], "usage": self.usage(job)})
-        return chunks
-
-
 def gateway_of(request: Request) -> Gateway:
     gateway: Gateway = request.app.state.gateway
     return gateway
@@ -206,11 +139,12 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     settings = gateway.settings
     body = await read_json(request, settings.limits.max_body_bytes)
     parse = parse_chat if endpoint == "chat" else parse_completion
-    params = parse(body, settings.limits)
+    params = parse(body, settings.limits, settings.backend.kind)
     gateway.check_model(params.model)
     meta = job_meta(request.headers, principal, settings.classes)
+    params = replace(params, request=await counted(gateway, params.request))
     job = gateway.submit(meta, params.request)
-    answer = _Answer(params)
+    answer = Answer(params)
     if params.stream:
         return JobStream(job, answer, job_error, settings.server.sse_heartbeat)
     return JobResult(job, answer.render, job_error)
@@ -222,35 +156,6 @@ async def chat_completions(request: Request) -> Response:
 
 async def completions(request: Request) -> Response:
     return await _generate(request, "completions")
-
-
-def _model_card(gateway: Gateway, model: str) -> dict[str, Any]:
-    return {
-        "id": model,
-        "object": "model",
-        "created": int(gateway.started_at),
-        "owned_by": "tierlm",
-    }
-
-
-async def list_models(request: Request) -> Response:
-    gateway = gateway_of(request)
-    gateway.keys.authenticate(request)
-    # The embedding model too: tools discover what to embed with here.
-    models = list(gateway.model_ids)
-    if gateway.embedding_model is not None and gateway.embedding_model not in models:
-        models.append(gateway.embedding_model)
-    data = [_model_card(gateway, m) for m in models]
-    return JSONResponse({"object": "list", "data": data})
-
-
-async def get_model(request: Request) -> Response:
-    gateway = gateway_of(request)
-    gateway.keys.authenticate(request)
-    model = request.path_params["model"]
-    if model != gateway.embedding_model:
-        gateway.check_model(model)
-    return JSONResponse(_model_card(gateway, model))
 
 
 async def health(request: Request) -> Response:
@@ -273,7 +178,6 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/models", list_models, methods=["GET"]),
-        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+        *models_api.routes(),
         Route("/health", health, methods=["GET"]),
     ]

@@ -4,11 +4,12 @@ its model gets a 400 in OpenAI's format naming the field (``param``) and what
 it must be (``validation.explain``).
 
 Unknown fields are rejected, as vLLM's OpenAI server does: the gateway answers
-only what it can honour. Fields OpenAI (or llama.cpp's server) defines that the
-gateway does not honour yet are declared with ``not_supported``: any value that
-would ask for the feature is a 400 saying so (``code: "unsupported"``), and a
-value that asks for nothing (``n: 1``, ``logprobs: false``) passes. Supporting
-one later (tools, structured output, logit_bias) is giving it a real type.
+only what it can honour. Fields OpenAI defines that no backend honours are
+declared with ``not_supported``: any value that would ask for the feature is a
+400 saying so (``code: "unsupported"``), and a value that asks for nothing
+(``n: 1``, ``echo: false``) passes. The rest reach the runner in
+``GenerationRequest.extra`` (``extras``), only when they ask for something;
+whether the configured backend honours each is ``compat.py``'s table.
 """
 
 from __future__ import annotations
@@ -26,6 +27,15 @@ from pydantic import (
     model_validator,
 )
 
+from tierlm.server.chat_schema import (
+    Message,
+    NamedToolChoice,
+    ResponseFormat,
+    TextFormat,
+    TextPart,
+    Tool,
+    ToolChoice,
+)
 from tierlm.server.errors import APIError
 from tierlm.server.schema import Expect, FieldError, Schema
 from tierlm.server.validation import JSON_WORDS, first_problem, json_type
@@ -69,9 +79,6 @@ def not_supported(
     return AfterValidator(refuse)
 
 
-NOT_YET = "not supported yet by this gateway"
-
-
 def _one(value: Any) -> bool:
     return value is None or value == 1
 
@@ -109,63 +116,22 @@ class StreamOptions(Schema):
     """A last chunk with the usage (and no choices)."""
 
 
-class TextPart(Schema):
-    """A text part of a message's content."""
-
-    type: Literal["text"]
-    text: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _text_only(cls, value: Any) -> Any:
-        if isinstance(value, dict) and value.get("type") != "text":
-            kind = value.get("type")
-            raise FieldError(f"only text parts are supported, got {kind!r}", code="unsupported")
-        return value
-
-
-def _parts(value: Any) -> Any:
-    return [{"type": "text", "text": value}] if isinstance(value, str) else value
-
-
-# Chat roles a plain text chat template knows; OpenAI's "developer" is a system message.
-Role = Literal["system", "developer", "user", "assistant"]
-CONTENT = Expect("a string or an array of text parts")
-
-
-class Message(Schema):
-    """A chat message: a role and text content."""
-
-    role: Role
-    content: Annotated[
-        list[Annotated[TextPart, Expect("a text part {type: text, text}")]] | None,
-        BeforeValidator(_parts),
-        CONTENT,
-    ] = None
-    name: Annotated[Any, not_supported(NOT_YET)] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_tool_messages(cls, value: Any) -> Any:
-        if isinstance(value, dict) and value.get("role") == "tool":
-            raise FieldError(
-                "tool messages are not supported by this gateway", "role", code="unsupported"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _content(self) -> Message:
-        if self.content is None and self.role != "assistant":
-            raise FieldError(f"must be {CONTENT.text}, got null", "content")
-        return self
-
-    def as_runner_message(self) -> dict[str, str]:
-        role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": "".join(p.text for p in self.content or ())}
-
-
 Probability = Annotated[float | None, Field(ge=0, le=1)]
 Penalty = Annotated[float | None, Field(ge=-2, le=2)]
+
+
+def _token_ids(biases: dict[str, float] | None) -> dict[str, float] | None:
+    for key in biases or {}:
+        if not key.isdigit():
+            raise FieldError(f"keys must be token ids (decimal integers), got {key!r}", key)
+    return biases
+
+
+LogitBias = Annotated[
+    dict[str, Annotated[float, Field(ge=-100, le=100)]] | None,
+    AfterValidator(_token_ids),
+    Expect("an object of token id -> bias between -100 and 100"),
+]
 
 
 class GenerationFields(Schema):
@@ -187,24 +153,23 @@ class GenerationFields(Schema):
     presence_penalty: Penalty = None
     frequency_penalty: Penalty = None
     seed: int | None = None
-    # llama.cpp's sampling options, passed to the runner as they are.
+    # llama.cpp's sampling options.
     top_k: Annotated[int | None, Field(ge=0)] = None
     min_p: Probability = None
     repeat_penalty: Annotated[float | None, Field(ge=0)] = None
+    logit_bias: LogitBias = None
+    """Token id -> bias added to its logit; -100 bans the token."""
+    grammar: Annotated[str | None, Field(min_length=1)] = None
+    """A GBNF grammar (llama.cpp's) the output must match."""
+    mirostat_mode: Literal[0, 1, 2] | None = None
+    mirostat_tau: Annotated[float | None, Field(gt=0)] = None
+    mirostat_eta: Annotated[float | None, Field(gt=0)] = None
     user: str | None = None
     """An end user's id, for OpenAI's abuse monitoring; it changes no output and
     tierlm keeps it nowhere."""
     n: Annotated[
         Any, not_supported("only 1 choice per request is supported, got {value}", _one)
     ] = None
-    logprobs: Annotated[
-        Any, not_supported("log-probabilities are not supported by this gateway")
-    ] = None
-    logit_bias: Annotated[Any, not_supported(NOT_YET)] = None
-    grammar: Annotated[Any, not_supported(NOT_YET)] = None
-    mirostat_mode: Annotated[Any, not_supported(NOT_YET)] = None
-    mirostat_tau: Annotated[Any, not_supported(NOT_YET)] = None
-    mirostat_eta: Annotated[Any, not_supported(NOT_YET)] = None
 
     @model_validator(mode="after")
     def _within_limits(self, info: ValidationInfo) -> GenerationFields:
@@ -218,6 +183,18 @@ class GenerationFields(Schema):
             )
         return self
 
+    @model_validator(mode="after")
+    def _mirostat(self) -> GenerationFields:
+        if not self.mirostat_mode:
+            for name in ("mirostat_tau", "mirostat_eta"):
+                if getattr(self, name) is not None:
+                    raise FieldError("has no effect without mirostat_mode 1 or 2", name)
+        elif self.temperature == 0:
+            raise FieldError(
+                "mirostat samples: it needs a temperature above 0 (0 is greedy)", "mirostat_mode"
+            )
+        return self
+
     def max_tokens_field(self) -> tuple[str, int | None]:
         return "max_tokens", self.max_tokens
 
@@ -225,19 +202,25 @@ class GenerationFields(Schema):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
-    def sampling(self) -> dict[str, Any]:
-        """The options the runner gets beside temperature and stop (``GenerationRequest.extra``)."""
-        names = ("top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p")
-        extra = {name: getattr(self, name) for name in (*names, "repeat_penalty")}
+    def extras(self) -> dict[str, Any]:
+        """What the runner gets beside max_tokens, temperature and stop
+        (``GenerationRequest.extra``): each field that asks for something."""
+        names = (
+            "top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p",
+            "repeat_penalty", "grammar", "mirostat_mode", "mirostat_tau", "mirostat_eta",
+        )  # fmt: skip
+        extra = {name: getattr(self, name) for name in names}
+        # Values that ask for nothing: mirostat off, no biases.
+        extra["mirostat_mode"] = self.mirostat_mode or None
+        extra["logit_bias"] = self.logit_bias or None
         return {name: value for name, value in extra.items() if value is not None}
-
-
-def _text_format(value: Any) -> bool:
-    return value is None or value == {"type": "text"}
 
 
 def _text_only(value: Any) -> bool:
     return value is None or value == ["text"]
+
+
+USE_TOOLS = "use tools and tool_choice (functions and function_call are deprecated)"
 
 
 class ChatRequest(GenerationFields):
@@ -250,17 +233,67 @@ class ChatRequest(GenerationFields):
     ]
     max_completion_tokens: int | None = None
     """OpenAI's newer name for ``max_tokens``; it wins when both are given."""
-    tools: Annotated[Any, not_supported("tool calling is not supported by this gateway")] = None
-    tool_choice: Annotated[Any, not_supported(NOT_YET)] = None
-    parallel_tool_calls: Annotated[Any, not_supported(NOT_YET)] = None
-    functions: Annotated[Any, not_supported("tool calling is not supported by this gateway")] = None
-    function_call: Annotated[Any, not_supported(NOT_YET)] = None
-    response_format: Annotated[
-        Any, not_supported('only {{"type": "text"}} is supported', _text_format)
-    ] = None
-    top_logprobs: Annotated[Any, not_supported(NOT_YET)] = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = Field(default=None, discriminator="type")
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    functions: Annotated[Any, not_supported(USE_TOOLS)] = None
+    function_call: Annotated[Any, not_supported(USE_TOOLS)] = None
     modalities: Annotated[Any, not_supported("only text is supported", _text_only)] = None
-    audio: Annotated[Any, not_supported(NOT_YET)] = None
+    audio: Annotated[Any, not_supported("audio output is not supported")] = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ChatRequest:
+        names = [tool.function.name for tool in self.tools or ()]
+        choice = self.tool_choice
+        if choice is not None and not names and choice != "none":
+            raise FieldError("needs tools: there is nothing to call", "tool_choice")
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise FieldError(
+                f"no tool is named {choice.function.name!r} (tools: {', '.join(names)})",
+                "tool_choice",
+                "function",
+                "name",
+            )
+        if len(set(names)) < len(names):
+            raise FieldError("two tools have the same name", "tools")
+        if self.top_logprobs and not self.logprobs:
+            raise FieldError("needs logprobs: true", "top_logprobs")
+        if self.logprobs and self.tools and self.tool_choice != "none":
+            raise FieldError("not supported together with tools", "logprobs", code="unsupported")
+        if self.grammar is not None and (self.tools or self._json_format):
+            raise FieldError(
+                "give either a grammar or response_format/tools: each is a grammar", "grammar"
+            )
+        return self
+
+    @property
+    def _json_format(self) -> bool:
+        return self.response_format is not None and not isinstance(self.response_format, TextFormat)
+
+    def extras(self) -> dict[str, Any]:
+        extra = super().extras()
+        if self._json_format:
+            assert self.response_format is not None
+            extra["response_format"] = self.response_format.model_dump(
+                by_alias=True, exclude_none=True
+            )
+        if self.tools:
+            extra["tools"] = [tool.model_dump(exclude_none=True) for tool in self.tools]
+            choice = self.tool_choice
+            if choice is not None:
+                extra["tool_choice"] = (
+                    choice.model_dump() if isinstance(choice, NamedToolChoice) else choice
+                )
+            if self.parallel_tool_calls is not None:
+                extra["parallel_tool_calls"] = self.parallel_tool_calls
+        if self.logprobs:
+            extra["logprobs"] = True
+            if self.top_logprobs:
+                extra["top_logprobs"] = self.top_logprobs
+        return extra
 
     def max_tokens_field(self) -> tuple[str, int | None]:
         if self.max_completion_tokens is not None:
@@ -280,9 +313,19 @@ class CompletionRequest(GenerationFields):
     """``POST /v1/completions``."""
 
     prompt: Annotated[str, BeforeValidator(_one_prompt), Expect("a string")]
+    logprobs: Annotated[int | None, Field(ge=0, le=5)] = None
+    """Log-probabilities of each token and of the ``logprobs`` likeliest (0 to 5)."""
     echo: Annotated[Any, not_supported("not supported by this gateway")] = None
     suffix: Annotated[Any, not_supported("not supported by this gateway")] = None
     best_of: Annotated[Any, not_supported("only 1 is supported, got {value}", _one)] = None
+
+    def extras(self) -> dict[str, Any]:
+        extra = super().extras()
+        if self.logprobs is not None:
+            extra["logprobs"] = True
+            if self.logprobs:
+                extra["top_logprobs"] = self.logprobs
+        return extra
 
 
 # -- embeddings -----------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -89,7 +89,9 @@ class SSEFormat(Protocol):
 
     def start(self) -> list[Mapping[str, Any]]: ...
 
-    def piece(self, text: str) -> Mapping[str, Any]: ...
+    def piece(self, text: str) -> Sequence[Mapping[str, Any]]:
+        """The chunks of one piece: none while it is held back (a tool call's
+        tail), several when it completes what was."""
 
     def end(self, job: GatewayJob) -> list[Mapping[str, Any]]: ...
 
@@ -155,7 +157,7 @@ class JobStream(Response):
                     out += b"".join(sse_data(chunk) for chunk in self.fmt.start())
                     started = True
                 for piece in job.produced[sent:]:
-                    out += sse_data(self.fmt.piece(piece))
+                    out += b"".join(sse_data(chunk) for chunk in self.fmt.piece(piece))
                 sent = len(job.produced)
             if job.done:
                 failure = self.error(job)

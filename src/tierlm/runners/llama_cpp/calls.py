@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.llama_cpp.messages import Failed, Log, Piece, Progress, Reply
-from tierlm.runners.protocol import RunnerError
+from tierlm.runners.protocol import InvalidRequest, RunnerError, TokenPiece
 
 if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.messages import Event
@@ -55,6 +55,10 @@ class Call:
             return
         if isinstance(outcome, Reply):
             self.done.set_result(outcome.value)
+        elif isinstance(outcome, Failed) and outcome.invalid:
+            self.done.set_exception(
+                InvalidRequest(outcome.message, param=outcome.param, model_id=outcome.model_id)
+            )
         elif isinstance(outcome, Failed):
             self.done.set_exception(RunnerError(outcome.message, model_id=outcome.model_id))
         else:
@@ -67,8 +71,11 @@ class Call:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             self.loop.call_soon_threadsafe(self._settle, outcome)
 
-    def piece(self, text: str) -> None:
+    def piece(self, event: Piece) -> None:
         assert self.pieces is not None
+        text = event.text
+        if event.logprobs is not None:
+            text = TokenPiece(text, *event.logprobs)
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self.pieces.put_nowait, text)
 
@@ -108,7 +115,7 @@ class Calls:
         if isinstance(event, Piece):
             call = self._streams.get(event.gen_id)
             if call is not None:
-                call.piece(event.text)
+                call.piece(event)
         elif isinstance(event, Reply | Failed):
             with self._lock:
                 call = self._calls.pop(event.call_id, None)

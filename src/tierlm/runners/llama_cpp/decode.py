@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import codecs
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tierlm.runners.llama_cpp.logprobs import Logprobs
 from tierlm.runners.llama_cpp.messages import GenerationStats, Piece
-from tierlm.runners.protocol import RunnerError
+from tierlm.runners.llama_cpp.sampling import build_sampler, resumed_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -31,10 +32,11 @@ if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.control import ControlBlock
     from tierlm.runners.llama_cpp.faults import FaultInjection
     from tierlm.runners.llama_cpp.loader import LoadedModel
+    from tierlm.runners.llama_cpp.logprobs import TokenLogprobs
     from tierlm.runners.llama_cpp.snapshots import Plan, TokenLog
     from tierlm.runners.protocol import GenerationRequest
 
-__all__ = ["RUN_AHEAD", "decode", "sampling_options"]
+__all__ = ["RUN_AHEAD", "decode"]
 
 RUN_AHEAD = 8
 """Tokens the decode loop may produce beyond what its reader has taken.
@@ -45,70 +47,6 @@ have honoured at once. A few tokens of slack keep the loop from waiting on
 the reader for every token."""
 # How often a loop that is RUN_AHEAD tokens ahead checks its reader again.
 _RUN_AHEAD_POLL = 0.001
-
-# llama-cpp-python's generate() sampling defaults, used when a request leaves them open.
-_SAMPLING_DEFAULTS: dict[str, Any] = {"temp": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
-# GenerationRequest.extra keys passed to Llama.generate (OpenAI names -> llama-cpp names).
-_SAMPLING_KEYS = {
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "typical_p": "typical_p",
-    "repeat_penalty": "repeat_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "mirostat_mode": "mirostat_mode",
-    "mirostat_tau": "mirostat_tau",
-    "mirostat_eta": "mirostat_eta",
-}
-# Sampling options this runner will take but cannot apply yet: refused by name,
-# never silently ignored (structured output adds them).
-_NOT_YET = ("logit_bias",)
-
-
-def sampling_options(request: GenerationRequest, llm: Any) -> dict[str, Any]:
-    """``Llama.generate`` keyword arguments for ``request``.
-
-    ``extra["grammar"]`` is a GBNF grammar (llama.cpp's) that constrains the
-    output; keys this runner does not know are left to other backends.
-    """
-    model_id = request.model_id
-    sampling = dict(_SAMPLING_DEFAULTS)
-    if request.temperature is not None:
-        sampling["temp"] = request.temperature
-    for key, value in request.extra.items():
-        if key in _SAMPLING_KEYS:
-            sampling[_SAMPLING_KEYS[key]] = value
-        elif key in _NOT_YET:
-            raise RunnerError(
-                f"model {model_id!r}: {key}: not supported by the llama-cpp runner yet",
-                model_id=model_id,
-            )
-    grammar = request.extra.get("grammar")
-    if grammar is not None:
-        sampling["grammar"] = _grammar(str(grammar), llm, model_id)
-    return sampling
-
-
-def _grammar(text: str, llm: Any, model_id: str) -> Any:
-    """A checked GBNF grammar: llama.cpp returns no sampler for a grammar it
-    cannot parse, and llama-cpp-python would add that null to the sampler
-    chain (a segfault), so it is parsed once here first."""
-    import llama_cpp
-    from llama_cpp.llama_grammar import LlamaGrammar
-
-    grammar = LlamaGrammar.from_string(text, verbose=False)
-    sampler = llama_cpp.llama_sampler_init_grammar(
-        llm._model.vocab, text.encode("utf-8"), grammar._root.encode("utf-8")
-    )
-    if not sampler:
-        raise RunnerError(
-            f"model {model_id!r}: grammar: not a valid GBNF grammar (llama.cpp could not "
-            "parse it; its message is in the worker's log)",
-            model_id=model_id,
-        )
-    llama_cpp.llama_sampler_free(sampler)
-    return grammar
 
 
 def decode(
@@ -133,20 +71,19 @@ def decode(
     def stop() -> bool:
         return control.stop_reason(gen_id) is not None
 
-    def emit(text: str) -> bool:
+    def emit(text: str, scores: TokenLogprobs | None = None) -> bool:
         index = stats.tokens
         while index - control.consumed(gen_id) >= RUN_AHEAD:  # bounded run-ahead
             if stop():
                 return False
             time.sleep(_RUN_AHEAD_POLL)
         stats.tokens += 1
-        send(Piece(gen_id, text))
+        send(Piece(gen_id, text, scores))
         return True
 
-    sampling = sampling_options(request, llm)
-    model_seed = llm._seed
-    if "seed" in request.extra:  # for this request only; restored below
-        llm.set_seed(int(request.extra["seed"]))
+    seed = int(request.extra.get("seed", llm._seed))
+    sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
+    logprobs = Logprobs.of(request, llm)
     vocab = llm._model.vocab
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     stops = [s for s in request.stop if s]
@@ -155,7 +92,9 @@ def decode(
     null_cb = llama_cpp.ggml_abort_callback()
     n_ctx = llm.n_ctx()
 
-    generator = llm.generate(plan.tokens, reset=True, **sampling)
+    # Llama.generate keeps its KV-cache reuse; the sampler chain is ours (sampling.py).
+    llm._init_sampler = lambda **_: sampler
+    generator = llm.generate(plan.tokens, reset=True)
     first_at: float | None = None
     try:
         for i in range(request.max_tokens):
@@ -191,13 +130,14 @@ def decode(
             if llama_cpp.llama_vocab_is_eog(vocab, token):
                 stats.ended = "eos"
                 break
+            scores = logprobs.of_token(token) if logprobs is not None else None
             piece = utf8.decode(llm.detokenize([token], special=False))
             if stops:
                 held += piece
                 hit = _find_stop(held, stops)
                 if hit is not None:
                     _record(journal, token, held[:hit], clean=False)
-                    emit(held[:hit])
+                    emit(held[:hit], scores)
                     held = ""
                     stats.ended = "stop"
                     break
@@ -207,7 +147,7 @@ def decode(
                 cut = len(held) if i == request.max_tokens - 1 else _safe_prefix(held, stops)
                 piece, held = held[:cut], held[cut:]
             _record(journal, token, piece, clean=not held and not utf8.getstate()[0])
-            if not emit(piece):
+            if not emit(piece, scores):
                 stats.ended = "cancelled"
                 break
         else:
@@ -219,7 +159,7 @@ def decode(
             emit(held)
     finally:
         generator.close()
-        llm.set_seed(model_seed)
+        del llm._init_sampler
         if first_at is not None:
             stats.decode_seconds = time.perf_counter() - first_at
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tierlm.runners.llama_cpp.chat_format import chat_for_template
 from tierlm.runners.llama_cpp.messages import LoadInfo
 from tierlm.runners.protocol import GenerationRequest, Message, RunnerError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from tierlm.runners.llama_cpp.spec import LlamaModelSpec
 
@@ -78,16 +79,20 @@ class _Text:
             spec.system_prompt,
         )
 
-    def render_chat(self, messages: Sequence[Message]) -> str:
+    def render_chat(
+        self, messages: Sequence[Message], extra: Mapping[str, Any] | None = None
+    ) -> str:
         """The chat template applied to ``messages``, ready for the assistant's
-        answer (as llama-cpp-python's chat completion does)."""
+        answer (as llama-cpp-python's chat completion does), with the tools
+        and tool calls of ``extra`` (``chat_format.py``)."""
         formatter = _formatter(self.template, self.eos_text, self.bos_text)
         rendered = [dict(m) for m in messages]
         if self.system_prompt is not None and not any(
             m.get("role") in ("system", "developer") for m in rendered
         ):
             rendered.insert(0, {"role": "system", "content": self.system_prompt})
-        prompt: str = formatter(messages=rendered).prompt
+        rendered, variables = chat_for_template(rendered, extra or {}, self.template)
+        prompt: str = formatter(messages=rendered, **variables).prompt
         return prompt
 
     def prompt_text(self, request: GenerationRequest) -> str:
@@ -95,7 +100,7 @@ class _Text:
         if request.prompt is not None:
             return request.prompt
         assert request.messages is not None
-        return self.render_chat(request.messages)
+        return self.render_chat(request.messages, request.extra)
 
     def tokenize(self, text: str, *, prompt: bool) -> list[int]:
         """Chat: the template writes any BOS itself (llama-cpp-python's chat

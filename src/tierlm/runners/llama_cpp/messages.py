@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.faults import FaultInjection
     from tierlm.runners.llama_cpp.kv_pool import PoolStats
+    from tierlm.runners.llama_cpp.logprobs import TokenLogprobs
     from tierlm.runners.llama_cpp.spec import LlamaModelSpec
     from tierlm.runners.protocol import GenerationRequest
 
@@ -162,6 +163,8 @@ Command = Configure | Load | Unload | Generate | RenderPrompt | InjectFault | Sh
 class Piece:
     gen_id: int
     text: str
+    logprobs: TokenLogprobs | None = None
+    """The token's log-probabilities, when the request asked for them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +178,9 @@ class Failed:
     call_id: int
     message: str
     model_id: str | None = None
+    invalid: bool = False
+    """The request's fault (``InvalidRequest``), not the worker's."""
+    param: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

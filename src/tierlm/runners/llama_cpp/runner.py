@@ -32,6 +32,7 @@ from tierlm.runners.llama_cpp.messages import (
     LoadInfo,
     RenderPrompt,
     Shutdown,
+    Unload,
 )
 from tierlm.runners.llama_cpp.spec import LlamaModelSpec
 from tierlm.runners.llama_cpp.transport import Worker, WorkerProcess, WorkerThread
@@ -233,6 +234,44 @@ class LlamaCppRunner:
         self.loaded_model = model_id
         self.loads += 1
         self.last_load_seconds = time.perf_counter() - started
+
+    async def unload(self) -> None:
+        """Free the model (its weights and context); the worker stays up for
+        the next load. Not interruptible, like a load."""
+        await asyncio.shield(self._unload())
+
+    async def _unload(self) -> None:
+        if self.loaded_model is None:
+            return
+        self.loaded_model = None
+        worker = self._worker
+        if worker is not None and worker.exit_code is None:
+            _, call = await self._call(Unload(next(self._ids)))
+            with contextlib.suppress(WorkerCrashed):  # nothing left to free
+                await call.result()
+
+    def describe(self, model_id: str) -> dict[str, object]:
+        """A model's load options, and what llama.cpp applied when it was loaded
+        (``GET /v1/models``)."""
+        spec = self.spec(model_id)
+        options: dict[str, object] = {
+            "path": str(spec.path),
+            "n_ctx": spec.n_ctx,
+            "n_threads": spec.threads,
+            "n_batch": spec.n_batch,
+            "n_gpu_layers": spec.n_gpu_layers,
+            "use_extra_bufts": False if model_id in self.extra_bufts_off else spec.use_extra_bufts,
+            "flash_attn": spec.flash_attn,
+        }
+        load = self.last_load
+        if model_id == self.loaded_model and load is not None and load.model_id == model_id:
+            options["applied"] = {
+                "n_ctx": load.n_ctx,
+                "n_threads": load.n_threads,
+                "use_extra_bufts": load.use_extra_bufts,
+                "load_seconds": round(load.seconds, 3),
+            }
+        return options
 
     async def _open(self, model_id: str) -> LoadInfo:
         """Load ``model_id`` in the worker, with the start-up probe: if the

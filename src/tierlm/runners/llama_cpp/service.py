@@ -38,7 +38,8 @@ from tierlm.runners.llama_cpp.messages import (
     Shutdown,
     Unload,
 )
-from tierlm.runners.protocol import RunnerError
+from tierlm.runners.llama_cpp.sampling import check_options
+from tierlm.runners.protocol import InvalidRequest, RunnerError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -98,6 +99,11 @@ class DecodeService:
                 return
             try:
                 self._send(Reply(command.call_id, self._execute(command)))
+            except InvalidRequest as exc:
+                model_id = getattr(command, "model_id", None) or getattr(
+                    getattr(command, "request", None), "model_id", None
+                )
+                self._send(_invalid(command.call_id, exc, model_id))
             except RunnerError as exc:
                 self._send(Failed(command.call_id, str(exc), exc.model_id))
             except Exception as exc:
@@ -215,14 +221,18 @@ class DecodeService:
             vocab = self._vocabs.get(key)
             if vocab is None:
                 vocab = self._vocabs[key] = open_vocab(command.model_id, command.spec)
-            self._send(Reply(command.call_id, vocab.text.render(command.request)))
+            rendered = vocab.text.render(command.request)
+            # What the generation would refuse, refused now: before the request waits.
+            check_options(vocab.text.model, command.request)
+            self._send(Reply(command.call_id, rendered))
+        except InvalidRequest as exc:
+            self._send(_invalid(command.call_id, exc, command.model_id))
         except RunnerError as exc:
             self._send(Failed(command.call_id, str(exc), exc.model_id))
-        except Exception as exc:
-            self._send(
-                Failed(
-                    command.call_id,
-                    f"model {command.model_id!r}: rendering the prompt failed: {exc}",
-                    command.model_id,
-                )
-            )
+        except Exception as exc:  # the chat template raised: it refuses these messages
+            message = f"the chat template of model {command.model_id!r} cannot render them: {exc}"
+            self._send(_invalid(command.call_id, InvalidRequest(message, param="messages")))
+
+
+def _invalid(call_id: int, exc: InvalidRequest, model_id: str | None = None) -> Failed:
+    return Failed(call_id, str(exc), exc.model_id or model_id, invalid=True, param=exc.param)

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from tierlm.runners.protocol import Runner
 from tierlm.server.backends.base import MODELS, BackendSettings, at_least_one
+from tierlm.server.keep_alive import Duration
 from tierlm.server.schema import Expect, FieldError, PathField, Required, Schema
 
 __all__ = ["LlamaCppBackend", "LlamaModel"]
@@ -49,6 +50,8 @@ class LlamaModel(Schema):
     """A Jinja chat template instead of the model's own."""
     options: Mapping[str, Any] = Field(default_factory=dict)
     """Any other ``llama_cpp.Llama`` argument (``flash_attn = true``...)."""
+    keep_alive: Duration = None
+    """Unload the model after this long idle (``"10m"``; unset: keep it until a swap)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -57,7 +60,7 @@ class LlamaModel(Schema):
 
     def load_options(self) -> dict[str, Any]:
         """The options given, as ``LlamaModelSpec`` takes them (the rest keep its defaults)."""
-        return self.model_dump(exclude={"path"}, exclude_unset=True)
+        return self.model_dump(exclude={"path", "keep_alive"}, exclude_unset=True)
 
 
 def _paths_as_ids(value: Any) -> Any:

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field, model_validator
 from tierlm.runners.protocol import Runner
 from tierlm.runners.simulated import DEFAULT_SWAP_SECONDS, DEFAULT_TOKEN_INTERVAL
 from tierlm.server.backends.base import MODELS, BackendSettings, ModelTable, at_least_one
+from tierlm.server.keep_alive import Duration
 from tierlm.server.schema import Flag, Schema
 
 __all__ = ["SimBackend", "SimModel"]
@@ -20,7 +21,10 @@ DEFAULT_SIM_MODELS = ("sim-a", "sim-b")
 
 
 class SimModel(Schema):
-    """A simulated model: it has no settings (``[backend.models.ID]`` is empty)."""
+    """A simulated model: it has no file, only an idle time to live."""
+
+    keep_alive: Duration = None
+    """Unload the model after this long idle (``"10m"``; unset: keep it until a swap)."""
 
     @model_validator(mode="before")
     @classmethod

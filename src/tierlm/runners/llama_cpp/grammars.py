@@ -1,0 +1,237 @@
+"""The GBNF grammar that constrains a request's output: structured output and tool calls.
+
+A request's ``extra`` may ask for JSON (``response_format``: ``json_object``, or
+``json_schema`` with a schema), for tool calls (``tools`` with ``tool_choice``)
+or give llama.cpp's own ``grammar``. llama-cpp-python's JSON-schema converter
+(``llama_grammar.SchemaConverter``, a port of llama.cpp's
+``json_schema_to_grammar``) writes the rules of each schema; this module puts
+them together:
+
+- ``json_object``: any JSON object; ``json_schema``: that schema's value;
+- tool calls (``tierlm.runners.tool_calls`` format), one rule per tool: its
+  name, then arguments matching its ``parameters``;
+- ``tool_choice``: ``required`` = one call (several only with
+  ``parallel_tool_calls: true``: like llama.cpp's server, and unlike OpenAI,
+  the default is one, since a small model given the choice tends to repeat
+  the same call until ``max_tokens``), a named function = exactly one call of it,
+  ``auto`` = calls OR an answer: free text that never contains ``<tool_call>``
+  (or, with a ``response_format``, its JSON), ``none`` = no calls.
+
+A schema keyword the converter does not turn into rules (``minimum``,
+``uniqueItems``...) would let the model write JSON that does not match the
+schema, so such a schema is refused (``InvalidRequest``), never half-honoured.
+Strings exclude raw control characters: the converter's ``char`` rule allows
+them, and a newline inside a JSON string is not JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tierlm.runners.protocol import InvalidRequest
+from tierlm.runners.tool_calls import CLOSE_TAG, OPEN_TAG
+
+__all__ = ["SUPPORTED_KEYWORDS", "request_grammar", "tool_choice"]
+
+# Keywords the converter turns into rules.
+_STRUCTURE = frozenset(
+    {
+        "type", "properties", "required", "additionalProperties", "items", "prefixItems",
+        "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs",
+        "definitions", "pattern", "minLength", "maxLength", "format",
+    }
+)  # fmt: skip
+# Keywords that constrain nothing (annotations), or that the rules above already
+# decide (a discriminator names the const property of each branch).
+_ANNOTATIONS = frozenset(
+    {
+        "title", "description", "default", "examples", "$schema", "$id", "$comment",
+        "deprecated", "readOnly", "writeOnly", "discriminator", "strict",
+    }
+)  # fmt: skip
+SUPPORTED_KEYWORDS = _STRUCTURE | _ANNOTATIONS
+# String formats the converter has rules for.
+_FORMATS = frozenset({"date", "time", "date-time", "uuid", *(f"uuid{n}" for n in range(1, 6))})
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
+
+
+def tool_choice(extra: Mapping[str, Any]) -> Any:
+    """The request's tool choice: OpenAI's default is ``auto`` when tools are given."""
+    return extra.get("tool_choice") or "auto"
+
+
+def request_grammar(extra: Mapping[str, Any], model_id: str) -> str | None:
+    """The grammar for a request's options, None if its output is free."""
+    raw = extra.get("grammar")
+    if raw is not None:
+        return str(raw)
+    converter = _converter()
+    response = _response_rule(converter, extra.get("response_format"), model_id)
+    tools = extra.get("tools") or ()
+    choice = tool_choice(extra)
+    if tools and choice != "none":
+        calls = _tool_rules(converter, tools, choice, extra.get("parallel_tool_calls"), model_id)
+        if choice == "auto":
+            answer = response or converter._add_rule("answer", _free_text(converter))
+            root = f"{calls} | {answer}"
+        else:
+            root = calls
+    elif response is not None:
+        root = response
+    else:
+        return None
+    converter._add_rule("root", root)
+    if "char" in converter._rules:
+        converter._rules["char"] = _JSON_CHAR
+    grammar: str = converter.format_grammar()
+    return grammar
+
+
+def _converter() -> Any:
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    return SchemaConverter(  # type: ignore[no-untyped-call]
+        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+    )
+
+
+def _response_rule(converter: Any, response_format: Any, model_id: str) -> str | None:
+    if not isinstance(response_format, Mapping):
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return _visit(converter, {"type": "object"}, "response", "response_format", model_id)
+    if kind == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        schema = spec.get("schema") or {"type": "object"}
+        where = "response_format.json_schema.schema"
+        return _visit(converter, schema, "response", where, model_id)
+    return None
+
+
+def _tool_rules(
+    converter: Any, tools: Sequence[Any], choice: Any, parallel: Any, model_id: str
+) -> str:
+    """The rule of the calls ``choice`` allows; returns its name."""
+    names: dict[str, str] = {}
+    for i, tool in enumerate(tools):
+        function = tool["function"]
+        name = function["name"]
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        where = f"tools.{i}.function.parameters"
+        arguments = _visit(converter, parameters, f"tool{i}-arguments", where, model_id)
+        head = json.dumps(f'{OPEN_TAG}\n{{"name": {json.dumps(name)}, "arguments": ')
+        tail = json.dumps("}\n" + CLOSE_TAG)
+        names[name] = converter._add_rule(f"tool{i}-call", f"{head} {arguments} {tail}")
+    if isinstance(choice, Mapping):  # {"type": "function", "function": {"name": ...}}
+        return names[choice["function"]["name"]]
+    call: str = converter._add_rule("tool-call", " | ".join(names.values()))
+    if parallel is not True:
+        return call
+    calls: str = converter._add_rule("tool-calls", f'{call} ("\\n" {call})*')
+    return calls
+
+
+def _free_text(converter: Any) -> str:
+    """Any text without ``<tool_call>`` in it: states s0..s10 of the automaton
+    that has matched the first k characters of the tag (a reply that mentions
+    the tag could otherwise not be told from a call)."""
+    tag = OPEN_TAG
+    for k in range(len(tag)):
+        if k == 0:
+            moves = ["[^<] text-s0", '"<" text-s1']
+        else:
+            char = tag[k]
+            moves = ['"<" text-s1', f"[^{char}<] text-s0"]
+            if k < len(tag) - 1:
+                moves.append(f"{json.dumps(char)} text-s{k + 1}")
+        converter._add_rule(f"text-s{k}", f"( {' | '.join(moves)} )?")
+    return "text-s0"
+
+
+def _visit(converter: Any, schema: Any, name: str, where: str, model_id: str) -> str:
+    """The rules of ``schema``, named after ``name``; returns the top rule's name."""
+    if not isinstance(schema, Mapping):
+        raise InvalidRequest(
+            f"{where}: must be a JSON schema (an object), got {type(schema).__name__}",
+            param=where,
+            model_id=model_id,
+        )
+    _check_keywords(schema, where, model_id)
+    own = _prefixed_defs(copy.deepcopy(dict(schema)), name)
+    try:
+        resolved = converter.resolve_refs(own, name)
+        rule: str = converter.visit(resolved, name)
+    except Exception as exc:  # the converter raises AssertionError, ValueError, KeyError...
+        raise InvalidRequest(
+            f"{where}: this JSON schema cannot be made a grammar: {exc or type(exc).__name__}",
+            param=where,
+            model_id=model_id,
+        ) from None
+    return rule
+
+
+def _check_keywords(schema: Any, where: str, model_id: str) -> None:
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, Mapping):
+        raise InvalidRequest(
+            f"{where}: must be a JSON schema (an object), got {type(schema).__name__}",
+            param=where,
+            model_id=model_id,
+        )
+    for key, value in schema.items():
+        at = f"{where}.{key}"
+        if key not in SUPPORTED_KEYWORDS:
+            raise InvalidRequest(
+                f"{at}: the JSON-schema keyword {key!r} is not supported by the llama-cpp "
+                "backend (its grammar could not enforce it); supported: "
+                + ", ".join(sorted(_STRUCTURE)),
+                param=at,
+                model_id=model_id,
+            )
+        if key == "format" and value not in _FORMATS:
+            raise InvalidRequest(
+                f"{at}: string format {value!r} is not supported by the llama-cpp backend "
+                f"(supported: {', '.join(sorted(_FORMATS))})",
+                param=at,
+                model_id=model_id,
+            )
+        if key in _SUBSCHEMA_MAPS and isinstance(value, Mapping):
+            for sub, subschema in value.items():
+                _check_keywords(subschema, f"{at}.{sub}", model_id)
+        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
+            for i, subschema in enumerate(value):
+                _check_keywords(subschema, f"{at}.{i}", model_id)
+        elif key in ("items", "additionalProperties") and isinstance(value, Mapping):
+            _check_keywords(value, at, model_id)
+
+
+def _prefixed_defs(schema: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``schema`` with its definitions renamed ``<prefix>-<name>``: the converter
+    names a definition's rule after it, so two schemas with a definition of
+    the same name (two tools' ``Address``) would otherwise share one rule."""
+    renames: dict[str, str] = {}
+    for key in ("$defs", "definitions"):
+        defs = schema.get(key)
+        if isinstance(defs, Mapping):
+            schema[key] = {f"{prefix}-{name}": value for name, value in defs.items()}
+            renames.update({f"#/{key}/{name}": f"#/{key}/{prefix}-{name}" for name in defs})
+
+    def rename(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rename(item) for item in node]
+        if isinstance(node, dict):
+            return {
+                k: renames.get(v, v) if k == "$ref" and isinstance(v, str) else rename(v)
+                for k, v in node.items()
+            }
+        return node
+
+    renamed: dict[str, Any] = rename(schema)
+    return renamed
