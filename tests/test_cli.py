@@ -34,3 +34,24 @@ def test_bench_lists_and_rejects_unknown(capsys: pytest.CaptureFixture[str]) -> 
     assert "pick_cost" in capsys.readouterr().out
     assert main(["bench", "--dir", str(bench), "no_such_bench"]) == 2
     assert "available:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_is_the_installed_distribution_s(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from importlib.metadata import version
+
+    assert main([flag]) == 0
+    assert capsys.readouterr().out == f"tierlm {version('tierlm')}\n"
+
+
+def test_the_console_script_says_its_version() -> None:
+    import shutil
+    import subprocess
+
+    script = shutil.which("tierlm")
+    if script is None:
+        pytest.skip("the tierlm console script is not installed")
+    done = subprocess.run([script, "--version"], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("tierlm ") and done.stdout.split()[1][0].isdigit()

@@ -39,10 +39,21 @@ EXTRAS = {"serve": "server"}
 
 
 def _usage() -> str:
-    lines = ["usage: tierlm COMMAND [options]", "", "commands:"]
+    lines = ["usage: tierlm COMMAND [options]", "       tierlm --version", "", "commands:"]
     lines += [f"  {name:<10} {help_text}" for name, (_, help_text) in COMMANDS.items()]
     lines += ["", "tierlm COMMAND --help shows a command's options."]
     return "\n".join(lines)
+
+
+def version() -> str:
+    """The installed distribution's version (its metadata: pyproject.toml's)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("tierlm")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_usage())
         return 0 if args else 2
     name = args[0]
+    if name in ("-V", "--version"):
+        print(f"tierlm {version()}")
+        return 0
     if name not in COMMANDS:
         print(f"tierlm: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
