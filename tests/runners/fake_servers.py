@@ -18,10 +18,12 @@ continues the count of such words already in the text it continues (a final
 assistant message, or a raw prompt), so a resumed generation can be checked for
 lost or duplicated tokens. ``options.num_predict`` bounds the answer.
 
-Model names select behaviour: ``slow`` waits 0.5 s before each token; ``mute``
-waits 4 * 0.5 s before it even answers (a server evaluating a long prompt before
-it sends its headers); ``broken``
-sends 3 tokens and then drops the connection; ``erroring`` sends 2 tokens and an
+Model names select behaviour: ``caller`` answers a chat that has ``tools``
+with a call of the first tool (``{"city": "Paris"}``), as Ollama sends calls:
+whole, in one message's ``tool_calls``, arguments as an object; ``slow``
+waits 0.5 s before each token; ``mute`` waits 4 * 0.5 s before it even
+answers (a server evaluating a long prompt before it sends its headers);
+``broken`` sends 3 tokens and then drops the connection; ``erroring`` sends 2 tokens and an
 error line; ``missing`` does not exist. Every other name is a fine model.
 
 The same app serves ``/v1/chat/completions`` and ``/v1/completions`` (SSE) with
@@ -95,6 +97,15 @@ def make_app(state: FakeState) -> Starlette:
                 {"model": model, "response": "", "done": True, "done_reason": reason}
             )
         state.loaded[model] = body.get("keep_alive", "5m")
+        if chat and model == "caller" and body.get("tools"):
+            name = body["tools"][0]["function"]["name"]
+            call = {"function": {"name": name, "arguments": {"city": "Paris"}}}
+            message = {"role": "assistant", "content": "", "tool_calls": [call]}
+            lines = [{"model": model, "message": message, "done": False}]
+            lines.append({"model": model, "message": {"role": "assistant", "content": ""},
+                          "done": True, "done_reason": "stop"})  # fmt: skip
+            payload = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+            return Response(payload, media_type="application/x-ndjson")
         options = body.get("options") or {}
         count = int(options.get("num_predict", 128))
         if chat:

@@ -300,3 +300,29 @@ def test_usage_is_the_tokenizer_s_count(gw: Gateway) -> None:
     assert usage.prompt_tokens == expected
     assert usage.completion_tokens == len(pieces) == answer.usage.completion_tokens
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+# -- passed through upstream ----------------------------------------------------------
+
+
+def test_the_openai_backend_passes_them_to_a_real_upstream(gw: Gateway) -> None:
+    """A gateway whose backend is another server (here this llama-cpp gateway):
+    response_format and tools go up, the upstream's streamed tool_calls come
+    back as tool_calls."""
+    settings = settings_from_dict({"backend": {"kind": "openai", "url": gw.url, "models": [MODEL]}})
+    with serve(settings) as front:
+        choice = {"type": "function", "function": {"name": "get_weather"}}
+        answer = chat(front, tools=[WEATHER, TIME], tool_choice=choice)
+        (call,) = answer.choices[0].message.tool_calls
+        assert call.function.name == "get_weather"
+        assert answer.choices[0].finish_reason == "tool_calls"
+        arguments_of(call, WEATHER)
+        response_format = {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}
+        answer = chat(front, messages=ALICE, response_format=response_format)
+        jsonschema.validate(json.loads(answer.choices[0].message.content), PERSON)
+        # Fields the upstream's backend refuses come back as its error.
+        import openai
+
+        with pytest.raises(openai.APIStatusError) as info:
+            chat(front, messages=ALICE, logit_bias={"999999": 5})
+        assert info.value.status_code == 502 and "999999" in info.value.message

@@ -85,3 +85,53 @@ def test_an_upstream_that_is_down() -> None:
         assert "backend: " in str(streamed.value)
         assert gw.http.get("/health").json()["status"] == "ok"
         assert gw.state()["stats"]["failed"] == 2
+
+
+def test_ollama_backend_tools_and_formats() -> None:
+    """OpenAI's tool fields in Ollama's API, and Ollama's whole calls back as
+    tool_calls (the fake follows Ollama's documented shapes)."""
+    state = FakeState(requests=[], loaded={}, disconnects=[])
+    with run_app(make_app(state)) as fake:
+        settings = settings_from_dict(
+            {"backend": {"kind": "ollama", "url": fake, "models": ["caller"]}}
+        )
+        with serve(settings) as gw:
+            client = gw.openai()
+            tool = {
+                "type": "function",
+                "function": {"name": "get_weather", "parameters": {"type": "object"}},
+            }
+            answer = client.chat.completions.create(
+                model="caller", messages=MESSAGES, tools=[tool], max_tokens=20
+            )
+            (call,) = answer.choices[0].message.tool_calls or []
+            assert (call.function.name, call.function.arguments) == (
+                "get_weather",
+                '{"city": "Paris"}',
+            )
+            assert answer.choices[0].finish_reason == "tool_calls"
+            history = [
+                *MESSAGES,
+                {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+            ]
+            client.chat.completions.create(
+                model="caller",
+                messages=history,
+                max_tokens=3,
+                response_format={"type": "json_object"},
+            )
+            _, sent = state.requests[-1]
+            assert sent["format"] == "json" and "tools" not in sent
+            assert sent["messages"][1]["tool_calls"] == [
+                {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+            ]
+            assert sent["messages"][2]["role"] == "tool"
+            with pytest.raises(openai.BadRequestError) as info:
+                client.chat.completions.create(
+                    model="caller", messages=MESSAGES, tools=[tool], tool_choice="required"
+                )
+            assert (
+                "tool_choice: not supported by the ollama backend (supported by: llama-cpp, openai)"
+                in info.value.message
+            )
