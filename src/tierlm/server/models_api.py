@@ -81,6 +81,7 @@ def card(request: Request, gateway: Gateway, model: str) -> dict[str, Any]:
 
 
 async def list_models(request: Request) -> Response:
+    """The models served, each with its state."""
     gateway = _gateway(request)
     # The embedding model too: tools discover what to embed with here.
     models = list(gateway.model_ids)
@@ -91,6 +92,7 @@ async def list_models(request: Request) -> Response:
 
 
 async def get_model(request: Request) -> Response:
+    """One model, with its state."""
     gateway = _gateway(request)
     model = request.path_params["model"]
     if model != gateway.embedding_model:
@@ -99,6 +101,7 @@ async def get_model(request: Request) -> Response:
 
 
 async def load_model(request: Request) -> Response:
+    """Load the model now (admin), once no job runs."""
     gateway = _gateway(request, admin=True)
     model = request.path_params["model"]
     gateway.check_model(model)
@@ -114,6 +117,7 @@ async def load_model(request: Request) -> Response:
 
 
 async def unload_model(request: Request) -> Response:
+    """Unload the model (admin), once no job runs; nothing if it is not loaded."""
     gateway = _gateway(request, admin=True)
     model = request.path_params["model"]
     gateway.check_model(model)

@@ -67,6 +67,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("GET", "/v1/models"): Operation("The models served."),
     ("GET", "/v1/models/{model}"): Operation("One model."),
+    ("POST", "/v1/models/{model}/load"): Operation(
+        "Load the model now, once no job runs.", auth="admin"
+    ),
+    ("POST", "/v1/models/{model}/unload"): Operation(
+        "Unload the model, once no job runs.", auth="admin"
+    ),
     ("GET", "/health"): Operation("Liveness.", auth="none"),
     ("PUT", "/v1/scheduler/foreground"): Operation(
         "Set (or clear, with null) the foreground class and subject.",
