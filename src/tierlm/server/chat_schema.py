@@ -1,6 +1,7 @@
-"""The parts of a chat request that agents use: messages with tool calls and
-tool results, ``tools``, ``tool_choice`` and ``response_format``, as pydantic
-models of OpenAI's shapes (https://platform.openai.com/docs/api-reference/chat).
+"""The parts of a request that agents use: messages with tool calls and tool
+results, ``tools``, ``tool_choice``, ``response_format`` and ``logit_bias``,
+as pydantic models of OpenAI's shapes
+(https://platform.openai.com/docs/api-reference/chat).
 
 What they ask for reaches the runner in ``GenerationRequest.extra`` under
 OpenAI's names (``ChatExtras.extra``), and each backend honours it, passes it
@@ -19,6 +20,7 @@ from tierlm.server.schema import Expect, FieldError, Schema
 __all__ = [
     "CONTENT",
     "FunctionCall",
+    "LogitBias",
     "Message",
     "NamedToolChoice",
     "ResponseFormat",
@@ -176,3 +178,17 @@ class JsonSchemaResponse(Schema):
 
 
 ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponse
+
+
+def _token_ids(biases: dict[str, float] | None) -> dict[str, float] | None:
+    for key in biases or {}:
+        if not key.isdigit():
+            raise FieldError(f"keys must be token ids (decimal integers), got {key!r}", key)
+    return biases
+
+
+LogitBias = Annotated[
+    dict[str, Annotated[float, Field(ge=-100, le=100)]] | None,
+    AfterValidator(_token_ids),
+    Expect("an object of token id -> bias between -100 and 100"),
+]

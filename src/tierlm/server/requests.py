@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from tierlm.server.chat_schema import (
+    LogitBias,
     Message,
     NamedToolChoice,
     ResponseFormat,
@@ -118,20 +119,6 @@ class StreamOptions(Schema):
 
 Probability = Annotated[float | None, Field(ge=0, le=1)]
 Penalty = Annotated[float | None, Field(ge=-2, le=2)]
-
-
-def _token_ids(biases: dict[str, float] | None) -> dict[str, float] | None:
-    for key in biases or {}:
-        if not key.isdigit():
-            raise FieldError(f"keys must be token ids (decimal integers), got {key!r}", key)
-    return biases
-
-
-LogitBias = Annotated[
-    dict[str, Annotated[float, Field(ge=-100, le=100)]] | None,
-    AfterValidator(_token_ids),
-    Expect("an object of token id -> bias between -100 and 100"),
-]
 
 
 class GenerationFields(Schema):

@@ -93,6 +93,15 @@ class LoadInfo:
     use_extra_bufts: bool
     probed: bool
 
+    def summary(self) -> dict[str, object]:
+        """What llama.cpp applied, as a gateway shows it."""
+        return {
+            "n_ctx": self.n_ctx,
+            "n_threads": self.n_threads,
+            "use_extra_bufts": self.use_extra_bufts,
+            "load_seconds": round(self.seconds, 3),
+        }
+
 
 # -- commands -----------------------------------------------------------------
 

@@ -253,24 +253,10 @@ class LlamaCppRunner:
     def describe(self, model_id: str) -> dict[str, object]:
         """A model's load options, and what llama.cpp applied when it was loaded
         (``GET /v1/models``)."""
-        spec = self.spec(model_id)
-        options: dict[str, object] = {
-            "path": str(spec.path),
-            "n_ctx": spec.n_ctx,
-            "n_threads": spec.threads,
-            "n_batch": spec.n_batch,
-            "n_gpu_layers": spec.n_gpu_layers,
-            "use_extra_bufts": False if model_id in self.extra_bufts_off else spec.use_extra_bufts,
-            "flash_attn": spec.flash_attn,
-        }
+        options = self._effective_spec(model_id).options_summary()
         load = self.last_load
         if model_id == self.loaded_model and load is not None and load.model_id == model_id:
-            options["applied"] = {
-                "n_ctx": load.n_ctx,
-                "n_threads": load.n_threads,
-                "use_extra_bufts": load.use_extra_bufts,
-                "load_seconds": round(load.seconds, 3),
-            }
+            options["applied"] = load.summary()
         return options
 
     async def _open(self, model_id: str) -> LoadInfo:

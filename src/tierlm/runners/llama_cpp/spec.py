@@ -163,6 +163,18 @@ class LlamaModelSpec:
     def threads(self) -> int:
         return self.n_threads or default_threads()
 
+    def options_summary(self) -> dict[str, object]:
+        """The file and the main load options, as a gateway shows them."""
+        return {
+            "path": str(self.path),
+            "n_ctx": self.n_ctx,
+            "n_threads": self.threads,
+            "n_batch": self.n_batch,
+            "n_gpu_layers": self.n_gpu_layers,
+            "use_extra_bufts": self.use_extra_bufts,
+            "flash_attn": self.flash_attn,
+        }
+
     def check_options(self) -> None:
         """Raise if ``options`` names an argument ``llama_cpp.Llama()`` does not
         take (it would silently ignore it). Imports llama_cpp."""
