@@ -242,6 +242,29 @@ def test_logprobs_and_top_logprobs(gw: Gateway) -> None:
     assert text == answer.choices[0].message.content
 
 
+def test_logprobs_streamed_and_on_completions(gw: Gateway) -> None:
+    stream = chat(gw, messages=FRANCE, max_tokens=6, logprobs=True, stream=True)
+    entries = [
+        entry
+        for chunk in stream
+        if chunk.choices and chunk.choices[0].logprobs is not None
+        for entry in chunk.choices[0].logprobs.content or ()
+    ]
+    assert 1 <= len(entries) <= 6 and all(e.logprob <= 0 for e in entries)
+    completion = gw.openai().completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=5, temperature=0, logprobs=2
+    )
+    logprobs = completion.choices[0].logprobs
+    assert logprobs is not None
+    assert (
+        len(logprobs.tokens) == len(logprobs.token_logprobs) == completion.usage.completion_tokens
+    )
+    assert "".join(logprobs.tokens) == completion.choices[0].text
+    assert all(len(top) == 2 for top in logprobs.top_logprobs)
+    offsets = logprobs.text_offset
+    assert offsets[0] == 0 and offsets == sorted(offsets)
+
+
 def test_seed_makes_sampling_repeatable(gw: Gateway) -> None:
     def sample(seed: int) -> str:
         answer = chat(gw, messages=FRANCE, max_tokens=12, temperature=1.0, seed=seed)
