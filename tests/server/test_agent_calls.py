@@ -9,6 +9,7 @@ deltas; results sent back), ``logit_bias``, ``logprobs``, ``seed``,
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -349,3 +350,57 @@ def test_the_openai_backend_passes_them_to_a_real_upstream(gw: Gateway) -> None:
         with pytest.raises(openai.APIStatusError) as info:
             chat(front, messages=ALICE, logit_bias={"999999": 5})
         assert info.value.status_code == 502 and "999999" in info.value.message
+
+
+# -- preempted in the middle of a JSON answer ---------------------------------------
+
+
+def test_a_background_json_answer_preempted_by_a_chat_is_still_valid_json(gw: Gateway) -> None:
+    """A background agent's structured answer, preempted by a person's chat in
+    the middle of the object, resumes under the same grammar: one stream, and
+    the whole still parses and matches its schema."""
+    numbers = {
+        "type": "object",
+        "properties": {
+            "primes": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "minItems": 40,
+                "maxItems": 40,
+            }
+        },
+        "required": ["primes"],
+    }
+    response_format = {"type": "json_schema", "json_schema": {"name": "n", "schema": numbers}}
+    gana = gw.openai(X_Tierlm_Class="gana")
+    before = gw.state()["stats"]["preemptions"]
+    started = threading.Event()
+
+    def background() -> tuple[str, int]:
+        stream = gana.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "List the first 40 prime numbers as JSON."}],
+            response_format=response_format,
+            max_tokens=300,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = []
+        for chunk in stream:
+            chunks.append(chunk)
+            if len(chunks) == 12:  # the role, then 11 tokens of the object
+                started.set()
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        usage = chunks[-1].usage
+        assert usage is not None
+        return text, usage.completion_tokens
+
+    future = gw.background(background)
+    assert started.wait(60)
+    chat(gw, messages=FRANCE, max_tokens=8)  # preempts it
+    text, tokens = future.result(120)
+    assert gw.state()["stats"]["preemptions"] == before + 1
+    answer = json.loads(text)
+    jsonschema.validate(answer, numbers)
+    assert tokens < 300
