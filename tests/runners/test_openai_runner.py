@@ -333,3 +333,30 @@ async def collect_with(
     runner: OpenAIRunner, request: GenerationRequest, token: CancelToken
 ) -> list[str]:
     return [piece async for piece in runner.generate(request, token)]
+
+
+def test_a_preempted_tool_call_is_not_continued_upstream() -> None:
+    """The server sent the call structured; continuing its text as a prefill
+    would give it a half-written call it cannot read. A clear error instead."""
+    from tierlm.runners.ollama import OllamaRunner
+    from tierlm.runners.protocol import GenerationRequest, RunnerError
+
+    tool = {"type": "function", "function": {"name": "f"}}
+    request = GenerationRequest(
+        model_id="m",
+        messages=[{"role": "user", "content": "hi"}],
+        resume_text='<tool_call>\n{"name": "f", "arguments": {',
+        extra={"tools": [tool]},
+    )
+    for runner in (OpenAIRunner("http://127.0.0.1:9"), OllamaRunner("http://127.0.0.1:9")):
+        with pytest.raises(RunnerError, match="preempted in the middle of a tool call"):
+            runner.request_body(request)
+    # Text answered with tools at hand resumes as usual.
+    text = GenerationRequest(
+        model_id="m",
+        messages=[{"role": "user", "content": "hi"}],
+        resume_text="It is",
+        extra={"tools": [tool]},
+    )
+    path, body = OpenAIRunner("http://127.0.0.1:9").request_body(text)
+    assert path == "/chat/completions" and body["messages"][-1]["content"] == "It is"

@@ -53,7 +53,7 @@ from tierlm.runners.http import (
     post_stream,
 )
 from tierlm.runners.protocol import CancelToken, GenerationRequest, InvalidRequest, RunnerError
-from tierlm.runners.tool_calls import ToolCallWriter
+from tierlm.runners.tool_calls import ToolCallWriter, check_resumable
 
 if TYPE_CHECKING:
     pass
@@ -155,6 +155,7 @@ class OllamaRunner(HttpRunner):
 
     def request_body(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
         """The endpoint path and JSON body for ``request``."""
+        check_resumable(request)
         options: dict[str, Any] = {"num_predict": request.max_tokens}
         if request.temperature is not None:
             options["temperature"] = request.temperature

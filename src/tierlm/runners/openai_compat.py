@@ -54,7 +54,7 @@ from tierlm.runners.http import (
     post_stream,
 )
 from tierlm.runners.protocol import CancelToken, GenerationRequest, Message, RunnerError
-from tierlm.runners.tool_calls import ToolCallWriter
+from tierlm.runners.tool_calls import ToolCallWriter, check_resumable
 
 if TYPE_CHECKING:
     pass
@@ -208,6 +208,7 @@ class OpenAIRunner(HttpRunner):
 
     def request_body(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
         """The endpoint path (under ``/v1``) and JSON body for ``request``."""
+        check_resumable(request)
         body: dict[str, Any] = {
             "model": self.server_model(request.model_id),
             "max_tokens": request.max_tokens,

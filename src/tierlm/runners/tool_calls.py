@@ -20,7 +20,17 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["CALL_TAIL", "CLOSE_TAG", "OPEN_TAG", "ToolCallWriter", "call_head", "format_call"]
+from tierlm.runners.protocol import GenerationRequest, RunnerError
+
+__all__ = [
+    "CALL_TAIL",
+    "CLOSE_TAG",
+    "OPEN_TAG",
+    "ToolCallWriter",
+    "call_head",
+    "check_resumable",
+    "format_call",
+]
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
@@ -36,6 +46,19 @@ def call_head(name: str) -> str:
 def format_call(name: str, arguments: str) -> str:
     """One whole call; ``arguments`` is the JSON text of the arguments."""
     return call_head(name) + arguments + CALL_TAIL
+
+
+def check_resumable(request: GenerationRequest) -> None:
+    """Refuse to continue a preempted answer that holds a tool call on a server:
+    its calls came structured, and no server continues one from this text (a
+    llama.cpp model under tierlm's grammar does: it wrote the text)."""
+    if OPEN_TAG in request.resume_text and request.extra.get("tools"):
+        raise RunnerError(
+            f"model {request.model_id!r}: an answer preempted in the middle of a tool call "
+            "cannot be continued on an upstream server (make tool-calling classes "
+            "requeue = false, or serve them with the llama-cpp backend)",
+            model_id=request.model_id,
+        )
 
 
 class ToolCallWriter:
