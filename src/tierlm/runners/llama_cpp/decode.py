@@ -81,7 +81,8 @@ def decode(
         send(Piece(gen_id, text, scores))
         return True
 
-    seed = int(request.extra.get("seed", llm._seed))
+    # llama.cpp's seeds are 32-bit; OpenAI's are any integer.
+    seed = int(request.extra.get("seed", llm._seed)) & 0xFFFFFFFF
     sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
     logprobs = Logprobs.of(request, llm)
     vocab = llm._model.vocab
