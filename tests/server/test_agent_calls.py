@@ -268,6 +268,11 @@ def test_logprobs_streamed_and_on_completions(gw: Gateway) -> None:
 
 def test_seed_makes_sampling_repeatable(gw: Gateway) -> None:
     def sample(seed: int) -> str:
+        # From a context that does not hold the prompt: a prompt evaluated
+        # again from the cache gives slightly different logits on this
+        # quantized model (tests/integration/test_smollm2.py), and sampling
+        # at temperature 1 then differs, whatever the seed.
+        gw.openai().completions.create(model=MODEL, prompt="Hi", max_tokens=1)
         answer = chat(gw, messages=FRANCE, max_tokens=12, temperature=1.0, seed=seed)
         return str(answer.choices[0].message.content)
 
