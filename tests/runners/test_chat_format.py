@@ -5,8 +5,15 @@ tools, or in the documented prompt format for one that does not."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
+import pytest
+
+from tests.runners.helpers import run
 from tierlm.runners.llama_cpp.chat_format import TOOLS_INTRO, chat_for_template
+
+if TYPE_CHECKING:
+    from tests.runners.helpers import TinyModels
 
 TOOL = {
     "type": "function",
@@ -59,3 +66,44 @@ def test_a_template_with_tools_gets_them_as_they_came() -> None:
     # Such templates print the arguments with tojson: an object, not a string.
     assert messages[2]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
     assert messages[2]["content"] == "" and messages[3] == CHAT[3]
+
+
+# A Hermes-style template that knows tools (Qwen2.5's, shortened): it lists the
+# tools in the system message and prints past calls and results its own way.
+TOOL_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n<tools>\n{%- for tool in tools %}"
+    "{{ tool | tojson }}\n{%- endfor %}</tools><|im_end|>\n{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}"
+    "</tool_response><|im_end|>\n"
+    "{%- elif m.tool_calls %}<|im_start|>assistant\n{%- for c in m.tool_calls %}"
+    "<tool_call>{{ c.function | tojson }}</tool_call>{%- endfor %}<|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endif %}"
+    "{%- endfor %}<|im_start|>assistant\n"
+)
+
+
+@pytest.mark.llama
+def test_a_model_whose_template_knows_tools_gets_them_through_it(tiny_models: TinyModels) -> None:
+    """The prompt the worker renders (and counts) for a real model whose chat
+    template takes tools: the template's own rendering, arguments as objects."""
+    pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
+    from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
+    from tierlm.runners.protocol import GenerationRequest
+
+    async def main() -> str:
+        spec = LlamaModelSpec(tiny_models.a, n_threads=1, chat_template=TOOL_TEMPLATE)
+        runner = LlamaCppRunner({"a": spec})
+        try:
+            request = GenerationRequest(model_id="a", messages=CHAT[1:], extra={"tools": [TOOL]})
+            return await runner.prompt_text(request)
+        finally:
+            await runner.aclose()
+
+    prompt = run(main())
+    assert prompt.startswith("<|im_start|>system\n<tools>" + json.dumps(TOOL))
+    assert (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' in prompt
+    )
+    assert "<tool_response>sunny</tool_response>" in prompt
+    assert "You can call functions" not in prompt  # not the documented format
