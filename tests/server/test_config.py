@@ -43,7 +43,7 @@ def test_defaults_run_the_simulated_backend_on_loopback() -> None:
 def test_the_documented_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/gateway.md's TOML examples parse, with what they say."""
     blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(), re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     for name in ("qwen2.5-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-q4_k_m.gguf"):
         (tmp_path / "models").mkdir(exist_ok=True)
         (tmp_path / "models" / name).write_bytes(b"GGUF")
@@ -66,9 +66,11 @@ def test_the_documented_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert indexer.default_class == "extract" and not indexer.admin
     assert ops.admin and ops.classes == set(settings.classes)
     assert settings.scheduler.weights == {"indexer": 2.0}
-    for block, kind in zip(blocks[1:], ("openai", "ollama", "sim"), strict=True):
+    for block, kind in zip(blocks[1:], ("openai", "ollama", "sim", "llama-cpp"), strict=True):
         config.write_text(block)
         assert load_settings(config).backend.kind == kind
+    (kept,) = load_settings(config).backend.models.values()  # the keep_alive example
+    assert getattr(kept, "keep_alive", None) == 1800
     config.write_text(blocks[1])
     openai = load_settings(config).backend
     assert isinstance(openai, OpenAIBackend)
