@@ -36,7 +36,14 @@ from tierlm.events import (
 )
 from tierlm.handles import JobContext, JobHandle, JobState
 from tierlm.journal import Journal
-from tierlm.runners.protocol import Cancelled, CancelReason, CancelToken, Runner, RunnerError
+from tierlm.runners.protocol import (
+    Cancelled,
+    CancelReason,
+    CancelToken,
+    Runner,
+    RunnerError,
+    Unloadable,
+)
 from tierlm.snapshot import SchedulerStats
 
 __all__ = ["Dispatcher", "Entry", "Listener"]
@@ -196,6 +203,21 @@ class Dispatcher:
             self.held -= 1
             self.model = self.runner.loaded_model
             self.reschedule()
+
+    async def unload(self, model_id: str | None) -> str | None:
+        """``Scheduler.unload_model``: the runner's unload, run ``exclusive``."""
+        runner = self.runner
+        if not isinstance(runner, Unloadable):
+            raise RunnerError(f"{type(runner).__name__} cannot unload its model")
+
+        async def unload() -> str | None:
+            loaded = runner.loaded_model
+            if loaded is None or model_id not in (None, loaded):
+                return None
+            await runner.unload()
+            return loaded
+
+        return await self.exclusive(unload)
 
     # -- the decision point -----------------------------------------------------
 

@@ -33,14 +33,7 @@ from tierlm.handles import (
     ResumingGeneration,
 )
 from tierlm.journal import Journal, JournalBudget
-from tierlm.runners.protocol import (
-    CancelReason,
-    GenerationRequest,
-    Message,
-    Runner,
-    RunnerError,
-    Unloadable,
-)
+from tierlm.runners.protocol import CancelReason, GenerationRequest, Message, Runner
 from tierlm.snapshot import JobInfo, SchedulerSnapshot, SchedulerStats
 
 __all__ = ["Scheduler", "SchedulerClosedError"]
@@ -165,18 +158,7 @@ class Scheduler:
         """Free the device once no job runs: unload its model (only if it is
         ``model_id``, when given). Returns the model unloaded, or None."""
         self._bind_loop()
-        runner = self.runner
-        if not isinstance(runner, Unloadable):
-            raise RunnerError(f"{type(runner).__name__} cannot unload its model")
-
-        async def unload() -> str | None:
-            loaded = runner.loaded_model
-            if loaded is None or model_id not in (None, loaded):
-                return None
-            await runner.unload()
-            return loaded
-
-        return await self._dispatch.exclusive(unload)
+        return await self._dispatch.unload(model_id)
 
     @property
     def paused(self) -> bool:
