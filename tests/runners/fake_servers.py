@@ -28,7 +28,8 @@ error line; ``missing`` does not exist. Every other name is a fine model.
 
 The same app serves ``/v1/chat/completions`` and ``/v1/completions`` (SSE) with
 the same models, for the OpenAI runner's failure cases, plus ``nodone``: a
-stream that just stops, without ``finish_reason`` or ``[DONE]``.
+stream that just stops after half its ``max_tokens``, without ``finish_reason``
+or ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ def make_app(state: FakeState) -> Starlette:
                 status_code=404,
             )
         count = int(body.get("max_tokens", 16))
+        if model == "nodone":
+            count //= 2  # stops short (the runner stops at max_tokens itself)
         if chat:
             last = (body.get("messages") or [{}])[-1]
             start = _start(last.get("content", "")) if last.get("role") == "assistant" else 0

@@ -206,7 +206,7 @@ def test_unreachable_server_is_named() -> None:
         ("missing", r"'missing'.*404 Not Found: The model `missing` does not exist"),
         ("broken", r"'broken'.*broke the stream after 3 pieces"),
         ("erroring", r"'erroring'.*failed mid-stream: fake: the model runner crashed"),
-        ("nodone", r"'nodone'.*ended the stream after 16 pieces without finishing"),
+        ("nodone", r"'nodone'.*ended the stream after 8 pieces without finishing"),
     ],
 )
 def test_failing_server_fails_the_generation_with_model_and_cause(

@@ -51,8 +51,9 @@ def test_a_key_gets_its_default_class_and_producer(gw: Gateway) -> None:
         "sk-indexer", X_Tierlm_Class="gana", X_Tierlm_Producer="gana:7"
     ).chat.completions.with_raw_response.create(model="sim-a", messages=MESSAGES, max_tokens=2)
     assert raw.headers["x-tierlm-class"] == "gana"
-    assert (raw.parse().model_extra or {})["tierlm"]["producer"] == "gana:7"
-    assert "gana:7" in gw.state()["vruntime"]
+    # Namespaced under the key: the key's ids share its part of the fair pool.
+    assert (raw.parse().model_extra or {})["tierlm"]["producer"] == "indexer/gana:7"
+    assert "indexer/gana:7" in gw.state()["vruntime"]
 
 
 def test_missing_or_wrong_key_is_401(gw: Gateway) -> None:

@@ -1,15 +1,25 @@
-"""What the HTTP runners share: a stream whose every read races the cancel token,
-one client per event loop, readable server errors, and the lifecycle of a
-runner whose device is a server (``OpenAIRunner``, ``OllamaRunner``)."""
+"""What the HTTP runners share: a stream whose every read races the cancel token
+and a stall timeout, one client per event loop, readable server errors, and the
+lifecycle of a runner whose device is a server (``OpenAIRunner``,
+``OllamaRunner``).
+
+A stalled upstream must not hold the device: an upstream that stops sending
+(before its headers, or mid-stream) fails its job with ``UpstreamTimeout``
+after ``StallLimits`` seconds without a token, and the scheduler moves on. The
+runners also stop at ``max_tokens`` pieces whatever the upstream does (one that
+ignores ``max_tokens`` would otherwise hold the device as long as it likes).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+import anyio
 import httpx
 
 from tierlm.runners.cancel_scope import until_cancelled
@@ -19,9 +29,12 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = [
+    "DEFAULT_STALL_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "HttpRunner",
     "LoopClients",
+    "StallLimits",
+    "UpstreamTimeout",
     "describe_exception",
     "error_text",
     "http_error_message",
@@ -36,6 +49,73 @@ __all__ = [
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, read=600.0)
 # Listing models is a quick question: an upstream that takes longer is down for it.
 LIST_TIMEOUT = 5.0
+# An upstream silent this long holds the device for nothing: 30 s is far beyond
+# a token's time on any device that is still working (a phone-class device makes
+# a token in ~0.1 s), short enough that the chats waiting behind notice little.
+DEFAULT_STALL_TIMEOUT = 30.0
+
+_T = TypeVar("_T")
+
+
+class UpstreamTimeout(RunnerError):
+    """The upstream sent no token for too long (``StallLimits``): its job fails
+    and the device is free again. The gateway answers 504 ``upstream_timeout``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StallLimits:
+    """How long an upstream may stay silent."""
+
+    between_tokens: float = DEFAULT_STALL_TIMEOUT
+    """Seconds from one token to the next (``stall_timeout``)."""
+    first_token: float | None = None
+    """Seconds from the request to its first token: the headers and the prompt's
+    evaluation (``first_byte_timeout``; None: ``between_tokens``)."""
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("between_tokens", self.between_tokens),
+            ("first_token", self.first_token),
+        ):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}: must be > 0 seconds, got {value!r}")
+
+    def limit(self, tokens: int) -> float:
+        if tokens == 0 and self.first_token is not None:
+            return self.first_token
+        return self.between_tokens
+
+
+class _StallClock:
+    """The time left before the upstream counts as stalled: reset by each new token."""
+
+    def __init__(self, limits: StallLimits, pieces: Callable[[], int]) -> None:
+        self.limits = limits
+        self._pieces = pieces
+        self._seen = pieces()
+        self._since = asyncio.get_running_loop().time()
+
+    def left(self) -> float:
+        now = asyncio.get_running_loop().time()
+        seen = self._pieces()
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+        return self._since + self.limits.limit(seen) - now
+
+    def error(self, model_id: str, url: str) -> UpstreamTimeout:
+        seen = self._pieces()
+        if seen == 0:
+            what = f"no token for {self.limits.limit(0):g} s after the request"
+            setting = (
+                "first_byte_timeout" if self.limits.first_token is not None else "stall_timeout"
+            )
+        else:
+            what = f"no token for {self.limits.limit(seen):g} s after {seen} tokens"
+            setting = "stall_timeout"
+        return UpstreamTimeout(
+            f"model {model_id!r}: {url} stalled: {what} ({setting}); the job is stopped",
+            model_id=model_id,
+        )
 
 
 class HttpRunner:
@@ -50,9 +130,12 @@ class HttpRunner:
         models: Mapping[str, str] | None,
         headers: Mapping[str, str],
         timeout: httpx.Timeout,
+        stall: StallLimits | None = None,
     ) -> None:
         self.models = dict(models) if models is not None else None
         self.timeout = timeout
+        self.stall = stall if stall is not None else StallLimits()
+        """How long the upstream may stay silent before the job fails."""
         self._clients = LoopClients(headers, timeout)
         self.loaded_model: str | None = None
         self.loads = 0
@@ -90,23 +173,34 @@ async def post_stream(
     cancel: CancelToken,
     model_id: str,
     pieces: Callable[[], int],
+    stall: StallLimits | None = None,
 ) -> AsyncGenerator[str, None]:
     """POST ``body`` and yield the response's lines until it ends or ``cancel``.
 
     Every wait (connecting, the headers, each line) races the cancel token, so a
     cancel ends the iteration at once and closes the connection, even while a
-    server evaluates a long prompt before its first byte. Failures become a
-    ``RunnerError`` naming the model and the cause; ``pieces()`` says how far the
-    stream got, for the message.
+    server evaluates a long prompt before its first byte; and races ``stall``:
+    ``pieces()`` (the tokens the caller took from the stream) must grow within
+    its limits, else ``UpstreamTimeout``. Failures become a ``RunnerError``
+    naming the model and the cause.
     """
+    clock = _StallClock(stall or StallLimits(), pieces)
+
+    async def wait(work: Awaitable[_T]) -> _T | None:
+        with anyio.move_on_after(clock.left()) as scope:
+            return await until_cancelled(cancel, work)
+        if scope.cancelled_caught:
+            raise clock.error(model_id, url)
+        return None  # pragma: no cover - the block returns or raises
+
     try:
         request = client.build_request("POST", url, json=body)
-        response = await until_cancelled(cancel, client.send(request, stream=True))
+        response = await wait(client.send(request, stream=True))
         if response is None:
             return
         try:
             if response.status_code >= 400:
-                detail = await until_cancelled(cancel, response.aread())
+                detail = await wait(response.aread())
                 if detail is None:
                     return
                 raise RunnerError(
@@ -116,7 +210,7 @@ async def post_stream(
                 )
             lines = response.aiter_lines()
             # Each read races the token, never the yield (docs/design.md §2 cancel).
-            while (line := await until_cancelled(cancel, anext(lines, None))) is not None:
+            while (line := await wait(anext(lines, None))) is not None:
                 yield line
         finally:
             await response.aclose()

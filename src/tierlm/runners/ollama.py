@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from tierlm.runners.http import (
+    DEFAULT_STALL_TIMEOUT,
     DEFAULT_TIMEOUT,
     HttpRunner,
+    StallLimits,
     describe_exception,
     http_error_message,
     list_names,
@@ -80,6 +82,9 @@ class OllamaRunner(HttpRunner):
 
     ``models`` maps tierlm model ids to Ollama model names (``"llama3.2:1b"``);
     default: the id is the name, and when given, other ids are rejected.
+    ``stall_timeout`` and ``first_byte_timeout`` bound the server's silence
+    while it generates (``tierlm.runners.http.StallLimits``); it never streams
+    more than ``max_tokens`` pieces, whatever the server does.
     """
 
     def __init__(
@@ -90,10 +95,13 @@ class OllamaRunner(HttpRunner):
         keep_alive: int | str = DEFAULT_KEEP_ALIVE,
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
         headers: Mapping[str, str] | None = None,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        first_byte_timeout: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.keep_alive = keep_alive
-        super().__init__(models, dict(headers or {}), timeout)
+        stall = StallLimits(stall_timeout, first_byte_timeout)
+        super().__init__(models, dict(headers or {}), timeout, stall)
         self.last_load_seconds: float | None = None
         """Wall time of the last swap (unload + load)."""
 
@@ -214,7 +222,9 @@ class OllamaRunner(HttpRunner):
         pieces = 0
         finished = False
         calls = ToolCallWriter()
-        lines = post_stream(self._clients.get(), url, body, cancel, model_id, lambda: pieces)
+        lines = post_stream(
+            self._clients.get(), url, body, cancel, model_id, lambda: pieces, self.stall
+        )
         async with contextlib.aclosing(lines):
             async for line in lines:
                 if not line.strip():
@@ -238,6 +248,9 @@ class OllamaRunner(HttpRunner):
                             return
                         pieces += 1
                         yield text
+                        if pieces >= request.max_tokens:
+                            # Whatever the upstream does: closing the stream stops it.
+                            return
                 if chunk.get("done"):
                     finished = True
                     break

@@ -46,8 +46,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 
 from tierlm.runners.http import (
+    DEFAULT_STALL_TIMEOUT,
     DEFAULT_TIMEOUT,
     HttpRunner,
+    StallLimits,
     error_text,
     list_names,
     parse_json_object,
@@ -94,6 +96,9 @@ class OpenAIRunner(HttpRunner):
     (``ResumeMode``); ``"completions"`` needs ``chat_template`` (a Jinja chat
     template, e.g. the model's ``tokenizer.chat_template``) or ``render_chat``
     (messages -> prompt text ending with the assistant's generation prompt).
+    ``stall_timeout`` and ``first_byte_timeout`` bound the upstream's silence
+    (``tierlm.runners.http.StallLimits``); it never streams more than
+    ``max_tokens`` pieces, whatever the server does.
     """
 
     def __init__(
@@ -110,6 +115,8 @@ class OpenAIRunner(HttpRunner):
         eos_token: str = "",
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
         headers: Mapping[str, str] | None = None,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+        first_byte_timeout: float | None = None,
     ) -> None:
         base = base_url.rstrip("/")
         if not base.endswith("/v1"):
@@ -134,7 +141,8 @@ class OpenAIRunner(HttpRunner):
         request_headers = dict(headers or {})
         if api_key:
             request_headers["Authorization"] = f"Bearer {api_key}"
-        super().__init__(models, request_headers, timeout)
+        stall = StallLimits(stall_timeout, first_byte_timeout)
+        super().__init__(models, request_headers, timeout, stall)
 
     async def list_models(self) -> list[str]:
         """The server's model names (``GET /v1/models``); RunnerError if it cannot say."""
@@ -171,7 +179,9 @@ class OpenAIRunner(HttpRunner):
         pieces = 0
         finished = False
         calls = ToolCallWriter()
-        lines = post_stream(self._clients.get(), url, body, cancel, model_id, lambda: pieces)
+        lines = post_stream(
+            self._clients.get(), url, body, cancel, model_id, lambda: pieces, self.stall
+        )
         async with contextlib.aclosing(lines):
             async for event in _sse_events(lines):
                 if event == "[DONE]":
@@ -199,6 +209,9 @@ class OpenAIRunner(HttpRunner):
                                 return
                             pieces += 1
                             yield text
+                            if pieces >= request.max_tokens:
+                                # Whatever the upstream does: closing the stream stops it.
+                                return
         if not finished and not cancel.cancelled:
             raise RunnerError(
                 f"model {model_id!r}: {url} ended the stream after {pieces} pieces "

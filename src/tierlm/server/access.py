@@ -112,7 +112,15 @@ class KeySettings(Schema):
     admin: bool = False
     """May use the scheduler API, the dashboard and /metrics."""
     producer: NonEmpty | None = None
-    """The producer of its requests without ``X-Tierlm-Producer`` (unset: ``name``)."""
+    """The producer of its requests without ``X-Tierlm-Producer``, under the
+    key's name (unset: ``name`` itself). Every producer of a key is
+    ``<name>/...``: its ids share the key's part of the fair pool."""
+    queue_limit: Annotated[int | None, Field(ge=1)] = None
+    """Its jobs queued at most, over all classes; more get 429 (unset:
+    ``limits.key_queue_limit``)."""
+    allow_deadline: bool | None = None
+    """May send ``X-Tierlm-Deadline`` (unset: admin keys may, others get 403):
+    an overdue job is promoted, so a deadline is the operator's to grant."""
 
     @model_validator(mode="after")
     def _one_secret(self) -> KeySettings:
@@ -134,11 +142,19 @@ def resolve_keys(
     """The keys in effect; every class a key names must exist."""
     keys: list[ApiKey] = []
     seen: set[str] = set()
+    names: set[str] = set()
     for i, table in enumerate(tables):
         secret = table.secret()
         if secret in seen:
             raise FieldError("the same key is configured twice", "keys", i, "key")
         seen.add(secret)
+        key_name = table.name or f"key{i}"
+        # The name heads the key's producer paths: one name, one part of the pool.
+        if "/" in key_name:
+            raise FieldError(f"must not contain '/', got {key_name!r}", "keys", i, "name")
+        if key_name in names:
+            raise FieldError(f"{key_name!r} names another key too", "keys", i, "name")
+        names.add(key_name)
         allowed = list(table.classes) if table.classes is not None else sorted(classes)
         for name in allowed:
             if name not in classes:
@@ -161,11 +177,13 @@ def resolve_keys(
         keys.append(
             ApiKey(
                 key=secret,
-                name=table.name or f"key{i}",
+                name=key_name,
                 classes=frozenset(allowed),
                 default_class=default,
                 admin=table.admin,
                 producer=table.producer,
+                queue_limit=table.queue_limit,
+                allow_deadline=table.allow_deadline,
             )
         )
     return tuple(keys)

@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute, Route
 
 from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
-from tierlm.server import dashboard, embeddings, openai_api, openapi, scheduler_api
+from tierlm.server import dashboard, embeddings, health, openai_api, openapi, scheduler_api
 from tierlm.server.config import ServerSettings
 from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import ErrorBoundary, exception_handlers
@@ -59,6 +59,7 @@ async def metrics_endpoint(request: Request) -> Response:
 def _routes() -> list[BaseRoute]:
     return [
         *openai_api.routes(),
+        *health.routes(),
         *embeddings.routes(),
         *scheduler_api.routes(),
         Route("/metrics", metrics_endpoint, methods=["GET"]),

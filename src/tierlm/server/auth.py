@@ -36,7 +36,12 @@ class ApiKey:
     admin: bool = False
     """May use the scheduler API, the dashboard and /metrics."""
     producer: str | None = None
-    """Producer of its requests without ``X-Tierlm-Producer``; None: the key's name."""
+    """Producer of its requests without ``X-Tierlm-Producer``, under the key's
+    name; None: the key's name itself."""
+    queue_limit: int | None = None
+    """Its jobs queued at most, over all classes; None: ``limits.key_queue_limit``."""
+    allow_deadline: bool | None = None
+    """May send ``X-Tierlm-Deadline``; None: admin keys may, others not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,22 @@ class Principal:
     admin: bool
     producer: str | None
     """Default producer; None: the scheduler's default (the class name)."""
+    allow_deadline: bool = True
+    """May send ``X-Tierlm-Deadline`` (a deadline is a loan of device time,
+    docs/design.md §4 deadlines: the operator decides who may ask for one)."""
+    queue_limit: int | None = None
+    """Its jobs queued at most, over all classes (None: no cap of its own)."""
+
+    def producer_path(self, header: str | None) -> str | None:
+        """The fair-pool producer of a request: with a key, under the key's name
+        (``<key name>/<producer>``), so that however many ids a client uses they
+        share its part of the pool (docs/design.md §4 fair pool: paths split at
+        "/"); without keys, the header as sent."""
+        if self.name is None:
+            return header if header is not None else self.producer
+        if header is not None:
+            return f"{self.name}/{header}"
+        return self.producer or self.name
 
     def check_class(self, class_name: str) -> None:
         if class_name not in self.classes:
@@ -67,9 +88,16 @@ class Principal:
 class KeyRing:
     """The configured keys; authenticates requests."""
 
-    def __init__(self, keys: Iterable[ApiKey], classes: Iterable[str], default_class: str) -> None:
+    def __init__(
+        self,
+        keys: Iterable[ApiKey],
+        classes: Iterable[str],
+        default_class: str,
+        key_queue_limit: int | None = None,
+    ) -> None:
         self._keys: Mapping[str, ApiKey] = {k.key: k for k in keys}
         self._anonymous = Principal(None, frozenset(classes), default_class, True, None)
+        self._key_queue_limit = key_queue_limit
 
     @property
     def configured(self) -> bool:
@@ -122,7 +150,9 @@ class KeyRing:
             entry.classes,
             entry.default_class,
             entry.admin,
-            entry.producer or entry.name,
+            f"{entry.name}/{entry.producer}" if entry.producer else entry.name,
+            entry.admin if entry.allow_deadline is None else entry.allow_deadline,
+            entry.queue_limit if entry.queue_limit is not None else self._key_queue_limit,
         )
 
 

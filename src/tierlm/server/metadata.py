@@ -4,12 +4,18 @@ The key decides what is allowed (its classes, its default class and producer);
 within that, the headers choose:
 
 - ``X-Tierlm-Class``: the task class (403 if the key does not allow it);
-- ``X-Tierlm-Producer``: the fair-pool producer (default: the key's producer or
-  name; without keys, the class name, the scheduler's default);
+- ``X-Tierlm-Producer``: the fair-pool producer. With keys it is namespaced
+  under the key, ``<key name>/<header>`` (default: the key's producer or name),
+  so one client's many ids share the key's part of the pool (docs/design.md §4
+  fair pool); without keys, the header as sent (default: the class name, the
+  scheduler's default);
 - ``X-Tierlm-Subject``: what the job is about (a note id...), matched against the
   foreground's subject. Subjects are strings in the gateway: a foreground subject
-  given as a JSON number is compared as its decimal text;
-- ``X-Tierlm-Deadline``: seconds from now, or an RFC 3339 time.
+  given as a JSON number is compared as its decimal text. The foreground itself
+  is set through the scheduler API, with an admin key;
+- ``X-Tierlm-Deadline``: seconds from now, or an RFC 3339 time; only for keys
+  allowed to (``allow_deadline``, admin keys by default): a deadline is a loan of
+  device time (docs/design.md §4 deadlines).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class JobMeta:
     """Seconds from now (relative), or an aware datetime."""
     key: str | None
     """The API key's name, None without keys."""
+    key_queue_limit: int | None = None
+    """The key's jobs queued at most, over all classes (None: no cap of its own)."""
 
 
 def job_meta(headers: Headers, principal: Principal, classes: Collection[str]) -> JobMeta:
@@ -60,11 +68,22 @@ def job_meta(headers: Headers, principal: Principal, classes: Collection[str]) -
                 code="unknown_class",
             )
     principal.check_class(class_name)
-    producer = _name(headers, PRODUCER_HEADER) or principal.producer
+    producer = principal.producer_path(_name(headers, PRODUCER_HEADER))
     subject = _name(headers, SUBJECT_HEADER)
     raw_deadline = headers.get(DEADLINE_HEADER)
-    deadline = None if raw_deadline is None else parse_deadline(raw_deadline)
-    return JobMeta(class_name, producer, subject, deadline, principal.name)
+    deadline = None
+    if raw_deadline is not None:
+        if not principal.allow_deadline:
+            raise APIError(
+                403,
+                f"{DEADLINE_HEADER}: API key {principal.name!r} may not set deadlines "
+                "(allow_deadline in its [[keys]] table)",
+                param=DEADLINE_HEADER,
+                code="deadline_not_allowed",
+                reason="deadline_not_allowed",
+            )
+        deadline = parse_deadline(raw_deadline)
+    return JobMeta(class_name, producer, subject, deadline, principal.name, principal.queue_limit)
 
 
 def _name(headers: Headers, header: str) -> str | None:

@@ -70,7 +70,9 @@ REJECT_REASONS = (
     "unauthorized",
     "class_not_allowed",
     "admin_required",
+    "deadline_not_allowed",
     "queue_full",
+    "shutting_down",
     "embedding_queue_full",
     "embeddings_disabled",
 )

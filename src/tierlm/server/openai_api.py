@@ -1,4 +1,4 @@
-"""OpenAI-compatible endpoints: chat completions, completions, health.
+"""OpenAI-compatible endpoints: chat completions, completions.
 
 Requests are validated by their pydantic models (``requests``); an invalid one
 gets 400 in OpenAI's error format with ``param`` naming the field. Fields the
@@ -18,12 +18,10 @@ from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.runners.protocol import (
-    Cancelled,
-    CancelReason,
     GenerationRequest,
     InvalidRequest,
     PromptCounter,
@@ -32,8 +30,9 @@ from tierlm.runners.protocol import (
 from tierlm.server import compat, models_api
 from tierlm.server.answers import Answer, Endpoint, Params
 from tierlm.server.body import read_json
-from tierlm.server.errors import APIError, internal_error
-from tierlm.server.gateway import Gateway, GatewayJob
+from tierlm.server.errors import APIError
+from tierlm.server.gateway import Gateway
+from tierlm.server.job_errors import job_error
 from tierlm.server.metadata import job_meta
 from tierlm.server.requests import ChatRequest, CompletionRequest, GenerationFields, parse
 from tierlm.server.settings import LimitSettings
@@ -97,37 +96,6 @@ async def counted(gateway: Gateway, request: GenerationRequest) -> GenerationReq
 # -- answers ------------------------------------------------------------------
 
 
-def job_error(job: GatewayJob) -> APIError | None:
-    """The error to answer for an ended job, None if it completed."""
-    try:
-        job.handle.result()
-    except Cancelled as exc:
-        if exc.reason is CancelReason.SHUTDOWN:
-            return APIError(
-                503, "the gateway is shutting down; the job was cancelled", code="shutting_down"
-            )
-        if exc.reason is CancelReason.PREEMPTED:
-            retry = job.gateway.retry_after(job.meta.class_name)
-            return APIError(
-                503,
-                f"job {job.id} ({job.meta.class_name}) was preempted by higher-tier work and "
-                "its class is not re-queued (requeue = false); retry",
-                code="preempted",
-                headers={"Retry-After": str(retry)},
-            )
-        return APIError(409, f"job {job.id} was cancelled", code="cancelled")
-    except RunnerError as exc:
-        upstream = job.gateway.settings.backend.capabilities.upstream
-        return APIError(
-            502 if upstream else 500, f"backend: {exc}", code="backend_error", type="server_error"
-        )
-    except Exception as exc:
-        # Its text may hold paths or URLs: logged, not answered.
-        logging.getLogger("tierlm.server").error("job %d failed", job.id, exc_info=exc)
-        return internal_error()
-    return None
-
-
 def gateway_of(request: Request) -> Gateway:
     gateway: Gateway = request.app.state.gateway
     return gateway
@@ -143,7 +111,7 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     gateway.check_model(params.model)
     meta = job_meta(request.headers, principal, settings.classes)
     params = replace(params, request=await counted(gateway, params.request))
-    job = gateway.submit(meta, params.request)
+    job = await gateway.submit(meta, params.request)
     answer = Answer(params)
     if params.stream:
         return JobStream(job, answer, job_error, settings.server.sse_heartbeat)
@@ -158,26 +126,9 @@ async def completions(request: Request) -> Response:
     return await _generate(request, "completions")
 
 
-async def health(request: Request) -> Response:
-    """Liveness, without a key: what a supervisor or a load balancer polls."""
-    gateway = gateway_of(request)
-    snap = gateway.scheduler.snapshot()
-    return JSONResponse(
-        {
-            "status": "ok",
-            "backend": gateway.settings.backend.kind,
-            "loaded_model": snap.loaded_model,
-            "paused": snap.paused,
-            "running": snap.running is not None,
-            "queue_depth": snap.queue_depth,
-        }
-    )
-
-
 def routes() -> list[BaseRoute]:
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         *models_api.routes(),
-        Route("/health", health, methods=["GET"]),
     ]

@@ -10,16 +10,17 @@ an unknown field is an error too, with a suggestion.
 ``ServerSettings()`` is ``tierlm serve``'s default. The file, all sections optional::
 
     [server]        host, port, log_level, log_format, default_class, sse_heartbeat,
-                    dashboard_window, allowed_hosts, cors_origins
+                    dashboard_window, allowed_hosts, cors_origins, shutdown_grace
     [limits]        max_body_bytes, default_max_tokens, max_tokens_limit, queue_limit,
-                    max_connections, header_timeout, body_timeout, keep_alive_timeout,
-                    max_header_bytes
+                    key_queue_limit, max_connections, header_timeout, body_timeout,
+                    keep_alive_timeout, max_header_bytes
     [backend]       kind = "sim" | "llama-cpp" | "openai" | "ollama", models, ... (backends/)
     [scheduler]     max_affinity_wait, chat_grace, chat_idle, grace_factor, slice,
                     pool_floor, idle_reset, cancel_grace, weights, class_weights,
                     journal_bytes_per_job, journal_bytes_total, default_classes
     [classes.NAME]  tier, fair, requeue, budget = {share, window} | false, queue_limit
-    [[keys]]        key | key_env, name, classes, default_class, admin, producer
+    [[keys]]        key | key_env, name, classes, default_class, admin, producer,
+                    queue_limit, allow_deadline
     [embeddings]    backend = "minilm" | "llama-cpp" | "sim" | "none", model, ... (embedders.py)
 """
 
@@ -105,6 +106,10 @@ class ServerSection(Schema):
     servers use to keep proxies from closing a quiet connection."""
     dashboard_window: Annotated[float, Field(gt=0)] = 300.0
     """Seconds of history in the dashboard's timeline ("the last minutes")."""
+    shutdown_grace: Annotated[float, Flag("--shutdown-grace", "S"), Field(ge=0)] = 30.0
+    """On SIGTERM, seconds the accepted requests (running or queued) get to
+    finish before they are cancelled with ``shutting_down``: 30 s is
+    Kubernetes' default grace period between SIGTERM and SIGKILL."""
     allowed_hosts: Annotated[NameList | None, Flag("--allowed-hosts", "HOST,...")] = None
     """Host header names accepted; any other gets 421, so a web page cannot reach
     a loopback gateway through DNS rebinding. Unset: the loopback names and
@@ -139,7 +144,12 @@ class LimitSettings(Schema):
     most small local models, and an answer cannot be longer than the context."""
     queue_limit: Annotated[int, Flag("--queue-limit", "N"), Field(ge=1)] = 1000
     """Queued jobs per class beyond which requests get 429 + Retry-After. A queued
-    job costs a few kB; 1000 leaves room for the gateway benchmark's 500 clients."""
+    job costs a few kB; 1000 leaves room for the gateway benchmark's 500 clients.
+    With keys, a full class still admits a key below its fair share of it."""
+    key_queue_limit: Annotated[int | None, Flag("--key-queue-limit", "N"), Field(ge=1)] = None
+    """Queued jobs per API key, over all classes, beyond which its requests get
+    429 (unset: no cap but the classes' limits and the fair share; a key's own
+    ``queue_limit`` overrides it)."""
     max_connections: Annotated[int, Flag("--max-connections", "N"), Field(ge=1)] = 1000
     """Open connections (and running requests) beyond which a request gets 503
     (uvicorn's ``limit_concurrency``): twice the gateway benchmark's 500

@@ -144,6 +144,15 @@ class JobStream(Response):
                 job.disconnect()
 
     async def _body(self, send: Send) -> None:
+        # Woken after scheduler events too (throttled), to tell its position.
+        changes = self.job.gateway.changes
+        changes.watch(self.job.wake)
+        try:
+            await self._send_all(send)
+        finally:
+            changes.unwatch(self.job.wake)
+
+    async def _send_all(self, send: Send) -> None:
         job = self.job
         sent = 0
         last_note: str | None = None

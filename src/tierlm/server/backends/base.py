@@ -112,6 +112,23 @@ class BackendSettings(Schema):
         """Any model name goes upstream (no models configured, and the backend can)."""
         return self.capabilities.passes_model_names and not self.models
 
+    def public(self, text: str) -> str:
+        """``text`` (an error's message) as clients may see it: without what
+        only the operator should know (an upstream's address)."""
+        return text
+
+    async def readiness(self, runner: Runner) -> str | None:
+        """Why the backend cannot serve now (``/ready`` answers 503 with it), or
+        None when it can: here, a model is loaded, or none is due yet
+        (``preload = false``: the first request loads it)."""
+        if runner.loaded_model is not None or not self.preload:
+            return None
+        return "no model is loaded"
+
+    def runner_state(self, runner: Runner) -> Mapping[str, Any]:
+        """What the runner reports about itself, JSON-ready (the state API, /health)."""
+        return {}
+
     async def list_models(self, runner: Runner) -> list[str]:
         """What /v1/models lists: the configured models, or, for a passthrough
         backend, the upstream's (best effort: an unreachable upstream lists

@@ -6,14 +6,23 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, model_validator
 
+from tierlm.runners.http import DEFAULT_STALL_TIMEOUT
 from tierlm.runners.ollama import DEFAULT_OLLAMA_URL
 from tierlm.runners.openai_compat import ResumeMode
-from tierlm.runners.protocol import Runner
-from tierlm.server.backends.base import MODELS, BackendSettings, Capabilities, HttpURL, ModelTable
-from tierlm.server.schema import Expect, FieldError, Required, Schema
+from tierlm.runners.protocol import Runner, RunnerError
+from tierlm.server.backends.base import (
+    MODELS,
+    BackendSettings,
+    Capabilities,
+    HttpURL,
+    ModelLister,
+    ModelTable,
+)
+from tierlm.server.schema import Expect, FieldError, Flag, Required, Schema
 
 __all__ = ["OllamaBackend", "OpenAIBackend", "UpstreamModel"]
 
@@ -49,9 +58,36 @@ class UpstreamBackend(BackendSettings):
     )
 
     url: str
+    stall_timeout: Annotated[float, Flag("--stall-timeout", "S"), Field(gt=0)] = (
+        DEFAULT_STALL_TIMEOUT
+    )
+    """Seconds the upstream may send no token (before the first, or between two)
+    before its job fails with 504 ``upstream_timeout`` and the device is freed:
+    far beyond a token's time on a working device."""
+    first_byte_timeout: Annotated[float | None, Field(gt=0)] = None
+    """Seconds to the first token instead (unset: ``stall_timeout``), for an
+    upstream that evaluates long prompts before it answers."""
 
     def summary(self) -> str:
         return f"{self.kind} ({self.url})"
+
+    def public(self, text: str) -> str:
+        """Without the upstream's address: an error a client reads says "the
+        upstream"; the operator's log has the address."""
+        parts = urlsplit(self.url)
+        root = f"{parts.scheme}://{parts.netloc}"
+        text = text.replace(root, "the upstream")
+        return text.replace(parts.netloc, "the upstream") if parts.netloc else text
+
+    async def readiness(self, runner: Runner) -> str | None:
+        """Ready while the upstream answers (it lists its models)."""
+        if not isinstance(runner, ModelLister):
+            return None
+        try:
+            await runner.list_models()
+        except RunnerError as exc:
+            return self.public(f"the upstream does not answer: {exc}")
+        return None
 
     def upstream_names(self) -> dict[str, str] | None:
         """Model id -> upstream name; None when any name passes through."""
@@ -109,6 +145,8 @@ class OpenAIBackend(UpstreamBackend):
             warmup=self.warmup,
             resume=self.resume,
             chat_template=self.chat_template,
+            stall_timeout=self.stall_timeout,
+            first_byte_timeout=self.first_byte_timeout,
         )
 
 
@@ -133,6 +171,12 @@ class OllamaBackend(UpstreamBackend):
     def make_runner(self) -> Runner:
         from tierlm.runners.ollama import OllamaRunner
 
-        if self.keep_alive is None:
-            return OllamaRunner(self.url, models=self.upstream_names())
-        return OllamaRunner(self.url, models=self.upstream_names(), keep_alive=self.keep_alive)
+        runner = OllamaRunner(
+            self.url,
+            models=self.upstream_names(),
+            stall_timeout=self.stall_timeout,
+            first_byte_timeout=self.first_byte_timeout,
+        )
+        if self.keep_alive is not None:
+            runner.keep_alive = self.keep_alive
+        return runner
