@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import openai
 import uvicorn
+from openai.types.chat import ChatCompletionChunk
 from prometheus_client.parser import text_string_to_metric_families
 
 from tierlm.embedding import Embedder
@@ -250,6 +251,13 @@ def sse(
             yield stream
     finally:
         client.close()
+
+
+def read_into(chunks: Iterator[ChatCompletionChunk], pieces: list[str]) -> None:
+    """Read a stream to its end (or its error), keeping its text pieces."""
+    for chunk in chunks:
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
 
 
 def chat_body(model: str = "sim-a", max_tokens: int = 5, **extra: Any) -> dict[str, Any]:

@@ -1,82 +1,15 @@
-"""``tierlm serve`` as a process: it serves, and a stop signal ends open streams
-at once and exits cleanly."""
+"""``tierlm serve`` as a process: without the server extra it says what to
+install (the drain on a stop signal: ``test_drain``)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import openai
-import pytest
-
 import tierlm
-from tests.runners.helpers import free_port
-from tests.server.helpers import MESSAGES, WAIT
-
-
-@contextlib.contextmanager
-def tierlm_serve(*argv: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tierlm.cli", "serve", "--port", str(port), *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"tierlm serve exited: {process.stdout.read()}")  # type: ignore[union-attr]
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("tierlm serve did not start")
-            time.sleep(0.05)
-        yield url, process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(WAIT)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_serve_then_stop_with_a_stream_open(sig: signal.Signals) -> None:
-    with tierlm_serve("--token-interval", "0.005", "--log-level", "warning") as (url, process):
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=WAIT)
-        reply = client.chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=3)
-        assert reply.choices[0].message.content == "w0 w1 w2 "
-        stream = client.chat.completions.create(
-            model="sim-a",
-            messages=MESSAGES,
-            max_tokens=4000,
-            stream=True,  # 20 s
-        )
-        chunks = iter(stream)
-        next(chunks)
-        started = time.monotonic()
-        process.send_signal(sig)
-        # The open stream ends at once with the shutdown error, not after 20 s.
-        with pytest.raises(openai.APIError, match="the gateway is shutting down"):
-            for _ in chunks:
-                pass
-        process.wait(WAIT)
-        assert time.monotonic() - started < 5
-        # Ctrl-C is a normal way to stop it; SIGTERM ends it as SIGTERM does.
-        assert process.returncode == (0 if sig == signal.SIGINT else -signal.SIGTERM)
-        output = process.stdout.read()  # type: ignore[union-attr]
-        assert "Traceback" not in output
-
+from tests.server.helpers import WAIT
 
 # A named fake of a missing install: an import hook (sitecustomize, on
 # PYTHONPATH ahead of everything) that makes the server extra's packages

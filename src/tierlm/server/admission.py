@@ -63,6 +63,10 @@ class RunTimes:
                     seconds if old is None else old + EWMA_ALPHA * (seconds - old)
                 )
 
+    def averages(self) -> dict[str, float]:
+        """Each measured class's average run, in seconds."""
+        return dict(self._average)
+
     def of(self, class_name: str) -> float:
         """The class's average run, else the average of all classes, else 1 s."""
         average = self._average.get(class_name)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
+import signal
 import sys
 from types import FrameType
 
@@ -127,8 +129,12 @@ def run(args: argparse.Namespace) -> int:
     config = uvicorn_config(
         app,
         settings,
-        # A cancelled job stops within cancel_grace; twice that, then tasks are cancelled.
-        timeout_graceful_shutdown=int(2 * settings.scheduler.cancel_grace) or 1,
+        # The drain's grace, then cancelled jobs stop within cancel_grace: twice
+        # that more for their streams to end, then uvicorn cancels what is left.
+        timeout_graceful_shutdown=math.ceil(
+            settings.server.shutdown_grace + 2 * settings.scheduler.cancel_grace
+        )
+        or 1,
     )
     server = _Server(config, gateway)
     base = f"http://{settings.server.host}:{settings.server.port}"
@@ -140,19 +146,33 @@ def run(args: argparse.Namespace) -> int:
         base,
         base,
     )
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C it handled
-        server.run()
+    # uvicorn re-raises the signal it handled once it stopped: by then the
+    # gateway has drained, which is a clean exit (0), not a death by SIGTERM.
+    previous = signal.signal(signal.SIGTERM, _drained)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # ... and Ctrl-C the same way
+            server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0 if server.started or not server.should_exit else 1
 
 
+def _drained(sig: int, frame: FrameType | None) -> None:
+    """SIGTERM after uvicorn's shutdown: nothing left to do."""
+
+
 class _Server(uvicorn.Server):
-    """uvicorn's server, plus: on a stop signal, end the jobs first, so open
-    streams finish at once instead of holding the shutdown."""
+    """uvicorn's server, plus: the first stop signal (SIGTERM, Ctrl-C) drains
+    the gateway (``Shutdown.drain``: accepted requests finish within
+    ``shutdown_grace``) while uvicorn stops accepting; a second one ends every
+    job at once."""
 
     def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
         super().__init__(config)
         self.gateway = gateway
+        self._signals = 0
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.gateway.shutdown_soon()
+        self._signals += 1
+        self.gateway.shutdown_soon(drain=self._signals == 1)
         super().handle_exit(sig, frame)

@@ -222,6 +222,8 @@ class Gateway:
             "models": list(self.model_ids),
             "keys_configured": self.keys.configured,
             "queue_limits": {c: self.settings.queue_limit(c) for c in self.settings.classes},
+            # What Retry-After is computed from (Admission.wait_ahead).
+            "run_seconds": self.admission.run_times.averages(),
             "wall_offset": self.wall_offset(),
             "uptime": time.time() - self.started_at,
             "draining": self.shutdown.draining,

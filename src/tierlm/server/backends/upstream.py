@@ -4,6 +4,7 @@ elsewhere (``tierlm.runners.openai_compat``, ``tierlm.runners.ollama``)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
@@ -74,10 +75,13 @@ class UpstreamBackend(BackendSettings):
     def public(self, text: str) -> str:
         """Without the upstream's address: an error a client reads says "the
         upstream"; the operator's log has the address."""
-        parts = urlsplit(self.url)
-        root = f"{parts.scheme}://{parts.netloc}"
-        text = text.replace(root, "the upstream")
-        return text.replace(parts.netloc, "the upstream") if parts.netloc else text
+        netloc = urlsplit(self.url).netloc
+        if not netloc:
+            return text
+        # The URL with its path ("http://host:port/v1/chat/completions"), then
+        # the address alone.
+        text = re.sub(rf"\w+://{re.escape(netloc)}[^\s:,;'\")]*", "the upstream", text)
+        return text.replace(netloc, "the upstream")
 
     async def readiness(self, runner: Runner) -> str | None:
         """Ready while the upstream answers (it lists its models)."""

@@ -1,0 +1,84 @@
+"""``/health`` is liveness, ``/ready`` readiness (docs/gateway.md "Health");
+text no model can read is the client's mistake (400 naming the field)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.server.helpers import MESSAGES, Gateway, chat_body, serve, sim_settings
+from tierlm.server.config import settings_from_dict
+
+LONE = "x\ud800y"  # a lone surrogate: valid JSON (as "\ud800"), no valid text
+CHAT_PARTS = [*MESSAGES, {"role": "user", "content": [{"type": "text", "text": LONE}]}]
+
+
+def test_health_and_ready_on_a_loaded_model(gateway: Gateway) -> None:
+    health = gateway.http.get("/health")
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok"
+    assert health.json()["loaded_model"] == "sim-a"
+    ready = gateway.http.get("/ready")
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ready"
+
+
+def test_without_preload_nothing_is_due_before_the_first_request() -> None:
+    with serve(sim_settings({"backend": {"preload": False}})) as gw:
+        assert gw.http.get("/health").json()["loaded_model"] is None
+        assert gw.http.get("/ready").status_code == 200
+
+
+def test_a_model_that_failed_to_load_is_alive_but_not_ready(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(60))  # a truncated file: llama.cpp cannot load it
+    settings = settings_from_dict(
+        {"backend": {"kind": "llama-cpp", "models": {"broken": str(broken)}}}
+    )
+    with serve(settings) as gw:
+        assert gw.http.get("/health").json()["status"] == "ok"
+        ready = gw.http.get("/ready")
+        assert ready.status_code == 503
+        reason = ready.json()["reason"]
+        assert reason.startswith("no model is loaded: loading 'broken' failed: ")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (
+            "/v1/chat/completions",
+            chat_body(messages=[{"role": "user", "content": LONE}]),
+            "messages[0].content",
+        ),
+        (
+            "/v1/chat/completions",
+            chat_body(
+                messages=[*MESSAGES, {"role": "user", "content": [{"type": "text", "text": LONE}]}]
+            ),
+            "messages[1].content",
+        ),
+        ("/v1/completions", {"model": "sim-a", "prompt": LONE, "max_tokens": 2}, "prompt"),
+        ("/v1/chat/completions", chat_body(stop=["ok", LONE]), "stop[1]"),
+    ],
+)
+def test_a_lone_surrogate_is_a_400_naming_the_field(
+    gateway: Gateway, path: str, body: dict[str, object], param: str
+) -> None:
+    # As a browser's JSON.stringify sends it: the surrogate as a \u escape.
+    response = gateway.http.post(
+        path, content=json.dumps(body), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param
+    # Said by the gateway's check, or by the request's schema (stop's strings).
+    assert error["message"].startswith(f"{param}: ")
+    assert "unicode" in error["message"].lower()
+    # Nothing was queued, and the next request is served.
+    assert gateway.state()["stats"]["submitted"] == 0
+    reply = gateway.openai().chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=2)
+    assert reply.choices[0].message.content == "w0 w1 "
