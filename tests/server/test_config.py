@@ -11,7 +11,7 @@ import pytest
 
 from tierlm.core.classes import Budget
 from tierlm.server import cli
-from tierlm.server.backends import OpenAIBackend
+from tierlm.server.backends import OpenAIBackend, local_model_available
 from tierlm.server.config import ConfigError, ServerSettings, load_settings, settings_from_dict
 
 DOCS = Path(__file__).parents[2] / "docs" / "gateway.md"
@@ -92,7 +92,7 @@ def test_the_documented_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         ),
         ({"backend": {"kind": "openai"}}, "backend.url: the openai backend needs the upstream"),
         (
-            {"backend": {"kind": "llama-cpp"}},
+            {"backend": {"kind": "llama-cpp", "models": {}}},
             "backend.models: the llama-cpp backend needs at least",
         ),
         (
@@ -175,7 +175,9 @@ def test_serve_refuses_and_says_why(capsys: pytest.CaptureFixture[str]) -> None:
     assert err.startswith("tierlm serve: --host (server.host): refusing to listen on '0.0.0.0'")
     assert cli.run(args("--check")) == 0
     out = capsys.readouterr().out
-    assert "backend  sim" in out and "keys     none (loopback only" in out
+    # What `tierlm serve` chose by itself (the embedded SmolLM2 if installed).
+    default = "llama-cpp (worker process)" if local_model_available() else "sim"
+    assert f"backend  {default}" in out and "keys     none (loopback only" in out
 
 
 def test_file_environment_and_flags_feed_one_model(

@@ -480,6 +480,9 @@ def test_flags(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
         cli.add_arguments(parser)
         return parser.parse_args(list(argv))
 
+    # The sim backend named: its default embedder is sim (`tierlm serve` alone
+    # may pick the embedded SmolLM2 on llama.cpp, whose default is none).
+    monkeypatch.setenv("TIERLM_BACKEND__KIND", "sim")
     settings = cli.settings_from_args(
         args("--embed-model", "embed", "--embed-max-batch", "8", "--embed-max-wait-ms", "2")
     )

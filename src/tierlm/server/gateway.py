@@ -53,7 +53,7 @@ class Gateway:
             settings.anonymous_class(),
             settings.limits.key_queue_limit,
         )
-        self.metrics = Metrics(self._snapshot_or_none, settings.classes)
+        self.metrics = Metrics(self._snapshot_or_none, settings.classes, self.runner_state)
         self.timeline = Timeline(settings.server.dashboard_window)
         self.model_ids: list[str] = settings.backend.model_ids()
         self.passthrough = settings.backend.passthrough
@@ -176,12 +176,20 @@ class Gateway:
         """Seconds until a queued job of ``class_name`` likely starts (``Admission``)."""
         return self.admission.retry_after(class_name, key)
 
-    def submit(self, meta: JobMeta, request: GenerationRequest) -> GatewayJob:
+    async def submit(self, meta: JobMeta, request: GenerationRequest) -> GatewayJob:
         """Queue a generation for a request: 503 while shutting down, 400 for
-        text no model can read, 429 past a queue limit (``Admission``)."""
+        text no model can read or a prompt longer than the model's context,
+        429 past a queue limit (``Admission``)."""
+        check_text(request)
+        problem = await self.settings.backend.prompt_problem(self.runner, request)
+        if problem is not None:
+            # As OpenAI answers it: a 400 the client does not retry.
+            param = "prompt" if request.prompt is not None else "messages"
+            raise APIError(
+                400, f"{param}: {problem}; shorten it", param=param, code="context_length_exceeded"
+            )
         if self.shutdown.draining:
             raise shutting_down("it accepts no new requests")
-        check_text(request)
         self.admission.admit(meta)
         return GatewayJob(self, meta, request)
 

@@ -19,7 +19,9 @@ Series (all prefixed ``tierlm_``):
 - ``jobs_total{class,outcome}`` (completed, failed, cancelled, requeued);
 - ``client_disconnects_total{class,state}`` (queued or running when the client left);
 - ``rejected_requests_total{reason}``;
-- ``loaded_model{model}`` (1 for the loaded one), ``paused``.
+- ``loaded_model{model}`` (1 for the loaded one), ``paused``;
+- with a llama-cpp worker: ``worker_pid`` and ``worker_restarts_total`` (read
+  from the runner at scrape time).
 
 With embeddings on, the embedding lane's ``embedding_*`` series too
 (``LaneMetrics``): its queue and counts read from ``lane.stats()`` at scrape
@@ -29,7 +31,8 @@ lane's ``BatchObserver`` hook.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -82,7 +85,10 @@ _OUTCOMES = tuple(end.outcome for end in (JobCompleted, JobFailed, JobCancelled,
 
 class Metrics:
     def __init__(
-        self, snapshot: Callable[[], SchedulerSnapshot | None], classes: Iterable[str]
+        self,
+        snapshot: Callable[[], SchedulerSnapshot | None],
+        classes: Iterable[str],
+        runner_state: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -142,6 +148,8 @@ class Metrics:
         for reason in REJECT_REASONS:
             self.rejected_requests.labels(reason)
         r.register(_StateCollector(snapshot, list(classes)))
+        if runner_state is not None:
+            r.register(_RunnerCollector(runner_state))
 
     # -- feeds --------------------------------------------------------------
 
@@ -287,6 +295,33 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "tierlm_paused", "1 while the scheduler is paused", value=int(snap.paused)
         )
+
+
+class _RunnerCollector(Collector):
+    """The runner's own state (a llama.cpp worker's pid and restarts), read at
+    scrape time; nothing for runners that report none."""
+
+    def __init__(self, state: Callable[[], Mapping[str, Any]]) -> None:
+        self._state = state
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # dynamic: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._state()
+        if "worker_pid" in state:
+            pid = state["worker_pid"]
+            yield GaugeMetricFamily(
+                "tierlm_worker_pid",
+                "The model worker process's pid (0 while none runs)",
+                value=pid or 0,
+            )
+        if "restarts" in state:
+            yield CounterMetricFamily(
+                "tierlm_worker_restarts",
+                "Model worker processes started again after a crash",
+                value=state["restarts"],
+            )
 
 
 class _LaneCollector(Collector):

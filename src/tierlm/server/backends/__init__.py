@@ -16,7 +16,12 @@ from pydantic import BeforeValidator, Field
 
 from tierlm.runners.protocol import Runner
 from tierlm.server.backends.base import BackendSettings, Capabilities, ModelLister
-from tierlm.server.backends.llama_cpp import LlamaCppBackend, LlamaModel
+from tierlm.server.backends.llama_cpp import (
+    LlamaCppBackend,
+    LlamaModel,
+    installed,
+    local_model_available,
+)
 from tierlm.server.backends.sim import SimBackend
 from tierlm.server.backends.upstream import OllamaBackend, OpenAIBackend, UpstreamModel
 from tierlm.server.schema import Flag
@@ -36,7 +41,9 @@ __all__ = [
     "UpstreamModel",
     "backend_class",
     "close_runner",
+    "local_model_available",
     "make_runner",
+    "serve_candidates",
 ]
 
 logger = logging.getLogger("tierlm.server")
@@ -44,7 +51,9 @@ logger = logging.getLogger("tierlm.server")
 _Backends = SimBackend | LlamaCppBackend | OpenAIBackend | OllamaBackend
 BACKENDS: tuple[type[BackendSettings], ...] = get_args(_Backends)
 """Every backend, the default first."""
-# `tierlm serve` with no settings runs the simulated device: the whole API, no model.
+# The schema's default (ServerSettings(), a [backend] table without kind): the
+# simulated device, the whole API with no model, the same on every machine.
+# `tierlm serve` with no backend named prefers a real model (serve_default).
 DEFAULT_BACKEND = SimBackend
 
 
@@ -76,6 +85,17 @@ AnyBackend = Annotated[
     Flag("--backend", "KIND"),
 ]
 """``[backend]``: one of ``BACKENDS``, told apart by ``kind`` (default ``sim``)."""
+
+
+def serve_candidates() -> list[type[BackendSettings]]:
+    """The backends ``tierlm serve`` tries, in order, when nothing names a kind:
+    llama-cpp when llama-cpp-python is installed (with no models given, the
+    embedded SmolLM2 of ``tierlm[local]``: a newcomer sees real tokens
+    scheduled), then the simulated device. The first the settings validate
+    for is served (``--n-ctx 512`` is llama-cpp's, ``--token-interval`` sim's)."""
+    if installed("llama_cpp"):
+        return [LlamaCppBackend, SimBackend]
+    return [SimBackend]
 
 
 def make_runner(backend: BackendSettings) -> Runner:

