@@ -172,10 +172,6 @@ class Gateway:
 
     # -- jobs -------------------------------------------------------------------
 
-    def retry_after(self, class_name: str, key: str | None = None) -> int:
-        """Seconds until a queued job of ``class_name`` likely starts (``Admission``)."""
-        return self.admission.retry_after(class_name, key)
-
     async def submit(self, meta: JobMeta, request: GenerationRequest) -> GatewayJob:
         """Queue a generation for a request: 503 while shutting down, 400 for
         text no model can read or a prompt longer than the model's context,
