@@ -12,9 +12,10 @@ Reported in bench/results/soak.json: the RSS samples, the slope of a
 least-squares line through them (MB/min) over the whole run and over its last
 5 minutes (after the warm-up: the fair pool remembers a producer for
 ``idle_reset``, 300 s, and the dashboard's timeline keeps ``dashboard_window``,
-300 s, so the first 5 minutes fill bounded structures by design), the requests
-by kind and outcome, and a verdict: it levels off when the last 5 minutes'
-slope is under ``LEVEL_SLOPE``.
+300 s, so the first 5 minutes fill bounded structures by design), the growth
+per request after the warm-up, the mean RSS of each minute, the requests by kind
+and outcome, and a verdict: it levels off when the RSS peaked before the last
+``PEAK_MARGIN`` seconds (a leak keeps setting new peaks as requests go on).
 
 ``--debug`` runs the server under tracemalloc (10 frames) and diffs two
 snapshots, one after the warm-up and one at the end, taken in the server on
@@ -22,8 +23,13 @@ SIGUSR1 (a bootstrap wraps ``tierlm.cli.main``; no server code is involved):
 the top allocation sites that grew are in the JSON under ``tracemalloc``. It
 slows the server; use it to find a leak, not to measure the slope.
 
+``--malloc-arena-max N`` sets glibc's ``MALLOC_ARENA_MAX`` for the server: an
+RSS that grows while the Python heap does not is the C allocator's (arenas
+and fragmentation), which this tells apart.
+
     python bench/soak.py [--minutes 10] [--workers 6] [--token-interval 0.002]
-                         [--sample 5] [--debug] [--out bench/results/soak.json]
+                         [--sample 5] [--debug] [--malloc-arena-max N]
+                         [--out bench/results/soak.json]
 """
 
 from __future__ import annotations
@@ -55,10 +61,10 @@ START_TIMEOUT = 60.0
 # The bounded structures fill within 300 s (idle_reset, dashboard_window): the
 # slope that says "leak" is the one after them.
 WARMUP_SECONDS = 300.0
-LEVEL_SLOPE = 0.1
-"""MB/min: below this over the last 5 minutes, the RSS has levelled off (a
-leak of one job's few kB per request at this request rate would be several
-MB/min)."""
+PEAK_MARGIN = 120.0
+"""Seconds: an RSS whose peak is older than this at the end has stopped
+growing. (A leak of even 100 bytes a request, at the ~50 requests/s of the
+default mix, sets a new peak every few seconds.)"""
 PRODUCERS = [f"agent{i}" for i in range(12)]
 MESSAGES = [{"role": "user", "content": "soak"}]
 KINDS = (
@@ -99,12 +105,12 @@ def free_port() -> int:
 class Server:
     """``tierlm serve`` as a subprocess, its RSS sampled in a thread."""
 
-    def __init__(self, argv: list[str], debug_dir: str | None) -> None:
+    def __init__(self, argv: list[str], debug_dir: str | None, env: dict[str, str]) -> None:
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (read at the end)
         prefix = [sys.executable, "-m", "tierlm.cli"]
-        env = dict(os.environ)
+        env = {**os.environ, **env}
         if debug_dir is not None:
             prefix = [sys.executable, "-c", BOOTSTRAP]
             env["SOAK_SNAPSHOTS"] = debug_dir
@@ -292,7 +298,10 @@ def slope(samples: list[tuple[float, float]]) -> float | None:
     return cov / var * 60
 
 
-def tracemalloc_diff(first: Path, last: Path, top: int = 15) -> list[dict[str, Any]]:
+def tracemalloc_diff(first: Path, last: Path, top: int = 15) -> dict[str, Any]:
+    """What Python allocated between the two snapshots: the totals (the
+    tracemalloc's own bookkeeping is outside them, and inflates the RSS of a
+    --debug run) and the allocation sites that grew most."""
     import tracemalloc
 
     old = tracemalloc.Snapshot.load(str(first))
@@ -309,7 +318,11 @@ def tracemalloc_diff(first: Path, last: Path, top: int = 15) -> list[dict[str, A
                 "traceback": frames[-4:],
             }
         )
-    return growth
+
+    def total(snapshot: tracemalloc.Snapshot) -> float:
+        return round(sum(stat.size for stat in snapshot.statistics("filename")) / 2**20, 2)
+
+    return {"traced_mb": {"first": total(old), "last": total(new)}, "top_growth": growth}
 
 
 def main() -> None:
@@ -320,6 +333,11 @@ def main() -> None:
     parser.add_argument("--sample", type=float, default=5.0, help="seconds between RSS samples")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--debug", action="store_true", help="tracemalloc snapshots (slow)")
+    parser.add_argument(
+        "--malloc-arena-max",
+        type=int,
+        help="MALLOC_ARENA_MAX for the server (glibc's malloc arenas, one per thread by default)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -330,7 +348,10 @@ def main() -> None:
     ]
     debug_dir = tempfile.mkdtemp(prefix="soak-") if args.debug else None
     load_before = os.getloadavg()
-    server = Server(argv, debug_dir)
+    env = {}
+    if args.malloc_arena_max is not None:
+        env["MALLOC_ARENA_MAX"] = str(args.malloc_arena_max)
+    server = Server(argv, debug_dir, env)
     print(f"soak: tierlm serve pid {server.proc.pid} at {server.url}, {args.minutes} min")
     server.sample_every(args.sample)
     load = Load(server.url, args.seed)
@@ -352,11 +373,19 @@ def main() -> None:
     exit_code = server.stop()
 
     samples = server.samples
-    last5 = [(t, m) for t, m in samples if t >= samples[-1][0] - 300] if samples else []
+    end = samples[-1][0] if samples else 0.0
+    last5 = [(t, m) for t, m in samples if t >= end - 300]
+    last3 = [(t, m) for t, m in samples if t >= end - 180]
     after_warmup = [(t, m) for t, m in samples if t >= WARMUP_SECONDS]
     whole, tail = slope(samples), slope(last5)
     requests = sum(load.outcomes.values())
-    levels_off = tail is not None and abs(tail) < LEVEL_SLOPE
+    peak_at = max(samples, key=lambda s: s[1])[0] if samples else 0.0
+    levels_off = bool(samples) and peak_at < end - PEAK_MARGIN
+    warm_slope = slope(after_warmup)
+    per_request = None if warm_slope is None else warm_slope * 2**20 / 60 / (requests / duration)
+    minutes: dict[int, list[float]] = {}
+    for t, m in samples:
+        minutes.setdefault(int(t // 60), []).append(m)
     result: dict[str, Any] = {
         "benchmark": "soak",
         "command": "python bench/soak.py " + " ".join(sys.argv[1:]),
@@ -367,6 +396,7 @@ def main() -> None:
             "sample_seconds": args.sample,
             "serve_argv": argv,
             "debug": args.debug,
+            "server_env": env,
         },
         "machine": {
             "platform": platform.platform(),
@@ -391,9 +421,15 @@ def main() -> None:
         "slope_mb_per_min": {
             "whole_run": whole,
             "last_5_min": tail,
-            "after_warmup": slope(after_warmup),
+            "after_warmup": warm_slope,
+            "last_3_min": slope(last3),
         },
+        "rss_growth_bytes_per_request_after_warmup": per_request,
+        "peak_at_seconds": peak_at,
         "levels_off": levels_off,
+        "mean_rss_mb_per_minute": {
+            str(minute): round(sum(ms) / len(ms), 2) for minute, ms in sorted(minutes.items())
+        },
         "samples": [[round(t, 1), round(m, 2)] for t, m in samples],
     }
     if len(snapshots) == 2:
@@ -410,10 +446,18 @@ def main() -> None:
         f"{sum(n for (_, o), n in load.outcomes.items() if o.startswith('unexpected'))}"
     )
     print(f"RSS            {rss['first']:.1f} MB -> {rss['last']:.1f} MB (peak {rss['peak']:.1f})")
-    print(f"slope          whole run {mb(whole)}, last 5 min {mb(tail)}")
-    print(f"levels off     {'yes' if levels_off else 'NO'} (|last 5 min| < {LEVEL_SLOPE} MB/min)")
-    for item in result.get("tracemalloc", [])[:8]:
-        print(f"  +{item['size_diff_kb']} kB ({item['count_diff']:+d}) {item['traceback'][-1]}")
+    print(
+        f"slope          whole run {mb(whole)}, last 5 min {mb(tail)}, after warm-up "
+        f"{mb(warm_slope)} ({per_request or 0:.0f} B a request)"
+    )
+    print(f"levels off     {'yes' if levels_off else 'NO'} (peak at {peak_at:.0f} s of {end:.0f})")
+    if "tracemalloc" in result:
+        traced = result["tracemalloc"]["traced_mb"]
+        print(f"traced (Python) {traced['first']} MB -> {traced['last']} MB between the snapshots")
+        for item in result["tracemalloc"]["top_growth"][:8]:
+            print(
+                f"  {item['size_diff_kb']:+} kB ({item['count_diff']:+d}) {item['traceback'][-1]}"
+            )
     print(f"wrote {args.out}")
     if exit_code != 0:
         print(f"tierlm serve exited {exit_code}:\n{server.tail()}", file=sys.stderr)
