@@ -97,7 +97,8 @@ def test_dashboard_shows_the_running_job_and_updates_live(tmp_path: Path) -> Non
                     page.wait_for_function(
                         "document.getElementById('queue-T4').dataset.count === '1'"
                     )
-                    assert f"#{gana.job_id} gana:7" in page.inner_text("#queue-T4")
+                    # The producer, under its key's name (unnamed: key0).
+                    assert f"#{gana.job_id} key0/gana:7" in page.inner_text("#queue-T4")
                     with sse(gw, chat_body(max_tokens=3), {**AUTH, "X-Tierlm-Class": "extract"}):
                         page.wait_for_function(
                             "document.getElementById('queue-T2').dataset.count === '1'"

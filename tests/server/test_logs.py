@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.server.helpers import MESSAGES, WAIT
-from tests.server.test_cli import tierlm_serve
+from tests.server.serve_process import tierlm_serve
 from tierlm.server.config import ConfigError, load_settings
 
 ADMIN_KEY = "sk-admin-3c9f0e7d"

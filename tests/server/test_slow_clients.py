@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.server.helpers import WAIT, Gateway, serve, sim_settings
-from tests.server.test_cli import tierlm_serve
+from tests.server.serve_process import tierlm_serve
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +157,7 @@ def test_an_oversized_request_head_is_refused(gw: Gateway) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_does_not_wait_for_a_half_sent_upload(sig: signal.Signals) -> None:
     # The body timeout is far beyond the test's bound: only the shutdown may end the read.
-    argv = ("--body-timeout", "3600", "--log-level", "info")
+    argv = ("--body-timeout", "3600", "--log-level", "info", "--backend", "sim")
     with tierlm_serve(*argv) as (url, process):
         with connect(url) as sock:
             sock.sendall(

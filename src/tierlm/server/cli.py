@@ -182,12 +182,17 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tierlm serve: {exc}", file=sys.stderr)
         return 2
-    if note is not None:
-        print(f"tierlm serve: {note}", file=sys.stderr)
     if args.check:
+        if note is not None:
+            print(f"tierlm serve: {note}", file=sys.stderr)
         print(describe(settings))
         return 0
     configure_logging(settings.server.log_level, settings.server.log_format)
+    if note is not None:
+        # Logged, as every line (JSON with --log-format json); the fallback to
+        # the simulated device is a warning: no real model serves.
+        simulated = not isinstance(settings.backend, LlamaCppBackend)
+        logger.log(logging.WARNING if simulated else logging.INFO, "tierlm serve: %s", note)
     app = create_app(settings)
     gateway: Gateway = app.state.gateway
     config = uvicorn_config(

@@ -31,7 +31,6 @@ from tierlm.server.metadata import JobMeta
 from tierlm.server.metrics import Metrics
 from tierlm.server.recent import RecentJobs
 from tierlm.server.shutdown import Shutdown, shutting_down
-from tierlm.server.text_check import check_text
 from tierlm.server.timeline import Timeline
 from tierlm.snapshot import SchedulerSnapshot
 
@@ -173,10 +172,10 @@ class Gateway:
     # -- jobs -------------------------------------------------------------------
 
     async def submit(self, meta: JobMeta, request: GenerationRequest) -> GatewayJob:
-        """Queue a generation for a request: 503 while shutting down, 400 for
-        text no model can read or a prompt longer than the model's context,
-        429 past a queue limit (``Admission``)."""
-        check_text(request)
+        """Queue a generation for a request: 400 for a prompt longer than the
+        model's context, 503 while shutting down, 429 past a queue limit
+        (``Admission``). (Text no model can read, a lone surrogate, is refused
+        when the body is read: ``body.read_json``.)"""
         problem = await self.settings.backend.prompt_problem(self.runner, request)
         if problem is not None:
             # As OpenAI answers it: a 400 the client does not retry.
