@@ -14,16 +14,19 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tierlm.handles import GenerationHandle, GenerationRun, JobHandle, JobState
 from tierlm.runners.protocol import GenerationRequest
+from tierlm.scheduler import Scheduler
+from tierlm.server.admission import Admission
+from tierlm.server.changes import Changes
 from tierlm.server.metadata import JobMeta
+from tierlm.server.metrics import Metrics
+from tierlm.server.recent import RecentJobs
+from tierlm.server.settings import ServerSettings
 
-if TYPE_CHECKING:
-    from tierlm.server.gateway import Gateway
-
-__all__ = ["EXACT_POSITIONS", "GatewayJob", "shown_position"]
+__all__ = ["EXACT_POSITIONS", "GatewayJob", "JobHost", "shown_position"]
 
 logger = logging.getLogger("tierlm.server")
 
@@ -31,10 +34,33 @@ logger = logging.getLogger("tierlm.server")
 EXACT_POSITIONS = 10
 
 
+class JobHost(Protocol):
+    """What a job uses of the gateway that made it (``Gateway`` is one): its
+    parts, not the gateway's module, so that this one does not import it."""
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    @property
+    def settings(self) -> ServerSettings: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def recent(self) -> RecentJobs: ...
+
+    @property
+    def changes(self) -> Changes: ...
+
+    @property
+    def admission(self) -> Admission: ...
+
+
 class GatewayJob:
     """One request's generation, submitted to the scheduler (``Gateway.submit``)."""
 
-    def __init__(self, gateway: Gateway, meta: JobMeta, request: GenerationRequest) -> None:
+    def __init__(self, gateway: JobHost, meta: JobMeta, request: GenerationRequest) -> None:
         self.gateway = gateway
         self.meta = meta
         self.request = request
