@@ -83,3 +83,13 @@ def test_a_lone_surrogate_is_a_400_naming_the_field(
     assert gateway.state()["stats"]["submitted"] == 0
     reply = gateway.openai().chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=2)
     assert reply.choices[0].message.content == "w0 w1 "
+
+
+def test_an_unloaded_model_is_still_ready(gateway: Gateway) -> None:
+    # The next request loads it again (an admin's unload, keep_alive): only a
+    # load that failed makes the gateway not ready.
+    assert gateway.http.post("/v1/models/sim-a/unload").status_code == 200
+    assert gateway.http.get("/health").json()["loaded_model"] is None
+    assert gateway.http.get("/ready").json()["status"] == "ready"
+    reply = gateway.openai().chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=2)
+    assert reply.choices[0].message.content == "w0 w1 "

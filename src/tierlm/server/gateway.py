@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tierlm.events import SchedulerEvent
+from tierlm.events import SchedulerEvent, SwapFinished
 from tierlm.runners.protocol import GenerationRequest, Runner
 from tierlm.scheduler import Scheduler
 from tierlm.server.admission import RETRY_AFTER_MAX, RETRY_AFTER_MIN, Admission, RunTimes
@@ -76,9 +76,10 @@ class Gateway:
             self.admission.run_times.on_event,
             self.shutdown.on_event,
             self.changes.on_event,
+            self._on_swap,
         ]
-        self.preload_error: str | None = None
-        """Why the first model did not load at startup, if it did not."""
+        self.load_error: str | None = None
+        """Why the first model did not load at startup, until a load succeeds."""
         self._scheduler: Scheduler | None = None
         self.started_at = time.time()
 
@@ -104,7 +105,7 @@ class Gateway:
                 # Not fatal: the scheduler loads it again on the first request,
                 # which then gets the error (an upstream may come up later).
                 logger.warning("preloading %s failed: %s", model, exc)
-                self.preload_error = backend.public(f"loading {model!r} failed: {exc}")
+                self.load_error = backend.public(f"loading {model!r} failed: {exc}")
         if self.passthrough:
             self.model_ids = await backend.list_models(self.runner)
         # Created after the preload: the scheduler reads the loaded model once.
@@ -191,15 +192,20 @@ class Gateway:
     # -- state ------------------------------------------------------------------
 
     async def not_ready(self) -> str | None:
-        """Why a request cannot be served now (``/ready``), None if it can."""
+        """Why a request cannot be served now (``/ready``), None if it can: the
+        gateway shuts down, the model failed to load (and none has loaded
+        since), or the backend says so (an upstream that does not answer)."""
         if self.shutdown.draining:
             return "the gateway is shutting down"
         if self._scheduler is None:
             return "the gateway is starting"
-        reason = await self.settings.backend.readiness(self.runner)
-        if reason is not None and self.preload_error is not None:
-            reason = f"{reason}: {self.preload_error}"
-        return reason
+        if self.runner.loaded_model is None and self.load_error is not None:
+            return f"no model is loaded: {self.load_error}"
+        return await self.settings.backend.readiness(self.runner)
+
+    def _on_swap(self, event: SchedulerEvent) -> None:
+        if isinstance(event, SwapFinished):
+            self.load_error = None  # a load succeeded: the gateway serves again
 
     def runner_state(self) -> dict[str, Any]:
         """The runner's own state for the state API, /health and /metrics

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from tierlm.runners.http import UpstreamTimeout
-from tierlm.runners.protocol import Cancelled, CancelReason, RunnerError
+from tierlm.runners.protocol import Cancelled, CancelReason, InvalidRequest, RunnerError
 from tierlm.server.errors import APIError, internal_error
 from tierlm.server.jobs import GatewayJob
 from tierlm.server.shutdown import shutting_down
@@ -39,6 +39,9 @@ def job_error(job: GatewayJob) -> APIError | None:
                 headers={"Retry-After": str(retry)},
             )
         return APIError(409, f"job {job.id} was cancelled", code="cancelled")
+    except InvalidRequest as exc:
+        # Found only as it ran (most are refused when the prompt is counted).
+        return APIError(400, str(exc), param=exc.param, code="invalid_request")
     except UpstreamTimeout as exc:
         return APIError(
             504,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Sequence
 from typing import Protocol
 
 from tierlm.handles import GenerationHandle, GenerationRun, JobHandle, JobState
@@ -93,9 +92,10 @@ class GatewayJob:
         return self.handle.state
 
     @property
-    def produced(self) -> Sequence[str]:
-        """The pieces so far (one per token), across every run."""
-        return self.handle.pieces
+    def produced(self) -> list[str]:
+        """The pieces so far (one per token), across every run (the
+        generation's own list: read it, never change it)."""
+        return self.handle.generation.pieces
 
     @property
     def first_token_at(self) -> float | None:

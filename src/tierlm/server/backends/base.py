@@ -119,11 +119,10 @@ class BackendSettings(Schema):
 
     async def readiness(self, runner: Runner) -> str | None:
         """Why the backend cannot serve now (``/ready`` answers 503 with it), or
-        None when it can: here, a model is loaded, or none is due yet
-        (``preload = false``: the first request loads it)."""
-        if runner.loaded_model is not None or not self.preload:
-            return None
-        return "no model is loaded"
+        None when it can. Here, always: a model not loaded is loaded by the next
+        request (``preload = false``, an unload, ``keep_alive``); the gateway
+        itself says when loading it failed (``Gateway.not_ready``)."""
+        return None
 
     async def prompt_problem(self, runner: Runner, request: GenerationRequest) -> str | None:
         """Why ``request``'s prompt cannot run on its model (longer than the

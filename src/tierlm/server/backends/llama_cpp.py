@@ -204,13 +204,17 @@ class LlamaCppBackend(BackendSettings):
 
     async def prompt_problem(self, runner: Runner, request: GenerationRequest) -> str | None:
         """A prompt longer than the model's context: counted with the model's
-        own tokenizer (in the worker; the model need not be loaded)."""
+        own tokenizer (in the worker; the model need not be loaded), or the
+        count the request already carries (the gateway counts every prompt
+        for ``usage``)."""
         count = getattr(runner, "count_prompt_tokens", None)
         spec = getattr(runner, "spec", None)
         if count is None or spec is None:
             return None
         try:
-            tokens: int = await count(request)
+            tokens: int = (
+                request.prompt_tokens if request.prompt_tokens is not None else await count(request)
+            )
             n_ctx: int = spec(request.model_id).n_ctx
         except RunnerError:
             return None  # the job itself will say what is wrong
