@@ -150,6 +150,30 @@ def test_a_higher_tier_below_a_person_yields_after_the_first_token(
     scenario(body, [*default_classes().values(), TaskClass("report", tier=2)])
 
 
+def test_a_job_that_is_not_re_queued_ends_as_preempted_after_a_yield() -> None:
+    """Its caller is told "preempted", whichever kind stopped it (the gateway
+    answers 503 with Retry-After for it)."""
+
+    async def body(sched: Scheduler, device: Device, rec: Recorder) -> None:
+        once = sched.submit_generation("once", background("once"), ignore)
+        await asyncio.sleep(1)
+        sched.submit_generation("report", background("r", prompt_tokens=10), ignore)
+        with pytest.raises(Cancelled) as caught:
+            await once
+        assert caught.value.reason is CancelReason.PREEMPTED
+        assert rec.kinds(Preempting)[0].reason is CancelReason.YIELD
+        assert device.of("once")[0].tokens == 1  # it finished its evaluation first
+
+    scenario(
+        body,
+        [
+            *default_classes().values(),
+            TaskClass("report", tier=2),
+            TaskClass("once", tier=3, requeue=False),
+        ],
+    )
+
+
 # -- a person waiting cuts the evaluation at once ----------------------------------
 
 
@@ -330,5 +354,31 @@ def test_a_device_without_snapshots_loses_a_cut_evaluation() -> None:
         assert calls[-1].kept_seconds == 0.0
         await runner.complete(request, CancelToken())
         assert calls[-1].ready == "fresh" and calls[-1].prompt_seconds == pytest.approx(15.0)
+
+    run_virtual(main())
+
+
+def test_kept_batches_whose_state_was_evicted_are_evaluated_again_as_waste() -> None:
+    """The pool holds 1 100 tokens of state: a second cut evaluation evicts
+    the first one's; its resume evaluates everything, and the 1 024 tokens it
+    had kept count as work redone (docs/design.md §8 wasted device time)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        calls: list[SimulatedCall] = []
+        runner = SimulatedRunner(
+            TOKEN, PREFILL, initial_model="m1", resume="restore",
+            kv_bytes_per_token=1000, snapshot_pool_bytes=1_100_000,
+        )  # fmt: skip
+        runner.on_call = calls.append
+        for name in ("p", "q"):
+            cut = CancelToken()
+            loop.call_later(11.0, cut.cancel, CancelReason.PREEMPTED)
+            await runner.complete(background(name, prompt_tokens=1500), cut)
+            assert calls[-1].kept_seconds == pytest.approx(1024 * PREFILL)
+        await runner.complete(background("p", prompt_tokens=1500), CancelToken())
+        again = calls[-1]
+        assert again.ready == "re-evaluate" and again.prompt_seconds == pytest.approx(15.0)
+        assert again.resume_seconds == pytest.approx(1024 * PREFILL)
 
     run_virtual(main())

@@ -395,7 +395,10 @@ class Dispatcher:
                 self.policy.requeue(job, now)
                 self.emit(Requeued(now, job))
             else:
-                self._resolve(entry, _Stopped(reason))
+                # Its caller is told "preempted", whichever kind stopped it:
+                # the difference is the device's, not the caller's.
+                preempted = CancelReason.PREEMPTED if reason in _PREEMPTIONS else reason
+                self._resolve(entry, _Stopped(preempted))
         else:
             self._resolve(entry, outcome)
         self._idle.set()
@@ -424,7 +427,7 @@ class Dispatcher:
             entry.handle.state = JobState.CANCELLED
             self.stats.cancelled += 1
             detail = ""
-            if outcome.reason in _PREEMPTIONS:
+            if outcome.reason is CancelReason.PREEMPTED:
                 detail = f"{job.class_name} jobs are not re-queued (class requeue=False)"
             entry.future.set_exception(Cancelled(outcome.reason, detail))
             self.emit(JobCancelled(now, job, outcome.reason))

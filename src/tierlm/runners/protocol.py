@@ -51,7 +51,8 @@ class CancelReason(enum.Enum):
     """The job yields the device for fairness (its slice, the pool floor,
     overdue work, any tier below a person's): it stops at its next token
     boundary, but a prompt evaluation under way runs to its first token
-    first; the job may be re-queued."""
+    first; the job may be re-queued (one that is not ends as ``PREEMPTED``:
+    to its caller, the kinds are alike)."""
     PREEMPTED = "preempted"
     """A person is waiting (a chat, the foreground): the job stops at its next
     token boundary, a prompt evaluation at once; the job may be re-queued."""

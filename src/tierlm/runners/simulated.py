@@ -152,8 +152,6 @@ class _Ready:
     redo: int
     """The evaluation redoes context tokens ``held`` up to here: earlier runs
     had evaluated and kept them (their state was lost)."""
-    context: int
-    """Context tokens: prompt + the output it continues."""
 
 
 class SimulatedRunner:
@@ -245,26 +243,32 @@ class SimulatedRunner:
         if entry is not None and entry.state:
             held = min(entry.tokens, context)
             cost = self.restore_seconds + (context - held) * per_token
-            return _Ready("restore", cost, self.restore_seconds, held, held, context)
+            redo = max(held, min(entry.done, context))
+            return _Ready("restore", cost, self.restore_seconds, held, redo)
         if entry is not None:
-            redo = min(entry.tokens, context)  # its state was evicted
+            redo = min(entry.done, context)  # its state was evicted
         else:
             # Without a snapshot, a resume evaluates again prompt + output,
             # which its earlier runs had evaluated.
             redo = context if request.resume_text else 0
         how: PromptReady = "re-evaluate" if redo else "fresh"
-        return _Ready(how, context * per_token, 0.0, 0, redo, context)
+        return _Ready(how, context * per_token, 0.0, 0, redo)
 
     def _prefill_done(self, request: GenerationRequest, ready: _Ready) -> None:
         if ready.how != "fresh":
             self.snapshots.take(_state_key(request))  # in the context again
 
-    def _prefill_cut(self, request: GenerationRequest, ready: _Ready, spent: float) -> float:
-        """A cancel cut the prompt evaluation after ``spent`` seconds: keep its
-        finished batches (``restore`` only: llama.cpp drops the aborted batch);
-        returns the seconds of first-time evaluation kept."""
+    def _prefill_cut(
+        self, request: GenerationRequest, cancel: CancelToken, ready: _Ready, spent: float
+    ) -> float:
+        """A cancel cut the prompt evaluation after ``spent`` seconds: if it was
+        a preemption, keep its finished batches (``restore`` only: llama.cpp
+        drops the aborted batch); returns the seconds of first-time evaluation
+        kept."""
         if self.resume != "restore" or self.prefill_per_token == 0:
             return 0.0
+        if cancel.reason is not CancelReason.PREEMPTED:
+            return 0.0  # the job ends: nobody resumes it (nor does the worker save it)
         evaluating = max(0.0, spent - ready.restore)
         done = math.floor(evaluating / self.prefill_per_token + 1e-9)
         kept = ready.held + done // self.n_batch * self.n_batch
@@ -310,7 +314,7 @@ class SimulatedRunner:
         started = loop.time()
         if await call.wait(ready.cost):
             spent = loop.time() - started
-            return spent, self._prefill_cut(request, ready, spent)
+            return spent, self._prefill_cut(request, call.token, ready, spent)
         self._prefill_done(request, ready)
         return None
 

@@ -31,6 +31,9 @@ class KvEntry:
     """Leading tokens of the sequence's context whose evaluation is kept."""
     state: bool
     """Their KV state is in the pool (else only that they were evaluated)."""
+    done: int
+    """Leading tokens some run of the sequence evaluated and kept (>= ``tokens``
+    after an eviction): evaluating them again redoes work."""
 
 
 class SimulatedKvPool:
@@ -54,6 +57,8 @@ class SimulatedKvPool:
 
     def save(self, key: SequenceKey, tokens: int) -> None:
         """Keep the state of ``tokens`` evaluated tokens of ``key`` (most recent)."""
+        previous = self._entries.get(key)
+        done = max(tokens, previous.done) if previous is not None else tokens
         self.take(key)
         size = tokens * self.bytes_per_token
         state = tokens > 0 and size <= self.capacity
@@ -65,7 +70,7 @@ class SimulatedKvPool:
                     old.state = False
                     self.used -= old.tokens * self.bytes_per_token
             self.used += size
-        self._entries[key] = KvEntry(tokens, state)
+        self._entries[key] = KvEntry(tokens, state, done)
         while len(self._entries) > MAX_ENTRIES:
             self.take(next(iter(self._entries)))
 
