@@ -376,7 +376,9 @@ class Runner(Protocol):
     ``load`` is the swap; the scheduler never interrupts it. ``generate`` yields
     one text piece per token and, once ``cancel`` is cancelled, stops at the next
     token boundary (ending the iteration normally; the scheduler reads the
-    token to know why it ended).
+    token to know why it ended). A prompt evaluation is aborted only for a
+    reason that ``aborts_prompt``; a yield stops the call once it has produced
+    a token (``cancel.for_call``, docs/design.md §4 preemption kinds).
     """
 
     loaded_model: str | None
