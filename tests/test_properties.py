@@ -6,8 +6,9 @@ producer paths, failing work), cancels, foreground changes, pauses and time
 advances, and checks:
 
 - every submitted job ends exactly once (result, error or cancelled);
-- a chat never waits behind lower tiers for more than one token boundary plus
-  at most one swap, and nothing else starts while a chat waits;
+- a chat never waits behind lower tiers for more than one token boundary
+  (besides the rest of a swap in progress, which cannot be interrupted), and
+  nothing else starts while a chat waits;
 - the fair pool's bookkeeping is exact: every node's weighted sum of its
   active children's virtual runtimes is what it says (docs/design.md §4);
 - EEVDF eligibility: a job dispatched in the pool's order was, at every level
@@ -18,6 +19,11 @@ advances, and checks:
   open loan (its producer eligible, the floor not owed);
 - slices: a pool job preempted by nothing but the pool had run a full slice
   since its start (or since its swap);
+- preemption kinds (docs/design.md §4): a preemption is a ``PREEMPTED`` only
+  while a person waits (T0 or T1 work queued) or the scheduler pauses, and a
+  ``YIELD`` otherwise; a prompt evaluation is only ever cut by a cancel that
+  aborts prompts, and a yielded call produced its first token (the device
+  evaluates prompts here, up to 6 s of them, longer than a slice);
 - chat is never re-queued.
 
 200 examples in the default run; ``-m nightly`` runs 2 000.
@@ -40,8 +46,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.helpers import SWAP, TOKEN, resumable_work_for, runner
+from tests.helpers import SWAP, TOKEN, runner
 from tierlm import (
+    CancelReason,
     JobContext,
     JobEnded,
     JobEvent,
@@ -53,17 +60,22 @@ from tierlm import (
     Scheduler,
     SchedulerEvent,
     SwapFinished,
+    SwapStarted,
 )
 from tierlm.core import Job, TieredPolicy
 from tierlm.core.eevdf import Entity
+from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.testing import VirtualTimeLoop
 
 CLASSES = ["chat", "extract", "nataraj", "gana"]
 PRODUCERS = ["a", "b", "swarm/1", "swarm/2", "swarm"]
+PREFILL = 0.005  # seconds a prompt token: prompts of up to 3 000 tokens take 15 s
+PROMPTS = st.integers(min_value=1, max_value=3000)
 
 
 async def _failing(ctx: JobContext) -> None:
-    await asyncio.sleep(0.3)
+    await ctx.cancel.wait(0.3)  # a stop ends it as promptly as a runner would
+    ctx.checkpoint()
     raise RuntimeError("work failed")
 
 
@@ -104,7 +116,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = VirtualTimeLoop()
-        self.sched = Scheduler(runner("m1"))
+        self.sched = Scheduler(runner("m1", prefill_per_token=PREFILL))
         assert isinstance(self.sched.policy, TieredPolicy)
         self.policy: TieredPolicy = self.sched.policy
         self.loop.run_until_complete(self.sched.__aenter__())
@@ -118,6 +130,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.first_start: dict[int, float] = {}
         self.ended_at: dict[int, float] = {}
         self.slice_start: float | None = None
+        self.swaps: list[tuple[float, float | None]] = []  # of jobs below chat: start, end
+        self.open_swaps: dict[int, int] = {}
         self.sched.add_listener(self._on_event)
 
     # -- observation -------------------------------------------------------
@@ -139,10 +153,17 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.first_start.setdefault(job.id, event.time)
             self.slice_start = event.time
             self._check_pool_start(job, event.time)
+        if isinstance(event, SwapStarted) and job.class_name != "chat":
+            self.open_swaps[job.id] = len(self.swaps)
+            self.swaps.append((event.time, None))
+        if isinstance(event, SwapFinished | RunEnded) and job.id in self.open_swaps:
+            index = self.open_swaps.pop(job.id)
+            self.swaps[index] = (self.swaps[index][0], event.time)
         if isinstance(event, SwapFinished):
             self.slice_start = event.time  # a slice counts from the end of the swap
         if isinstance(event, Preempting):
             self._check_slice(job, event.time)
+            self._check_kind(event)
         if isinstance(event, RunEnded):
             index = self.open_runs.pop(job.id, None)
             if index is not None:
@@ -182,6 +203,44 @@ class SchedulerMachine(RuleBasedStateMachine):
                 f"t={now}: pool job {job!r} preempted {ran:.3f} s into its slice"
             )
 
+    def _check_kind(self, event: Preempting) -> None:
+        """Only a person waiting (or a pause) cuts an evaluation short."""
+        now = event.time
+        person = [o for o in self.policy.queued() if self.policy.tier(o, now) <= 1]
+        if event.reason is CancelReason.YIELD and person:
+            self.violations.append(f"t={now}: {event.job!r} yielded while {person[0]!r} waits")
+        if event.reason is CancelReason.PREEMPTED and not (person or self.sched.paused):
+            self.violations.append(f"t={now}: {event.job!r} preempted with no person waiting")
+
+    def _work(self, seconds: float, prompt_tokens: int) -> Any:
+        """A job that evaluates its prompt, decodes for ``seconds``, and
+        resumes where a preemption stopped it (its prompt evaluated again);
+        it checks how each of its calls stopped."""
+        tokens = max(1, round(seconds / TOKEN))
+        done = [0]
+        violations = self.violations
+
+        async def work(ctx: JobContext) -> int:
+            left = tokens - done[0]
+            if left > 0:
+                assert isinstance(ctx.runner, SimulatedRunner)
+                request = GenerationRequest(
+                    ctx.model_id, prompt="x", max_tokens=left, prompt_tokens=prompt_tokens
+                )
+                cancel = ctx.cancel
+                began_cancelled = cancel.cancelled
+                outcome = await ctx.runner.complete(request, cancel)
+                done[0] += outcome.tokens
+                if outcome.stopped and not began_cancelled:
+                    if outcome.first_token_at is None and not cancel.aborts_prompt:
+                        violations.append(f"job {ctx.job_id}: {cancel.reason} cut its evaluation")
+                    if cancel.reason is CancelReason.YIELD and outcome.tokens < 1:
+                        violations.append(f"job {ctx.job_id}: yielded without a token")
+            ctx.checkpoint()
+            return done[0]
+
+        return work
+
     def _run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
 
@@ -195,6 +254,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         deadline=st.none() | st.floats(min_value=-10, max_value=60),
         subject=st.none() | st.sampled_from(["s1", "s2"]),
         fails=st.booleans(),
+        prompt=PROMPTS,
     )
     def submit(
         self,
@@ -205,10 +265,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         deadline: float | None,
         subject: str | None,
         fails: bool,
+        prompt: int,
     ) -> None:
         async def go() -> None:
             now = self.sched.now()
-            work = _failing if fails and class_name != "chat" else resumable_work_for(seconds)
+            work = _failing if fails and class_name != "chat" else self._work(seconds, prompt)
             handle = self.sched.submit(
                 class_name,
                 model,
@@ -231,9 +292,17 @@ class SchedulerMachine(RuleBasedStateMachine):
         producer=st.sampled_from(PRODUCERS),
         count=st.integers(2, 4),
         overdue=st.booleans(),
+        prompt=PROMPTS,
     )
     def backlog(
-        self, class_name: str, model: str, seconds: float, producer: str, count: int, overdue: bool
+        self,
+        class_name: str,
+        model: str,
+        seconds: float,
+        producer: str,
+        count: int,
+        overdue: bool,
+        prompt: int,
     ) -> None:
         """Several pool jobs of one producer at once: the pool's contended case."""
 
@@ -243,9 +312,29 @@ class SchedulerMachine(RuleBasedStateMachine):
                 handle = self.sched.submit(
                     class_name,
                     model,
-                    resumable_work_for(seconds),
+                    self._work(seconds, prompt),
                     producer=producer,
                     deadline=now - 1 if overdue else None,
+                )
+                self.handles.append(handle)
+                self.submitted_at[handle.id] = now
+
+        self._run(go())
+
+    @rule(
+        model=st.sampled_from(["m1", "m1", "m2"]),
+        seconds=st.floats(min_value=1, max_value=20),
+        prompt=PROMPTS,
+    )
+    def contend(self, model: str, seconds: float, prompt: int) -> None:
+        """Two Gana producers at once, prompts of up to 15 s: slices end in
+        the middle of evaluations (docs/design.md §4 preemption kinds)."""
+
+        async def go() -> None:
+            now = self.sched.now()
+            for producer in ("a", "b"):
+                handle = self.sched.submit(
+                    "gana", model, self._work(seconds, prompt), producer=producer
                 )
                 self.handles.append(handle)
                 self.submitted_at[handle.id] = now
@@ -311,8 +400,14 @@ class SchedulerMachine(RuleBasedStateMachine):
                     assert start <= arrived, (
                         f"job {job_id} ({cls}) started while chat {chat_id} waited"
                     )
-            # One token boundary, plus at most the rest of a swap in progress.
-            assert behind <= TOKEN + SWAP + 1e-6, (chat_id, behind)
+            swapping = sum(
+                max(0.0, min(end if end is not None else now, waited_until) - max(start, arrived))
+                for start, end in self.swaps
+            )
+            assert swapping <= SWAP + 1e-6, (chat_id, swapping)
+            # One token boundary: never a prompt evaluation (a yield under way
+            # is cut short), besides the rest of a swap in progress.
+            assert behind - swapping <= TOKEN + 1e-6, (chat_id, behind, swapping)
 
     def teardown(self) -> None:
         try:

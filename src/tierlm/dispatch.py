@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Job
-from tierlm.core.policy import Policy
+from tierlm.core.policy import Policy, Preemption
 from tierlm.events import (
     JobCancelled,
     JobCompleted,
@@ -52,6 +52,11 @@ logger = logging.getLogger("tierlm")
 
 T = TypeVar("T")
 Listener = Callable[[SchedulerEvent], None]
+
+# The policy's kind of preemption as the job's cancel reason (docs/design.md §4
+# preemption kinds); both re-queue a re-queueable job.
+_REASONS = {Preemption.YIELD: CancelReason.YIELD, Preemption.PREEMPT: CancelReason.PREEMPTED}
+_PREEMPTIONS = frozenset(_REASONS.values())
 
 
 @dataclass(eq=False, slots=True)
@@ -176,6 +181,9 @@ class Dispatcher:
         self.emit(Paused(self.now()))
         running = self.running
         if running is not None and running.job.task_class.requeue:
+            # The app is leaving the device to its other user (seed scenario 8):
+            # stopped at once, a prompt evaluation too, not yielded
+            # (docs/design.md §4 preemption kinds, lifecycle).
             self.stop_running(CancelReason.PREEMPTED)
 
     def release(self) -> None:
@@ -230,10 +238,13 @@ class Dispatcher:
         running = self.running
         if running is not None:
             assert running.token is not None
-            if not running.token.cancelled and self.policy.should_preempt(
-                running.job, now, self.model
-            ):
-                self.stop_running(CancelReason.PREEMPTED)
+            # A job that is only yielding is asked again: a person's preemption
+            # then cuts its prompt evaluation short (docs/design.md §4
+            # preemption kinds).
+            if not running.token.aborts_prompt:
+                preemption = self.policy.should_preempt(running.job, now, self.model)
+                if preemption is not None:
+                    self.stop_running(_REASONS[preemption])
         elif not self.paused and not self.held:
             job = self.policy.pick(now, self.model)
             if job is not None:
@@ -332,12 +343,19 @@ class Dispatcher:
     def stop_running(self, reason: CancelReason) -> None:
         entry = self.running
         assert entry is not None and entry.token is not None and self.loop is not None
-        if not entry.token.cancel(reason):
-            return  # already stopping for this reason: never counted twice
-        if reason is CancelReason.PREEMPTED:
+        token = entry.token
+        first = not token.cancelled
+        aborted = token.aborts_prompt
+        if not token.cancel(reason):
+            return  # already stopping for this reason or a stronger one
+        if first and reason in _PREEMPTIONS:  # a yield cut short counts once
             self.stats.preemptions += 1
-            self.emit(Preempting(self.loop.time(), entry.job))
-        self.loop.call_later(self.config.cancel_grace, self._on_stuck, entry, entry.token)
+            self.emit(Preempting(self.loop.time(), entry.job, reason))
+        # The grace runs from the first cancel that must stop the job within a
+        # token. A yield lets a prompt evaluation finish first, however long it
+        # takes (docs/design.md §4 preemption kinds), so it starts none.
+        if token.aborts_prompt and not aborted:
+            self.loop.call_later(self.config.cancel_grace, self._on_stuck, entry, token)
 
     def _on_stuck(self, entry: Entry[Any], token: CancelToken) -> None:
         """A cancelled job did not stop within ``cancel_grace``: report, then force."""
@@ -370,14 +388,17 @@ class Dispatcher:
         self.stuck.pop(job.id, None)
         if isinstance(outcome, _Stopped):
             reason = entry.cancel_requested or outcome.reason
-            if reason is CancelReason.PREEMPTED and job.task_class.requeue and not self.closed:
+            if reason in _PREEMPTIONS and job.task_class.requeue and not self.closed:
                 entry.preemptions += 1
                 entry.handle.state = JobState.QUEUED
                 self.stats.requeues += 1
                 self.policy.requeue(job, now)
                 self.emit(Requeued(now, job))
             else:
-                self._resolve(entry, _Stopped(reason))
+                # Its caller is told "preempted", whichever kind stopped it:
+                # the difference is the device's, not the caller's.
+                preempted = CancelReason.PREEMPTED if reason in _PREEMPTIONS else reason
+                self._resolve(entry, _Stopped(preempted))
         else:
             self._resolve(entry, outcome)
         self._idle.set()

@@ -96,7 +96,13 @@ class SwapFinished(JobEvent):
 
 @dataclass(frozen=True, slots=True)
 class Preempting(JobEvent):
-    """The running job was told to stop at its next token boundary (docs/design.md §4)."""
+    """The running job was told to stop at its next token boundary (docs/design.md §4).
+
+    ``reason`` is the kind: ``YIELD`` (fairness: a prompt evaluation under way
+    finishes first) or ``PREEMPTED`` (a person is waiting). A yield that a
+    person's preemption then cuts short is one preemption, reported once."""
+
+    reason: CancelReason = CancelReason.PREEMPTED
 
 
 @dataclass(frozen=True, slots=True)

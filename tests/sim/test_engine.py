@@ -86,6 +86,51 @@ def test_a_baseline_with_resume_resumes_on_the_same_device() -> None:
     assert _by_class("tierlm", "restart")["nataraj"].wasted_seconds == pytest.approx(STOP)
 
 
+RESTORE = DEFAULT_RESTORE_SECONDS
+
+
+class LongCardThenChat(Workload):
+    """A card with a 1 500-token prompt (10 s to evaluate); a chat arrives 8 s
+    in, when 1 200 of its tokens are evaluated: two batches of 512 done."""
+
+    name = "long-card-then-chat"
+    description = "test"
+    default_duration = 60.0
+
+    def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
+        return [self._go(sim)]
+
+    async def _go(self, sim: SimContext) -> None:
+        sim.submit(JobSpec("nataraj", "m1", 1500, 30, producer="deck", generation=True))
+        await sim.sleep(8.0)
+        sim.submit(JobSpec("chat", "m1", 150, 30))
+
+
+@pytest.mark.parametrize(
+    ("resume", "waste", "resumed_prompt"),
+    [
+        # The aborted third batch is lost; the resume restores 1 024 tokens.
+        ("restore", 8.0 - 1024 / 150 + RESTORE, RESTORE + 476 / 150),
+        ("re-evaluate", 8.0, 10.0),  # the whole cut evaluation, and all of it again
+        ("restart", 8.0, 10.0),
+    ],
+)
+def test_a_cut_evaluation_keeps_its_finished_batches_only_with_kv_snapshots(
+    resume: ResumeCost, waste: float, resumed_prompt: float
+) -> None:
+    card = _by_class_of(LongCardThenChat(), resume)["nataraj"]
+    assert [r.how for r in card.runs] == ["requeued", "completed"]
+    assert card.runs[0].tokens == 0
+    assert card.wasted_seconds == pytest.approx(waste)
+    resumed = card.runs[1]
+    assert resumed.end - resumed.start == pytest.approx(resumed_prompt + 30 * TOKEN)
+
+
+def _by_class_of(workload: Workload, resume: ResumeCost) -> dict[str, Any]:
+    rec = simulate(workload, "tierlm", device=DeviceModel(resume=resume))
+    return {job.class_name: job for job in rec.jobs}
+
+
 def test_fifo_chat_waits_for_the_card() -> None:
     jobs = _by_class("fifo")
     card, chat = jobs["nataraj"], jobs["chat"]

@@ -68,9 +68,15 @@ def records(jobs: list[JobRecord], horizon: float, **kw: object) -> SimRecords:
     return rec
 
 
-def call(ready: PromptReady, seconds: float, tokens: int, *, stopped: bool) -> SimulatedCall:
+def call(
+    ready: PromptReady, seconds: float, tokens: int, *, stopped: bool, kept: float = 0.0
+) -> SimulatedCall:
+    """A call whose prompt was evaluated fresh, or (re-evaluated, restored)
+    whose every second redid earlier work; ``kept``: of a cut evaluation, what
+    a KV snapshot keeps."""
     request = GenerationRequest("m1", prompt="x", max_tokens=100)
-    return SimulatedCall(request, ready, seconds, tokens, None, stopped)
+    resume = 0.0 if ready == "fresh" else seconds
+    return SimulatedCall(request, ready, seconds, tokens, None, stopped, resume, kept)
 
 
 def test_percentile_interpolates_between_order_statistics() -> None:
@@ -173,6 +179,25 @@ def test_waste_of_a_prompt_cut_before_its_first_token() -> None:
     # Cut by the end of the simulation, not by a preemption: not waste.
     cut.how = "cancelled"
     assert run_waste(cut, restarts=False) == 0.0
+
+
+def test_a_cut_evaluation_wastes_only_what_its_snapshot_does_not_keep() -> None:
+    # 0.9 s evaluated when the cut came; the finished batches (0.5 s) are kept
+    # in a KV snapshot, and the resume restores them and evaluates the rest.
+    cut = RunRecord(0.0, 0.9, "requeued")
+    cut.account(call("fresh", 0.9, 0, stopped=True, kept=0.5))
+    assert cut.cut_seconds == pytest.approx(0.4)
+    assert cut.prompt_seconds == pytest.approx(0.5)
+    assert run_waste(cut, restarts=False) == pytest.approx(0.4)
+    resumed = RunRecord(1.0, 3.0, "completed")
+    resumed.account(
+        SimulatedCall(
+            GenerationRequest("m1", prompt="x", max_tokens=10),
+            "restore", 0.03 + 0.6, 10, 1.7, False, resume_seconds=0.03,
+        )
+    )  # fmt: skip
+    assert resumed.prompt_seconds == pytest.approx(0.6)  # the rest: first-time work
+    assert run_waste(resumed, restarts=False) == pytest.approx(0.03)
 
 
 def test_waste_names_the_cut_prompt_evaluations() -> None:

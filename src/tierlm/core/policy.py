@@ -9,13 +9,30 @@ it what to do.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.jobs import Foreground, Job
 
-__all__ = ["Policy"]
+__all__ = ["Policy", "Preemption"]
+
+
+class Preemption(enum.Enum):
+    """How to stop a running job (docs/design.md §4 preemption kinds).
+
+    Only a person waiting may cut a prompt evaluation short: cut, it is lost
+    (llama.cpp drops the aborted batch), and a prompt longer than a slice
+    would be cut at every slice and never finish. So fairness yields.
+    """
+
+    YIELD = "yield"
+    """For fairness (a slice used, the pool floor, overdue work, any tier below
+    T1): at the first token boundary after the prompt evaluation under way."""
+    PREEMPT = "preempt"
+    """For T0 or T1 work (a chat, the foreground): at the next token boundary,
+    or at once during a prompt evaluation."""
 
 
 class Policy(Protocol):
@@ -48,8 +65,12 @@ class Policy(Protocol):
         as the end of a chat grace period; ``next_wakeup`` says when).
         """
 
-    def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
-        """Whether to stop ``running`` at its next token boundary."""
+    def should_preempt(
+        self, running: Job, now: float, loaded_model: str | None
+    ) -> Preemption | None:
+        """Whether to stop ``running``, and how (None: let it run). The shell
+        asks again while a ``YIELD`` is under way: a ``PREEMPT`` then cuts it
+        short."""
 
     def started(self, job: Job, now: float) -> None:
         """``job`` was dispatched (its swap, if any, starts now)."""

@@ -21,6 +21,7 @@ from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.order import dispatch_order
+from tierlm.core.policy import Preemption
 from tierlm.core.queues import T3_AFTER_POOL, Candidate
 
 __all__ = ["TieredPolicy"]
@@ -320,18 +321,24 @@ class TieredPolicy:
         self._book.remove(job, now, to_run=True)
         return job
 
-    def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
+    def should_preempt(
+        self, running: Job, now: float, loaded_model: str | None
+    ) -> Preemption | None:
         """docs/design.md §4 preemption: best = pick(queue + running); stop if it
         ranks higher. Inside the pool, also when the running job has used its
         slice and an eligible producer has an earlier virtual deadline.
+
+        How (§4 preemption kinds): ``PREEMPT`` for T0 or T1 work (a person is
+        waiting), ``YIELD`` for everything else (fairness, overdue work, any
+        tier below T1), which never cuts a prompt evaluation short.
 
         Because the running job takes part in the pick, a preemption that would
         only lead back to it, or to a pointless swap, never happens (§6.6).
         """
         if running.task_class.tier == Tier.T0:
-            return False  # T0 only loses to itself, and it is first in line.
+            return None  # T0 only loses to itself, and it is first in line.
         if not self._jobs:
-            return False
+            return None
         self._prepare(now)
         run_rank = self._rank(running, now)
         start = self._slice_start
@@ -342,22 +349,25 @@ class TieredPolicy:
         t4 = run_rank == _T3_AFTER_POOL or (run_rank == _T4 and not in_slice)
         choice = self._select(now, loaded_model, running, t4)
         if choice is None or choice == running.id:
-            return False
+            return None
         best = self._jobs[choice]
         best_rank = self._rank(best, now)
         # Budgeted work at its own tier waits for the device instead of
         # preempting: otherwise each time its share dips under the cap it would
         # cut a fair-pool job short (docs/design.md §4 budget).
         if best_rank >= _T2 and best.task_class.budget is not None:
-            return False
+            return None
         if best_rank < (_T3 if run_rank == _T3_AFTER_POOL else run_rank):
-            return True  # a higher tier (waiting for the floor leaves overdue work T3)
+            # A higher tier (waiting for the floor leaves overdue work T3).
+            return Preemption.PREEMPT if best_rank <= _T1 else Preemption.YIELD
         # Fairness preempts only what can go back to the queue.
         if not running.task_class.requeue:
-            return False
+            return None
         if run_rank == _T3_AFTER_POOL:
-            return best_rank == _T4  # the pool is owed its floor
-        return run_rank == best_rank == _T4 and not in_slice
+            return Preemption.YIELD if best_rank == _T4 else None  # the pool is owed its floor
+        if run_rank == best_rank == _T4 and not in_slice:
+            return Preemption.YIELD
+        return None
 
     def next_wakeup(self, now: float) -> float | None:
         """When the last decision may change with no event.

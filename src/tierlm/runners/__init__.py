@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.protocol import (
+    CallToken,
     Cancelled,
     CancelReason,
     CancelToken,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from tierlm.runners.openai_compat import OpenAIRunner
 
 __all__ = [
+    "CallToken",
     "CancelReason",
     "CancelToken",
     "Cancelled",

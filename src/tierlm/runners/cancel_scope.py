@@ -1,6 +1,9 @@
 """Run something until a ``CancelToken`` is cancelled: the one way tierlm races
 an await against a cancel (docs/design.md §2 cancel).
 
+Either a token or a generation call's view of it (``CallToken``: a yield
+waits for the call's first token, docs/design.md §4 preemption kinds) will do.
+
 ``cancelled_by(token)`` is an anyio cancel scope that is cancelled when the
 token is: at once if it already is (level-triggered, as the token: a cancel is
 never missed, whenever it came), and from any thread (a llama.cpp worker, a
@@ -32,7 +35,7 @@ from typing import TypeVar
 
 import anyio
 
-from tierlm.runners.protocol import CancelToken
+from tierlm.runners.protocol import Cancellable, CancelToken
 
 __all__ = ["cancelled_by", "until_cancelled"]
 
@@ -40,7 +43,7 @@ _T = TypeVar("_T")
 
 
 @contextlib.contextmanager
-def cancelled_by(token: CancelToken) -> Iterator[anyio.CancelScope]:
+def cancelled_by(token: Cancellable) -> Iterator[anyio.CancelScope]:
     """A cancel scope cancelled when ``token`` is; see the module docstring.
 
     After the block, ``scope.cancelled_caught`` says whether the block was cut
@@ -64,7 +67,7 @@ def cancelled_by(token: CancelToken) -> Iterator[anyio.CancelScope]:
             remove()
 
 
-async def until_cancelled(token: CancelToken, work: Awaitable[_T]) -> _T | None:
+async def until_cancelled(token: Cancellable, work: Awaitable[_T]) -> _T | None:
     """``await work``, or None as soon as ``token`` is cancelled (``work`` is then
     cancelled where it waits).
 

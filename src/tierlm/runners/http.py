@@ -23,7 +23,7 @@ import anyio
 import httpx
 
 from tierlm.runners.cancel_scope import until_cancelled
-from tierlm.runners.protocol import CancelToken, RunnerError, unknown_model
+from tierlm.runners.protocol import Cancellable, RunnerError, unknown_model
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -170,7 +170,7 @@ async def post_stream(
     client: httpx.AsyncClient,
     url: str,
     body: Mapping[str, Any],
-    cancel: CancelToken,
+    cancel: Cancellable,
     model_id: str,
     pieces: Callable[[], int],
     stall: StallLimits | None = None,

@@ -222,8 +222,11 @@ class OllamaRunner(HttpRunner):
         pieces = 0
         finished = False
         calls = ToolCallWriter()
+        # docs/design.md §4 preemption kinds: a yield lets the prompt's
+        # evaluation finish and ends the stream after its first token.
+        stop = cancel.for_call(lambda: pieces)
         lines = post_stream(
-            self._clients.get(), url, body, cancel, model_id, lambda: pieces, self.stall
+            self._clients.get(), url, body, stop, model_id, lambda: pieces, self.stall
         )
         async with contextlib.aclosing(lines):
             async for line in lines:
@@ -244,7 +247,7 @@ class OllamaRunner(HttpRunner):
                     texts.append(calls.close())
                 for text in texts:
                     if text:
-                        if cancel.cancelled:
+                        if stop.cancelled:
                             return
                         pieces += 1
                         yield text

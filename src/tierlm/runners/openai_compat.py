@@ -179,8 +179,11 @@ class OpenAIRunner(HttpRunner):
         pieces = 0
         finished = False
         calls = ToolCallWriter()
+        # docs/design.md §4 preemption kinds: a yield lets the prompt's
+        # evaluation finish and ends the stream after its first token.
+        stop = cancel.for_call(lambda: pieces)
         lines = post_stream(
-            self._clients.get(), url, body, cancel, model_id, lambda: pieces, self.stall
+            self._clients.get(), url, body, stop, model_id, lambda: pieces, self.stall
         )
         async with contextlib.aclosing(lines):
             async for event in _sse_events(lines):
@@ -205,7 +208,7 @@ class OpenAIRunner(HttpRunner):
                         texts.append(calls.close())
                     for text in texts:
                         if text:
-                            if cancel.cancelled:
+                            if stop.cancelled:
                                 return
                             pieces += 1
                             yield text

@@ -16,45 +16,53 @@ Two ways to generate:
   observes them"). Either way it stops at the same token boundary.
 - ``complete`` spends what ``generate`` would and returns only counts.
 
-Both stop at the next token boundary once cancelled; a prefill is aborted at
-once, as llama.cpp's abort callback allows.
+Both stop at the next token boundary once cancelled. A prompt evaluation is
+aborted at once by a cancel that ``aborts_prompt`` (a person waiting, the
+caller, shutdown), as llama.cpp's abort callback allows; a ``YIELD`` lets it
+finish and stops after its first token (docs/design.md §4 preemption kinds).
 
 **Resuming** (docs/design.md §4 re-queue and zero-loss preemption). A request
 with ``resume_text`` continues a preempted generation. What that costs depends
 on what the runner can do, ``resume``:
 
 - ``"re-evaluate"``: the prompt and the partial output are evaluated again,
-  at the prefill speed (what llama.cpp without state save does);
+  at the prefill speed (what llama.cpp without state save does); a prompt
+  evaluation cut short is lost;
 - ``"restore"``: a generation stopped by a preemption leaves a KV snapshot of
-  its sequence in a bounded pool (LRU, ``snapshot_pool_bytes``, each snapshot
-  ``kv_bytes_per_token`` x its context); resuming it costs ``restore_seconds``
-  instead of the evaluation. A snapshot evicted from the pool, or a resume
-  that finds none, falls back to re-evaluation, as the real runner does.
+  its sequence in a bounded pool (``SimulatedKvPool``); resuming it costs
+  ``restore_seconds`` instead of the evaluation. A prompt evaluation a
+  preemption cuts short keeps the batches of ``n_batch`` tokens it finished
+  (llama.cpp drops only the aborted batch), and the resume evaluates the
+  rest. A snapshot whose state was evicted falls back to re-evaluation, as
+  the real runner does.
 
 Every call is reported to ``on_call`` (if set) as a ``SimulatedCall``: how its
-prompt was made ready (fresh, re-evaluated, restored), at what cost, and the
-tokens it produced. The simulator's waste metric reads them.
+prompt was made ready (fresh, re-evaluated, restored), at what cost, what of
+that cost redid earlier work, and the tokens it produced. The simulator's
+waste metric reads them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tierlm.runners.protocol import (
+    CallToken,
     CancelReason,
     CancelToken,
     GenerationRequest,
     RunnerError,
     unknown_model,
 )
+from tierlm.runners.simulated_kv import SequenceKey, SimulatedKvPool
 
 __all__ = [
     "DEFAULT_KV_BYTES_PER_TOKEN",
+    "DEFAULT_N_BATCH",
     "DEFAULT_RESTORE_SECONDS",
     "DEFAULT_SNAPSHOT_POOL_BYTES",
     "PromptReady",
@@ -88,6 +96,10 @@ DEFAULT_SNAPSHOT_POOL_BYTES = 512 << 20
 # contrast, re-evaluating that context took 1.10x a fresh prompt evaluation
 # (the same section, "re-evaluation"): what ``re-evaluate`` charges.
 DEFAULT_RESTORE_SECONDS = 0.03
+# Tokens per llama_decode of a prompt: llama-cpp-python's default n_batch, and
+# the llama.cpp runner's (LlamaModelSpec.n_batch). An aborted evaluation keeps
+# the batches it finished.
+DEFAULT_N_BATCH = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,44 +121,37 @@ class SimulatedCall:
 
     request: GenerationRequest
     ready: PromptReady
-    """How the prompt was made ready: evaluated fresh, re-evaluated with the
-    partial output of an earlier run (``resume_text``), or restored from a KV
-    snapshot."""
+    """How the prompt was made ready: evaluated fresh, evaluated again (all or
+    part of it had been evaluated before), or restored from a KV snapshot."""
     prompt_seconds: float
     """Device time spent making it ready (less than its cost if cut short)."""
     tokens: int
     first_token_at: float | None
     stopped: bool
     """Stopped by its cancel token before ``max_tokens``."""
+    resume_seconds: float = 0.0
+    """Of ``prompt_seconds``, what redid or restored the work of an earlier
+    run: the restore, and evaluating again what had been evaluated and kept
+    (docs/design.md §8 resume cost)."""
+    kept_seconds: float = 0.0
+    """Of a prompt evaluation cut before its first token, the first-time
+    evaluation a KV snapshot keeps (its finished batches): not redone."""
 
 
-class _SnapshotPool:
-    """KV snapshots of preempted sequences, least recently saved evicted first."""
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """How a call's prompt gets ready, and what of it is already done."""
 
-    __slots__ = ("_states", "capacity", "used")
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used = 0
-        self._states: OrderedDict[tuple[str, str, str], int] = OrderedDict()
-
-    def save(self, key: tuple[str, str, str], size: int) -> None:
-        if size > self.capacity:
-            return
-        self.take(key)
-        while self.used + size > self.capacity:
-            _key, evicted = self._states.popitem(last=False)
-            self.used -= evicted
-        self._states[key] = size
-        self.used += size
-
-    def __contains__(self, key: tuple[str, str, str]) -> bool:
-        return key in self._states
-
-    def take(self, key: tuple[str, str, str]) -> None:
-        size = self._states.pop(key, None)
-        if size is not None:
-            self.used -= size
+    how: PromptReady
+    cost: float
+    """Device seconds to make it ready: a restore, then the evaluation."""
+    restore: float
+    """Of ``cost``, the restore (first)."""
+    held: int
+    """Context tokens already evaluated (restored): the evaluation starts here."""
+    redo: int
+    """The evaluation redoes context tokens ``held`` up to here: earlier runs
+    had evaluated and kept them (their state was lost)."""
 
 
 class SimulatedRunner:
@@ -164,6 +169,7 @@ class SimulatedRunner:
         restore_seconds: float = DEFAULT_RESTORE_SECONDS,
         snapshot_pool_bytes: int = DEFAULT_SNAPSHOT_POOL_BYTES,
         kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN,
+        n_batch: int = DEFAULT_N_BATCH,
         per_token: bool = True,
     ) -> None:
         for name, value in (
@@ -178,6 +184,8 @@ class SimulatedRunner:
                 raise ValueError(f"{name}: must be a number >= 0, got {value!r}")
         if token_interval == 0:
             raise ValueError("token_interval: must be > 0")
+        if not isinstance(n_batch, int) or isinstance(n_batch, bool) or n_batch < 1:
+            raise ValueError(f"n_batch: must be an int >= 1, got {n_batch!r}")
         if resume not in ("re-evaluate", "restore"):
             raise ValueError(f"resume: must be 're-evaluate' or 'restore', got {resume!r}")
         self.token_interval = float(token_interval)
@@ -186,7 +194,8 @@ class SimulatedRunner:
         self.resume: ResumeCapability = resume
         self.restore_seconds = float(restore_seconds)
         self.kv_bytes_per_token = int(kv_bytes_per_token)
-        self.snapshots = _SnapshotPool(int(snapshot_pool_bytes))
+        self.n_batch = n_batch
+        self.snapshots = SimulatedKvPool(int(snapshot_pool_bytes), self.kv_bytes_per_token)
         self.per_token = per_token
         self.models = frozenset(models) if models is not None else None
         if initial_model is not None:
@@ -217,10 +226,7 @@ class SimulatedRunner:
 
     def prefill_seconds(self, request: GenerationRequest) -> float:
         """Evaluating the prompt and any partial output (``resume_text``)."""
-        tokens = request.approx_prompt_tokens()
-        if request.prompt_tokens is not None:
-            tokens += _resumed_tokens(request)
-        return self.prefill_per_token * tokens
+        return self.prefill_per_token * _context_tokens(request)
 
     def _check_request(self, request: GenerationRequest) -> None:
         if request.model_id != self.loaded_model:
@@ -229,54 +235,112 @@ class SimulatedRunner:
                 model_id=request.model_id,
             )
 
-    def _ready(self, request: GenerationRequest) -> tuple[PromptReady, float]:
+    def _ready(self, request: GenerationRequest) -> _Ready:
         """How this request's prompt gets ready, and what that costs."""
-        if not request.resume_text:
-            return "fresh", self.prefill_seconds(request)
-        if self.resume == "restore" and _state_key(request) in self.snapshots:
-            return "restore", self.restore_seconds
-        return "re-evaluate", self.prefill_seconds(request)
+        context = _context_tokens(request)
+        per_token = self.prefill_per_token
+        entry = self.snapshots.get(_state_key(request)) if self.resume == "restore" else None
+        if entry is not None and entry.state:
+            held = min(entry.tokens, context)
+            cost = self.restore_seconds + (context - held) * per_token
+            redo = max(held, min(entry.done, context))
+            return _Ready("restore", cost, self.restore_seconds, held, redo)
+        if entry is not None:
+            redo = min(entry.done, context)  # its state was evicted
+        else:
+            # Without a snapshot, a resume evaluates again prompt + output,
+            # which its earlier runs had evaluated.
+            redo = context if request.resume_text else 0
+        how: PromptReady = "re-evaluate" if redo else "fresh"
+        return _Ready(how, context * per_token, 0.0, 0, redo)
+
+    def _prefill_done(self, request: GenerationRequest, ready: _Ready) -> None:
+        if ready.how != "fresh":
+            self.snapshots.take(_state_key(request))  # in the context again
+
+    def _prefill_cut(
+        self, request: GenerationRequest, cancel: CancelToken, ready: _Ready, spent: float
+    ) -> float:
+        """A cancel cut the prompt evaluation after ``spent`` seconds: if it was
+        a preemption, keep its finished batches (``restore`` only: llama.cpp
+        drops the aborted batch); returns the seconds of first-time evaluation
+        kept."""
+        if self.resume != "restore" or self.prefill_per_token == 0:
+            return 0.0
+        if cancel.reason is not CancelReason.PREEMPTED:
+            return 0.0  # the job ends: nobody resumes it (nor does the worker save it)
+        evaluating = max(0.0, spent - ready.restore)
+        done = math.floor(evaluating / self.prefill_per_token + 1e-9)
+        kept = ready.held + done // self.n_batch * self.n_batch
+        if kept > 0:
+            self.snapshots.save(_state_key(request), kept)
+        first_time = max(0, kept - max(ready.held, ready.redo))
+        return first_time * self.prefill_per_token
 
     def _stopped(self, request: GenerationRequest, cancel: CancelToken, tokens: int) -> None:
-        """A generation stopped early: keep its sequence's state if it was preempted."""
-        if self.resume != "restore" or tokens == 0 or cancel.reason is not CancelReason.PREEMPTED:
+        """A generation stopped early: keep its sequence's state if it was
+        preempted (either kind: docs/design.md §4 zero-loss preemption)."""
+        if self.resume != "restore" or tokens == 0:
+            return
+        if cancel.reason not in (CancelReason.PREEMPTED, CancelReason.YIELD):
             return
         produced = "".join(_piece(_resumed_tokens(request) + i) for i in range(tokens))
-        context = request.approx_prompt_tokens() + _resumed_tokens(request) + tokens
-        key = _state_key(request, request.resume_text + produced)
-        self.snapshots.save(key, context * self.kv_bytes_per_token)
+        resumed = replace(request, resume_text=request.resume_text + produced)
+        self.snapshots.save(_state_key(resumed), _context_tokens(resumed))
 
     def _report(
         self,
         request: GenerationRequest,
-        ready: PromptReady,
+        ready: _Ready,
         spent: float,
         tokens: int,
         first: float | None,
         stopped: bool,
+        kept: float = 0.0,
     ) -> None:
         if self.on_call is not None:
-            self.on_call(SimulatedCall(request, ready, spent, tokens, first, stopped))
+            redo = ready.restore + (ready.redo - ready.held) * self.prefill_per_token
+            resume = min(spent, redo)
+            self.on_call(
+                SimulatedCall(request, ready.how, spent, tokens, first, stopped, resume, kept)
+            )
+
+    async def _prefill(
+        self, request: GenerationRequest, call: CallToken, ready: _Ready
+    ) -> tuple[float, float] | None:
+        """Make the prompt ready; None once done, else (spent, kept) if a
+        cancel that aborts prompts cut it (``call``: a yield lets it finish)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if await call.wait(ready.cost):
+            spent = loop.time() - started
+            return spent, self._prefill_cut(request, call.token, ready, spent)
+        self._prefill_done(request, ready)
+        return None
 
     async def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]:
         self._check_request(request)
         loop = asyncio.get_running_loop()
-        ready, cost = self._ready(request)
-        started = loop.time()
-        if await cancel.wait(cost):
-            # A restore cut short leaves the snapshot where it was.
-            self._report(request, ready, loop.time() - started, 0, None, stopped=True)
+        ready = self._ready(request)
+        tokens = 0
+        # A yield stops it once it has produced a token; a call that begins
+        # cancelled starts nothing (CallToken).
+        call = cancel.for_call(lambda: tokens)
+        if cancel.cancelled:
+            self._report(request, ready, 0.0, 0, None, stopped=True)
             return
-        if ready == "restore":
-            self.snapshots.take(_state_key(request))
+        cut = await self._prefill(request, call, ready)
+        if cut is not None:
+            self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
+            return
+        decode_start = loop.time()
         offset = _resumed_tokens(request)
         interval = self.token_interval
-        tokens = 0
         first: float | None = None
         try:
             if self.per_token:
                 for i in range(request.max_tokens):
-                    if cancel.cancelled:
+                    if call.cancelled:
                         return
                     await asyncio.sleep(interval)
                     tokens += 1
@@ -286,7 +350,7 @@ class SimulatedRunner:
                 return
             tokens = await self._decode(request, cancel)
             if tokens:
-                first = started + cost + interval
+                first = decode_start + interval
             _piece(offset + tokens)  # grow the cache once, not per piece
             for piece in _PIECES[offset : offset + tokens]:
                 yield piece
@@ -294,11 +358,12 @@ class SimulatedRunner:
             stopped = tokens < request.max_tokens
             if stopped:
                 self._stopped(request, cancel, tokens)
-            self._report(request, ready, cost, tokens, first, stopped)
+            self._report(request, ready, ready.cost, tokens, first, stopped)
 
     async def _decode(self, request: GenerationRequest, cancel: CancelToken) -> int:
         """Spend the decode in one or two timers; the tokens done by its end or
-        by the token boundary after a cancel."""
+        by the token boundary after a cancel (at least one: the prompt's
+        evaluation is over, so a yield too waits for the first token)."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         interval = self.token_interval
@@ -313,19 +378,22 @@ class SimulatedRunner:
         """Spend what ``generate`` would, in at most three timers; return counts."""
         self._check_request(request)
         loop = asyncio.get_running_loop()
-        ready, prefill = self._ready(request)
-        if await cancel.wait(prefill):
-            return SimulatedOutcome(0, None, prefill, stopped=True)
-        if ready == "restore":
-            self.snapshots.take(_state_key(request))
+        ready = self._ready(request)
+        if cancel.cancelled:  # cancelled before it began: nothing starts
+            self._report(request, ready, 0.0, 0, None, stopped=True)
+            return SimulatedOutcome(0, None, 0.0, stopped=True)
+        cut = await self._prefill(request, cancel.for_call(_nothing_produced), ready)
+        if cut is not None:
+            self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
+            return SimulatedOutcome(0, None, cut[0], stopped=True)
         decode_start = loop.time()
         tokens = await self._decode(request, cancel)
         stopped = tokens < request.max_tokens
         if stopped:
             self._stopped(request, cancel, tokens)
         first = decode_start + self.token_interval
-        self._report(request, ready, prefill, tokens, first, stopped)
-        return SimulatedOutcome(tokens, first, prefill, stopped=stopped)
+        self._report(request, ready, ready.cost, tokens, first, stopped)
+        return SimulatedOutcome(tokens, first, ready.cost, stopped=stopped)
 
 
 _PIECES: list[str] = []
@@ -340,12 +408,24 @@ def _piece(n: int) -> str:
     return pieces[n]
 
 
+def _nothing_produced() -> int:
+    return 0  # while the prompt is evaluated
+
+
 def _resumed_tokens(request: GenerationRequest) -> int:
     # Simulated pieces are "w<n> ": one space per token already produced.
     return request.resume_text.count(" ")
 
 
-def _state_key(request: GenerationRequest, context: str | None = None) -> tuple[str, str, str]:
+def _context_tokens(request: GenerationRequest) -> int:
+    """Prompt + partial output, in tokens."""
+    tokens = request.approx_prompt_tokens()
+    if request.prompt_tokens is not None:
+        tokens += _resumed_tokens(request)
+    return tokens
+
+
+def _state_key(request: GenerationRequest, context: str | None = None) -> SequenceKey:
     """A sequence's identity: model, prompt, and the output it holds so far."""
     prompt = request.prompt if request.prompt is not None else repr(request.messages)
     return request.model_id, prompt, request.resume_text if context is None else context

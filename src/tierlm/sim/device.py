@@ -8,6 +8,7 @@ from typing import Any, Literal, get_args
 
 from tierlm.runners.simulated import (
     DEFAULT_KV_BYTES_PER_TOKEN,
+    DEFAULT_N_BATCH,
     DEFAULT_RESTORE_SECONDS,
     DEFAULT_SNAPSHOT_POOL_BYTES,
     SimulatedRunner,
@@ -30,7 +31,11 @@ ResumeCost = Literal["restart", "re-evaluate", "restore"]
 - ``re-evaluate``: generations resume and closure jobs replay their journal,
   but the interrupted call evaluates its prompt + partial output again;
 - ``restore``: as ``re-evaluate``, but the interrupted call's KV state is
-  restored from a snapshot (a small fixed cost), while the snapshot pool holds it.
+  restored from a snapshot (a small fixed cost), while the snapshot pool holds it;
+  a prompt evaluation cut short keeps its finished batches (``n_batch`` tokens
+  each) and the resume evaluates the rest.
+
+Under ``restart`` and ``re-evaluate`` a prompt evaluation cut short is lost.
 """
 RESUME_COSTS: tuple[str, ...] = get_args(ResumeCost)
 # llama.cpp with KV snapshots (docs/design.md §4 zero-loss preemption) is the
@@ -49,6 +54,7 @@ class DeviceModel:
     restore_seconds: float = DEFAULT_RESTORE_SECONDS
     snapshot_pool_bytes: int = DEFAULT_SNAPSHOT_POOL_BYTES
     kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
+    n_batch: int = DEFAULT_N_BATCH
 
     def __post_init__(self) -> None:
         for name in ("decode_tps", "prefill_tps"):
@@ -64,6 +70,8 @@ class DeviceModel:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"device.{name}: must be a number >= 0, got {value!r}")
+        if not isinstance(self.n_batch, int) or self.n_batch < 1:
+            raise ValueError(f"device.n_batch: must be an int >= 1, got {self.n_batch!r}")
         if self.resume not in RESUME_COSTS:
             raise ValueError(
                 f"device.resume: must be one of {', '.join(RESUME_COSTS)}, got {self.resume!r}"
@@ -87,16 +95,19 @@ class DeviceModel:
         ``calls`` evaluates the prompt, and together they generate the output."""
         return calls * self.prefill_seconds(prompt_tokens) + output_tokens * self.token_interval
 
-    def runner(self, initial_model: str | None) -> SimulatedRunner:
+    def runner(self, initial_model: str | None, *, keeps: bool = True) -> SimulatedRunner:
+        """The device as a runner; ``keeps=False``: it keeps nothing of a
+        preempted call (a column whose jobs restart, as the seed's do)."""
         return SimulatedRunner(
             token_interval=self.token_interval,
             prefill_per_token=self.prefill_per_token,
             swap_seconds=self.swap_seconds,
             initial_model=initial_model,
-            resume="restore" if self.resume == "restore" else "re-evaluate",
+            resume="restore" if self.resume == "restore" and keeps else "re-evaluate",
             restore_seconds=self.restore_seconds,
             snapshot_pool_bytes=self.snapshot_pool_bytes,
             kv_bytes_per_token=self.kv_bytes_per_token,
+            n_batch=self.n_batch,
             per_token=False,
         )
 

@@ -76,7 +76,9 @@ async def _simulate(
     config: SchedulerConfig,
     progress: ProgressFn | None,
 ) -> SimRecords:
-    runner = device.runner(workload.initial_model)
+    # A column whose jobs restart keeps nothing on the device either: its jobs
+    # call the runner afresh, as the seed's do (tierlm.sim.policies).
+    runner = device.runner(workload.initial_model, keeps=column(policy).resumes)
     sched = Scheduler(runner, config=config, policy=make_policy(policy, None, config))
     recorder = Recorder()
     sched.add_listener(recorder)

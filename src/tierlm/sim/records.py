@@ -38,7 +38,8 @@ class RunRecord:
     prompt_seconds: float = 0.0
     """Fresh prompt evaluation (work done for the first time)."""
     cut_seconds: float = 0.0
-    """Fresh prompt evaluation cut short before its first token: redone later."""
+    """Fresh prompt evaluation cut short before its first token and not kept
+    (all of it, or on a device with KV snapshots its aborted batch): redone later."""
     resume_seconds: float = 0.0
     """Re-evaluating prompt + partial output, or restoring a KV snapshot: what
     resuming cost (docs/design.md §8 resume cost)."""
@@ -58,17 +59,19 @@ class RunRecord:
     def account(self, call: SimulatedCall) -> None:
         """Add one generation call of this run."""
         self.tokens += call.tokens
-        if call.ready == "fresh":
-            if call.tokens == 0 and call.stopped:
-                self.cut_seconds += call.prompt_seconds
-            else:
-                self.prompt_seconds += call.prompt_seconds
+        first_time = call.prompt_seconds - call.resume_seconds
+        if call.tokens == 0 and call.stopped:
+            # Cut before its first token: what a KV snapshot keeps is done;
+            # the rest (the aborted batch, or all of it) is evaluated again.
+            self.cut_seconds += first_time - call.kept_seconds
+            self.prompt_seconds += call.kept_seconds
         else:
-            self.resume_seconds += call.prompt_seconds
-            if call.ready == "restore":
-                self.restores += 1
-            else:
-                self.reevaluations += 1
+            self.prompt_seconds += first_time
+        self.resume_seconds += call.resume_seconds
+        if call.ready == "restore":
+            self.restores += 1
+        elif call.ready == "re-evaluate":
+            self.reevaluations += 1
 
 
 def run_waste(run: RunRecord, *, restarts: bool) -> float:

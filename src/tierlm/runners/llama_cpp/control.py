@@ -32,21 +32,39 @@ _SHIFT = 32
 
 class StopReason(enum.IntEnum):
     """Why the runner asked a generation to stop (the worker saves a KV
-    snapshot only for a preemption: docs/design.md §4 zero-loss preemption)."""
+    snapshot only for a preemption, either kind: docs/design.md §4 zero-loss
+    preemption)."""
 
     PREEMPTED = 1
     CALLER = 2
     SHUTDOWN = 3
     READER_LEFT = 4
     """The stream's reader stopped iterating (closed it or went away)."""
+    YIELD = 5
+    """A preemption for fairness: the prompt evaluation under way is not
+    aborted; the generation stops once it has produced a token
+    (docs/design.md §4 preemption kinds)."""
 
     @classmethod
     def of(cls, reason: CancelReason | None) -> StopReason:
+        if reason is CancelReason.YIELD:
+            return cls.YIELD
         if reason is CancelReason.PREEMPTED:
             return cls.PREEMPTED
         if reason is CancelReason.SHUTDOWN:
             return cls.SHUTDOWN
         return cls.CALLER
+
+    @property
+    def preempts(self) -> bool:
+        """The job goes back to the queue and resumes: keep its KV state."""
+        return self in (StopReason.PREEMPTED, StopReason.YIELD)
+
+    def stops(self, produced: int) -> bool:
+        """Does a generation that has produced ``produced`` tokens stop now
+        (at a token boundary, or inside its prompt evaluation)? A yield waits
+        for the first token; every other reason stops it at once."""
+        return produced > 0 or self is not StopReason.YIELD
 
 
 class ControlBlock:
@@ -75,10 +93,16 @@ class ControlBlock:
             self.fd = -1
 
     def cancel(self, gen_id: int, reason: StopReason) -> None:
-        if reason is StopReason.READER_LEFT and self.stop_reason(gen_id) is not None:
-            # The reader leaves after every cancel: keep the reason it left for
-            # (a preemption's KV snapshot depends on it).
-            return
+        if reason is StopReason.READER_LEFT:
+            current = self.stop_reason(gen_id)
+            if current is StopReason.YIELD:
+                # Nobody takes the first token a yield waits for: stop at once,
+                # still as a preemption (its KV snapshot).
+                reason = StopReason.PREEMPTED
+            elif current is not None:
+                # The reader leaves after every cancel: keep the reason it left
+                # for (a preemption's KV snapshot depends on it).
+                return
         self._words[_CANCEL] = (gen_id << _SHIFT) | int(reason)
 
     def stop_reason(self, gen_id: int) -> StopReason | None:

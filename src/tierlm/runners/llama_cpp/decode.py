@@ -4,13 +4,18 @@ Runs on the worker's one decode thread (docs/design.md §1 runners). Stopping:
 
 - between tokens, the loop reads the control block before every decode, so a
   generation stops within one token of a cancel;
-- during a prompt evaluation (one ``llama_decode`` of up to the whole prompt,
+- during a prompt evaluation (one ``llama_decode`` per ``n_batch`` tokens,
   seconds for a long prompt on a small device), llama.cpp's abort callback
   (``llama_set_abort_callback``) polls the same word between graph nodes and
   aborts the decode; llama.cpp then removes the aborted batch from the KV cache
-  and the context keeps working. The callback is installed only while a prompt
+  (the batches it finished stay, and a preemption's snapshot keeps them) and
+  the context keeps working. The callback is installed only while a prompt
   is evaluated: it costs a Python call per graph node, and a single-token decode
   is short enough to wait for.
+
+A yield (``StopReason.YIELD``) aborts nothing: the generation finishes its
+prompt evaluation, produces its first token and stops at the next boundary
+(docs/design.md §4 preemption kinds).
 
 Where the tokens come from (prompt + resume text, a KV snapshot, the cached
 prefix) is ``snapshots.py``'s job; this module only runs them.
@@ -69,7 +74,8 @@ def decode(
     started = time.perf_counter()
 
     def stop() -> bool:
-        return control.stop_reason(gen_id) is not None
+        reason = control.stop_reason(gen_id)
+        return reason is not None and reason.stops(stats.tokens)
 
     def emit(text: str, scores: TokenLogprobs | None = None) -> bool:
         index = stats.tokens

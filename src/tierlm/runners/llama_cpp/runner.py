@@ -357,6 +357,10 @@ class LlamaCppRunner:
                 f"model {request.model_id!r}: not loaded (loaded: {self.loaded_model!r})",
                 model_id=request.model_id,
             )
+        if cancel.cancelled:
+            return  # cancelled before it began: nothing starts
+        taken = yielded = 0
+        stop = cancel.for_call(lambda: yielded)  # a yield: after the first token
         label = f"job {request.job_id}" if request.job_id is not None else "a request"
         gen_id = next(self._ids)
         worker, call = await self._call(
@@ -365,17 +369,19 @@ class LlamaCppRunner:
         control = worker.control
 
         def on_cancel(token: CancelToken) -> None:
+            # Called again when a stronger reason replaces the first (a yield
+            # cut short by a person's preemption): the worker reads the latest.
             control.cancel(gen_id, StopReason.of(token.reason))
 
         remove = cancel.add_callback(on_cancel)
         assert call.pieces is not None
-        taken = 0
         try:
             while (text := await call.pieces.get()) is not None:
                 taken += 1
                 control.set_consumed(gen_id, taken)
-                if cancel.cancelled:
+                if stop.cancelled:
                     return
+                yielded += 1
                 yield text
             await call.result()  # raises the generation's error
         except WorkerCrashed as crash:

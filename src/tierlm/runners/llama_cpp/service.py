@@ -21,7 +21,6 @@ import time
 from typing import TYPE_CHECKING
 
 from tierlm.runners.llama_cpp import snapshots
-from tierlm.runners.llama_cpp.control import StopReason
 from tierlm.runners.llama_cpp.decode import decode
 from tierlm.runners.llama_cpp.kv_pool import KvPool
 from tierlm.runners.llama_cpp.loader import LoadedModel, Vocab, open_model, open_vocab
@@ -200,8 +199,9 @@ class DecodeService:
             raise RunnerError(
                 f"model {request.model_id!r}: generation failed: {exc}", model_id=request.model_id
             ) from exc
-        preempted = self.control.stop_reason(command.gen_id) is StopReason.PREEMPTED
-        if preempted and stats.ended in ("cancelled", "prefill_aborted"):
+        reason = self.control.stop_reason(command.gen_id)
+        stopped = stats.ended in ("cancelled", "prefill_aborted")
+        if stopped and reason is not None and reason.preempts:
             # docs/design.md §4 zero-loss preemption: its resume continues from here.
             saving = time.perf_counter()
             stats.saved_state_bytes = snapshots.save_preempted(model, self._pool, plan, log)

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.jobs import Job
+from tierlm.core.policy import Preemption
 from tierlm.sim.baselines.base import FifoQueue, SimpleBaseline
 
 __all__ = ["FifoPolicy"]
@@ -34,8 +35,10 @@ class FifoPolicy(SimpleBaseline):
     def pick(self, now: float, loaded_model: str | None) -> Job | None:
         return self._queue.pop()
 
-    def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
-        return False
+    def should_preempt(
+        self, running: Job, now: float, loaded_model: str | None
+    ) -> Preemption | None:
+        return None
 
     def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
         return self._queue.in_order()

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 
 from tierlm.core.classes import DEFAULT_BUDGET_WINDOW, TaskClass
 from tierlm.core.jobs import Foreground, Job
+from tierlm.core.policy import Preemption
 from tierlm.sim.baselines.base import same_model_first
 
 __all__ = ["SeedLiteralPolicy"]
@@ -188,18 +189,22 @@ class SeedLiteralPolicy:
             self._q.remove(job)
         return job
 
-    def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
+    def should_preempt(
+        self, running: Job, now: float, loaded_model: str | None
+    ) -> Preemption | None:
         arrived, self._arrived = self._arrived, []
         foreground_changed, self._foreground_changed = self._foreground_changed, False
         running_tier = self.tier(running, now)
+        # The seed's `_runningCancel?.cancel()` stops the job at once, whatever
+        # it is doing: always a PREEMPT (literal).
         # _onJobArrived: `if (_tier(j) < _tier(_running!)) _runningCancel?.cancel();`
         if any(self.tier(j, now) < running_tier for j in arrived):
-            return True
+            return Preemption.PREEMPT
         if foreground_changed:
             best = self._pick_best(now, loaded_model)
             picked_tier = running_tier + 1 if best is None else self.tier(best, now)
-            return picked_tier < running_tier
-        return False
+            return Preemption.PREEMPT if picked_tier < running_tier else None
+        return None
 
     def started(self, job: Job, now: float) -> None:
         self._running = job

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.jobs import Job
+from tierlm.core.policy import Preemption
 from tierlm.sim.baselines.base import SimpleBaseline
 
 __all__ = ["StrictPriorityPolicy"]
@@ -55,9 +56,15 @@ class StrictPriorityPolicy(SimpleBaseline):
         del self._live[job.id]
         return job
 
-    def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
+    def should_preempt(
+        self, running: Job, now: float, loaded_model: str | None
+    ) -> Preemption | None:
         self._clean()
-        return bool(self._heap) and self._heap[0][0] < self.priority(running)
+        # vLLM's priority preemption stops the running request at once, in its
+        # prompt's prefill too: no yield (docs/design.md §4 preemption kinds).
+        if self._heap and self._heap[0][0] < self.priority(running):
+            return Preemption.PREEMPT
+        return None
 
     def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
         return sorted(self._live.values(), key=lambda job: (self.priority(job), job.id))

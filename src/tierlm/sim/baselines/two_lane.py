@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterator, Mapping
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.jobs import Job
+from tierlm.core.policy import Preemption
 from tierlm.sim.baselines.base import FifoQueue, SimpleBaseline
 
 __all__ = ["DEFAULT_HIGH_CLASSES", "TwoLanePolicy"]
@@ -70,8 +71,10 @@ class TwoLanePolicy(SimpleBaseline):
             job = self._low.pop()
         return job
 
-    def should_preempt(self, running: Job, now: float, loaded_model: str | None) -> bool:
-        return False
+    def should_preempt(
+        self, running: Job, now: float, loaded_model: str | None
+    ) -> Preemption | None:
+        return None
 
     def tier(self, job: Job, now: float) -> int:
         # Lanes shown as tiers: high lane T0, low lane T4.

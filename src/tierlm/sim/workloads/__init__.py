@@ -55,6 +55,7 @@ CASES: tuple[str, ...] = (
     OneAtATime.name,
     TwoSizes.name,
     ChatIdle.name,
+    LongPrompt.name,
 )
 """The adversarial cases of docs/design.md §8, each with its story (``Workload.story``)."""
 

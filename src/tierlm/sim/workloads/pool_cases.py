@@ -20,8 +20,10 @@ prompt (60 tokens) and enough output to last the stated time, +-10 %.
   difference in device time between them over a 60 s window.
 - ``long-prompt``: an agent whose prompts take longer to evaluate than a
   slice of the fair pool (800 tokens: 5.3 s on the default device), one job
-  at a time, against a backlogged peer (10 s jobs): a slice that stops a job
-  in its prompt evaluation throws the evaluation away (docs/design.md §8).
+  at a time, against a backlogged peer (10 s jobs): a slice that stopped a
+  job in its prompt evaluation threw the evaluation away, at every slice; a
+  slice now yields after the first token (docs/design.md §4 preemption
+  kinds, §8).
 """
 
 from __future__ import annotations
