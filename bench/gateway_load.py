@@ -86,7 +86,7 @@ from rich.table import Table
 from tierlm.runners.protocol import Cancelled
 from tierlm.scheduler import Scheduler
 from tierlm.server.backends import make_runner
-from tierlm.server.cli import add_arguments, settings_from_args
+from tierlm.server.serve_cli import add_arguments, settings_from_args
 
 RESULTS = Path(__file__).parent / "results" / "gateway_load.json"
 HOST = "127.0.0.1"

@@ -1,8 +1,10 @@
 """``tierlm demo | simulate | serve | bench`` (docs/design.md §1 cli).
 
-Each subcommand lives with the layer it drives (``tierlm.sim.cli``,
-``tierlm.server.cli``); this module only parses and dispatches, importing a
-layer when its command runs, so ``tierlm demo`` never imports the gateway.
+Each subcommand lives with the layer it drives, in a module named after it
+(``tierlm.sim.demo_cli``, ``tierlm.sim.simulate_cli``,
+``tierlm.server.serve_cli``, ``tierlm.bench_cli``); this module only parses and
+dispatches, importing a layer when its command runs, so ``tierlm demo`` never
+imports the gateway.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run the seed's issue-118 workload under five schedulers, side by side",
     ),
     "simulate": ("tierlm.sim.simulate_cli", "simulate a workload under chosen policies"),
-    "serve": ("tierlm.server.cli", "run the OpenAI-compatible gateway"),
+    "serve": ("tierlm.server.serve_cli", "run the OpenAI-compatible gateway"),
     "bench": ("tierlm.bench_cli", "run the benchmarks under bench/"),
 }
 

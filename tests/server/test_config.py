@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tierlm.core.classes import Budget
-from tierlm.server import cli
+from tierlm.server import serve_cli as cli
 from tierlm.server.backends import OpenAIBackend, local_model_available
 from tierlm.server.config import ConfigError, ServerSettings, load_settings, settings_from_dict
 

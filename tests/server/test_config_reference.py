@@ -8,7 +8,7 @@ import argparse
 import re
 from pathlib import Path
 
-from tierlm.server import cli
+from tierlm.server import serve_cli as cli
 from tierlm.server.config_reference import BEGIN, END, reference
 from tierlm.server.flags import setting_flags
 from tierlm.server.schema import every_field

@@ -32,7 +32,7 @@ import pytest
 from tests.embedding.helpers import RecordingEmbedder
 from tests.server.helpers import MESSAGES, WAIT, Gateway, chat_body, serve, sim_settings
 from tierlm.embedding import SimulatedEmbedder, Vector
-from tierlm.server import cli
+from tierlm.server import serve_cli as cli
 from tierlm.server.app import create_app
 from tierlm.server.config import ConfigError, settings_from_dict
 from tierlm.server.embedders import LlamaCppEmbeddings

@@ -43,7 +43,7 @@ __all__ = ["DEFAULT_SECONDS", "POLICY_ORDER", "RealDemo", "run_real_demo"]
 DEFAULT_SECONDS = 30.0
 """Per policy: two policies make about a minute."""
 POLICY_ORDER = ("fifo", "tierlm")
-# (class, producer, prompt): the background agents of issue 118, on one model.
+# (class, producer, prompt): the background agents of the seed's issue-118 story, on one model.
 # All in the fair pool (T4): an extraction (T2) would run before them under
 # tierlm and not under FIFO, and its short answers (more prompt evaluations per
 # token) would make the two schedulers' background tokens/s differ for a
