@@ -297,7 +297,13 @@ class Dispatcher:
             token.raise_if_cancelled()
             entry.journal.start_run()
             ctx = JobContext(
-                job.id, job.model_id, self.runner, token, entry.attempts, entry.journal
+                job.id,
+                job.model_id,
+                self.runner,
+                token,
+                entry.attempts,
+                entry.journal,
+                on_direct=lambda: _restarts(job),
             )
             outcome = _Returned(await entry.work(ctx))
         except Cancelled as exc:
@@ -431,3 +437,9 @@ class Dispatcher:
                 detail = f"{job.class_name} jobs are not re-queued (class requeue=False)"
             entry.future.set_exception(Cancelled(outcome.reason, detail))
             self.emit(JobCancelled(now, job, outcome.reason))
+
+
+def _restarts(job: Job) -> None:
+    """Its work drives the runner itself: a preemption makes it start over
+    (docs/design.md §4 preemption kinds)."""
+    job.resumable = False

@@ -142,7 +142,7 @@ class JobContext:
     ``runner`` already holds ``model_id`` when ``work`` starts.
     """
 
-    __slots__ = ("_journal", "attempt", "cancel", "job_id", "model_id", "runner")
+    __slots__ = ("_journal", "_on_direct", "_runner", "attempt", "cancel", "job_id", "model_id")
 
     def __init__(
         self,
@@ -152,14 +152,30 @@ class JobContext:
         cancel: CancelToken,
         attempt: int,
         journal: Journal | None = None,
+        on_direct: Callable[[], None] | None = None,
     ) -> None:
         self.job_id = job_id
         self.model_id = model_id
-        self.runner = runner
+        self._runner = runner
         self.cancel = cancel
         self.attempt = attempt
         """1 on the first run, 2 after one preemption, and so on."""
         self._journal = journal
+        self._on_direct = on_direct
+
+    @property
+    def runner(self) -> Runner:
+        """The runner itself, for work that drives it directly.
+
+        Such work is not replayed from the job's journal, so a preemption
+        makes it start over: from the first use on, the job is no longer
+        cut by the fair pool's slices or its floor, only by a higher tier
+        (docs/design.md §4 preemption kinds). ``ctx.generate`` keeps it
+        zero-loss."""
+        if self._on_direct is not None:
+            self._on_direct()
+            self._on_direct = None
+        return self._runner
 
     def checkpoint(self) -> None:
         """Raise ``Cancelled`` if the job was told to stop (call between steps)."""
@@ -202,7 +218,7 @@ class JobContext:
             request = replace(request, job_id=self.job_id)
         journal = self._journal
         if journal is None:
-            async with aclosing_stream(self.runner.generate(request, self.cancel)) as stream:
+            async with aclosing_stream(self._runner.generate(request, self.cancel)) as stream:
                 async for piece in stream:
                     yield piece
             self.cancel.raise_if_cancelled()
@@ -214,7 +230,7 @@ class JobContext:
         if not record.finished:
             live = continued(request, record.pieces)
             if live is not None:
-                async with aclosing_stream(self.runner.generate(live, self.cancel)) as stream:
+                async with aclosing_stream(self._runner.generate(live, self.cancel)) as stream:
                     async for piece in stream:
                         journal.add(record, piece)
                         yield piece
@@ -288,7 +304,8 @@ class ResumingGeneration:
                 request = replace(request, job_id=ctx.job_id)
             live = continued(request, self.pieces)
             if live is not None:
-                async with aclosing_stream(ctx.runner.generate(live, ctx.cancel)) as stream:
+                # ctx._runner: a generation resumes, it is not "direct" work.
+                async with aclosing_stream(ctx._runner.generate(live, ctx.cancel)) as stream:
                     async for piece in stream:
                         last = loop.time()
                         if first is None:

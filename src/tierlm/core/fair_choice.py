@@ -1,9 +1,9 @@
 """Decisions and views over the fair pool (docs/design.md §4 fair pool, deadlines).
 
 Read-only queries over ``FairPool``'s entities: the EEVDF pick restricted to
-one model, the earliest open loan, the whole pool's pick order, and each
-producer's virtual runtime. A pick walks one path from the classes down to a
-producer's leaf, asking one ``ChildIndex`` per level: O(depth x log n).
+one model, the earliest open loan, and each producer's virtual runtime. A pick
+walks one path from the classes down to a producer's leaf, asking one
+``ChildIndex`` per level: O(depth x log n).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from tierlm.core.eevdf import Entity, Loan, Rank
 from tierlm.core.fairness import FairPool
 
-__all__ = ["best", "best_loan", "order", "vruntimes"]
+__all__ = ["best", "best_loan", "vruntimes"]
 
 
 def best(
@@ -73,29 +73,6 @@ def best_loan(pool: FairPool, model: str, skip: frozenset[str]) -> int | None:
         ):
             best = loan
     return best[1] if best is not None else None
-
-
-def order(pool: FairPool) -> list[int]:
-    """Queued job ids in the order successive picks would take them if nothing
-    were charged: at every node its children by rank, a leaf's jobs oldest
-    first (docs/design.md §2 queue positions). O(n log n), off the dispatch path."""
-    out: list[int] = []
-    stack = [pool.root]
-    while stack:
-        node = stack.pop()
-        if node.parent is not None and node.key is None:
-            out.extend(
-                sorted(
-                    job_id
-                    for heap in node.jobs.values()
-                    for job_id, ticket in heap
-                    if pool.is_live(job_id, ticket)
-                )
-            )
-            continue
-        children = sorted((c for c in node.children.values() if c.queued), key=node.rank)
-        stack.extend(reversed(children))
-    return out
 
 
 def vruntimes(pool: FairPool) -> dict[str, float]:

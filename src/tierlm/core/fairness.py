@@ -291,6 +291,11 @@ class FairPool:
         """The running job's path, its class first (depth d at index d - 1)."""
         return self._running
 
+    def queued_leaf(self, job_id: int) -> Entity | None:
+        """The leaf of a queued pool job (None if it is not queued)."""
+        entry = self._queued.get(job_id)
+        return entry[0] if entry is not None else None
+
     def is_live(self, job_id: int, ticket: int) -> bool:
         """Whether a leaf heap entry (job id, ticket) is the job's current stay."""
         entry = self._queued.get(job_id)

@@ -29,6 +29,11 @@ class Job:
     subject: Subject | None
     deadline: float | None
     submitted_at: float
+    resumable: bool = True
+    """A preemption loses nothing: a generation resumes, a closure job replays
+    its journal. The shell clears it when the job's work drives the runner
+    itself (``ctx.runner``): such a job starts over when preempted, so the
+    pool's fairness never cuts it (docs/design.md §4 preemption kinds)."""
 
     @property
     def class_name(self) -> str:

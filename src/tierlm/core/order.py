@@ -1,12 +1,12 @@
 """The dispatch order of a whole queue, for snapshots and queue positions.
 
 ``TieredPolicy.queue_order``: the jobs in the order ``pick`` would return them,
-call after call, if the device freed now and nothing else changed. Nothing
-runs, so nothing is charged and no eligibility moves: each tier's order is
-fixed, the pool's being its EEVDF order at every level
-(``FairPool.order``), and only affinity (which model is loaded) changes as
-jobs are taken. Holds (a chat grace) and deadlines still ahead are ignored:
-they change when, not in which order. O(n log n), off the dispatch path.
+call after call, if the device freed now: each tier's order is fixed, and
+affinity (which model is loaded) changes as jobs are taken. The pool's order
+is its turn order (``pool_order``: EEVDF picks, each turn charged one slice),
+per model for the work on the loaded one and overall to choose the next model.
+Holds (a chat grace) and deadlines still ahead are ignored: they change when,
+not in which order. O(n log n), off the dispatch path.
 """
 
 from __future__ import annotations
@@ -31,13 +31,15 @@ def dispatch_order(
     rank: Callable[[Job], int],
     skipped: Callable[[Job, int], bool],
     pool_order: Sequence[int],
+    pool_model_order: Callable[[str], Sequence[int]],
     max_affinity_wait: float,
 ) -> list[Job]:
     """``jobs`` in dispatch order (see the module doc).
 
     ``rank``: the job's rank now (its effective tier; overdue work waiting for
     the pool floor ranks 5). ``skipped``: over budget, so it runs only when
-    nothing else can. ``pool_order``: queued pool job ids in EEVDF order.
+    nothing else can. ``pool_order``: queued pool job ids in turn order;
+    ``pool_model_order(model)``: the same among the jobs on one model.
     """
     pool_position = {job_id: i for i, job_id in enumerate(pool_order)}
     by_model: dict[str, list[tuple[Any, ...]]] = {}
@@ -53,6 +55,14 @@ def dispatch_order(
         by_model.setdefault(job.model_id, []).append((phase, job_rank, key, job))
     heads: dict[str, int] = {}
     for model, entries in by_model.items():
+        # Inside one model its pool jobs follow that model's own turns (affinity
+        # picks among the loaded model's jobs); their keys are the overall turn
+        # positions of the same jobs, sorted, so heads still compare across models.
+        turn = {job_id: i for i, job_id in enumerate(pool_model_order(model))}
+        pool = sorted((e for e in entries if e[1] == _T4), key=lambda e: turn.get(e[3].id, 0))
+        keys = iter(sorted(e[2] for e in pool))
+        rekeyed = {e[3].id: (e[0], e[1], next(keys), e[3]) for e in pool}
+        entries[:] = [rekeyed.get(e[3].id, e) for e in entries]
         entries.sort(key=lambda entry: entry[:3])
         heads[model] = 0
     order: list[Job] = []

@@ -22,6 +22,7 @@ from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.order import dispatch_order
 from tierlm.core.policy import Preemption
+from tierlm.core.pool_order import turn_order
 from tierlm.core.queues import T3_AFTER_POOL, Candidate
 
 __all__ = ["TieredPolicy"]
@@ -360,8 +361,10 @@ class TieredPolicy:
         if best_rank < (_T3 if run_rank == _T3_AFTER_POOL else run_rank):
             # A higher tier (waiting for the floor leaves overdue work T3).
             return Preemption.PREEMPT if best_rank <= _T1 else Preemption.YIELD
-        # Fairness preempts only what can go back to the queue.
-        if not running.task_class.requeue:
+        # Fairness preempts only what goes back to the queue and loses nothing
+        # there: a job that would start over, cut at every slice, could never
+        # finish (docs/design.md §4 preemption kinds).
+        if not running.task_class.requeue or not running.resumable:
             return None
         if run_rank == _T3_AFTER_POOL:
             return Preemption.YIELD if best_rank == _T4 else None  # the pool is owed its floor
@@ -425,18 +428,38 @@ class TieredPolicy:
 
     def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
         """Every queued job in the order ``pick`` would dispatch them, call after
-        call, if the device freed now and nothing else changed: tiers, each
-        tier's order (the pool's EEVDF order without charges), affinity and
-        swaps; holds and deadlines still ahead are ignored. A query: it
-        changes nothing (docs/design.md §2 queue positions)."""
+        call, if the device freed now: tiers, each tier's order (the pool's
+        turns, each charged one slice: ``pool_order``), affinity and swaps;
+        holds and deadlines still ahead are ignored. A query: it changes
+        nothing (docs/design.md §2 queue positions)."""
         skip = self._over_budget(now) if self._meters else _NO_SKIP
+        # Pool jobs ranked apart from the pool's turns: the foreground's and
+        # loans' run first, and are charged first; those waiting for the floor
+        # run after (docs/design.md §4), and only take no turn. On one model's
+        # turns, only those that run before its pool work are charged: its own,
+        # and a person's (T1 swaps at once); affinity keeps the others waiting.
+        ahead: list[Job] = []
+        after: list[int] = []
+        for job in self._jobs.values():
+            if job.task_class.fair:
+                job_rank = self._rank(job, now)
+                if job_rank < _T4:
+                    ahead.append(job)
+                elif job_rank > _T4:
+                    after.append(job.id)
+
+        def model_turns(model: str) -> list[int]:
+            first = [j.id for j in ahead if j.model_id == model or self._rank(j, now) <= _T1]
+            return turn_order(self.fair, model, first, after)
+
         return dispatch_order(
             list(self._jobs.values()),
             now,
             loaded_model,
             rank=lambda job: self._rank(job, now),
             skipped=lambda job, rank: rank >= _T2 and job.class_name in skip,
-            pool_order=fair_choice.order(self.fair),
+            pool_order=turn_order(self.fair, ahead=[j.id for j in ahead], after=after),
+            pool_model_order=model_turns,
             max_affinity_wait=self.config.max_affinity_wait,
         )
 

@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import random
 from collections.abc import Awaitable, Callable, Mapping
+from typing import cast
 
 from tierlm.core.jobs import Subject
 from tierlm.handles import JobContext, JobHandle
@@ -159,9 +160,8 @@ class SimContext:
 
             return replayed
 
-        runner = self.runner
-
         async def restarted(ctx: JobContext) -> None:
+            runner = cast("SimulatedRunner", ctx.runner)  # direct: it starts over
             # No journal: the runner directly, every call again on every run.
             # ``complete`` spends what ``generate`` would and returns counts:
             # nobody reads these pieces (docs/design.md §8: one event per
