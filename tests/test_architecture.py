@@ -14,7 +14,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "tierlm"
-MAX_LINES = 500  # docs/design.md §1: small modules with one job each
+MAX_LINES = 500  # a module past this is doing two jobs (the bound; ~400 is the aim)
 
 # The asyncio shell: docs/design.md §1 "the shell imports core and the runner protocol".
 SHELL = {

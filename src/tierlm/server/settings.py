@@ -204,7 +204,7 @@ class SchedulerSettings(Schema):
     """docs/design.md §4 affinity: the chat holds never idle the device, with work
     queued for another model, longer than this many measured swap times."""
     slice: Annotated[float, Field(gt=0)] = _SCHEDULER.slice
-    """docs/design.md §4 fair pool: seconds a pool job runs before it yields to an
+    """docs/design.md §4 slices: seconds a pool job runs before it yields to an
     eligible producer with an earlier virtual deadline."""
     pool_floor: Annotated[float, Field(ge=0, lt=1)] = _SCHEDULER.pool_floor
     """docs/design.md §4 deadlines are loans: overdue work never pushes a backlogged
@@ -255,7 +255,9 @@ class ServerSettings(Schema):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     """What one request may ask for, and how much may wait."""
     backend: AnyBackend = Field(default_factory=DEFAULT_BACKEND)
-    """What runs the models: ``kind`` = sim (default), llama-cpp, openai or ollama."""
+    """What runs the models: ``kind`` = sim, llama-cpp, openai or ollama. Unset,
+    ``tierlm serve`` picks llama-cpp with the embedded SmolLM2 when
+    ``tierlm[local]`` is installed, else sim (docs/gateway.md "Backends")."""
     scheduler_table: SchedulerSettings = Field(default_factory=SchedulerSettings, alias="scheduler")
     """The scheduling policy's tunables."""
     class_tables: Mapping[str, ClassSettings] = Field(default_factory=dict, alias="classes")

@@ -164,8 +164,8 @@ class SimContext:
             runner = cast("SimulatedRunner", ctx.runner)  # direct: it starts over
             # No journal: the runner directly, every call again on every run.
             # ``complete`` spends what ``generate`` would and returns counts:
-            # nobody reads these pieces (docs/design.md §8: one event per
-            # token only where something observes it).
+            # nobody reads these pieces, and a day's simulation would spend
+            # most of its time making them.
             for prompt, output in calls:
                 request = GenerationRequest(
                     ctx.model_id, prompt=prompt, max_tokens=output, prompt_tokens=tokens

@@ -11,7 +11,7 @@ burst (the device starts on A, the first burst's first model). That bound
 needs foresight: a burst's first round is on A, and a device that finished the
 last burst on B or C and is idle must swap for it or idle until a round on its
 model arrives. A work-conserving policy (one that never idles with work
-queued, as docs/design.md §4 requires) therefore swaps at least three times in every
+queued) therefore swaps at least three times in every
 burst after the first: ``min_swaps_work_conserving`` = 2 + 3 (bursts - 1).
 """
 
