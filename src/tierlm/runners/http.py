@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
@@ -302,6 +302,14 @@ class LoopClients:
         client, self._client = self._client, None
         if client is not None and self._loop is asyncio.get_running_loop():
             await client.aclose()
+
+
+def chunk_pieces(texts: Iterable[str | None], delivered: int, max_tokens: int) -> list[str]:
+    """The pieces of one upstream chunk to pass on: its non-empty texts, cut so
+    that no more than ``max_tokens`` are passed on in all (``delivered`` so
+    far). The runner ends the stream once it has passed on ``max_tokens``,
+    whatever the upstream does: closing the stream stops it."""
+    return [text for text in texts if text][: max(0, max_tokens - delivered)]
 
 
 def parse_json_object(text: str, model_id: str, url: str) -> dict[str, Any]:

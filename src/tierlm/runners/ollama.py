@@ -48,6 +48,7 @@ from tierlm.runners.http import (
     DEFAULT_TIMEOUT,
     HttpRunner,
     StallLimits,
+    chunk_pieces,
     describe_exception,
     http_error_message,
     list_names,
@@ -245,15 +246,13 @@ class OllamaRunner(HttpRunner):
                     texts = [chunk.get("response")]
                 if chunk.get("done"):
                     texts.append(calls.close())
-                for text in texts:
-                    if text:
-                        if stop.cancelled:
-                            return
-                        pieces += 1
-                        yield text
-                        if pieces >= request.max_tokens:
-                            # Whatever the upstream does: closing the stream stops it.
-                            return
+                for text in chunk_pieces(texts, pieces, request.max_tokens):
+                    if stop.cancelled:
+                        return
+                    pieces += 1
+                    yield text
+                if pieces >= request.max_tokens:
+                    return
                 if chunk.get("done"):
                     finished = True
                     break

@@ -50,6 +50,7 @@ from tierlm.runners.http import (
     DEFAULT_TIMEOUT,
     HttpRunner,
     StallLimits,
+    chunk_pieces,
     error_text,
     list_names,
     parse_json_object,
@@ -206,15 +207,13 @@ class OpenAIRunner(HttpRunner):
                     if choice.get("finish_reason"):
                         finished = True
                         texts.append(calls.close())
-                    for text in texts:
-                        if text:
-                            if stop.cancelled:
-                                return
-                            pieces += 1
-                            yield text
-                            if pieces >= request.max_tokens:
-                                # Whatever the upstream does: closing the stream stops it.
-                                return
+                    for text in chunk_pieces(texts, pieces, request.max_tokens):
+                        if stop.cancelled:
+                            return
+                        pieces += 1
+                        yield text
+                    if pieces >= request.max_tokens:
+                        return
         if not finished and not cancel.cancelled:
             raise RunnerError(
                 f"model {model_id!r}: {url} ended the stream after {pieces} pieces "
