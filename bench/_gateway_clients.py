@@ -26,10 +26,10 @@ import httpx
 from _gateway_plan import MESSAGES, MODEL, Record, Spec, check
 from _gateway_server import SERVER_START_TIMEOUT, Server, scrape, server_view
 from _gateway_stats import LagProbe
-from tierlm.runners.protocol import Cancelled
-from tierlm.scheduler import Scheduler
-from tierlm.server.backends import make_runner
+from tierlm.runners.cancellation import Cancelled
 from tierlm.server.serve_cli import add_arguments, settings_from_args
+from tierlm.server.settings.backends import make_runner
+from tierlm.shell.scheduler import Scheduler
 
 # Lead time between creating the client tasks and releasing them, so creating
 # 530 tasks is not inside anyone's measured time.

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner
-from tierlm.runners.protocol import CancelToken, GenerationRequest
+from tierlm.runners.requests import GenerationRequest
 
 PRESET = "large"
 THREADS = 1  # see bench/real_model.py's docstring

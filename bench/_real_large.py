@@ -45,8 +45,8 @@ from _real_measures import (
     verdict,
 )
 from tierlm import Scheduler
+from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
-from tierlm.runners.protocol import CancelToken
 from tierlm.testing.gguf_model import PRESETS, write_model_pair
 
 

@@ -29,8 +29,9 @@ from tierlm import (
     SchedulerEvent,
     SwapFinished,
 )
+from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner
-from tierlm.runners.protocol import CancelToken, GenerationRequest
+from tierlm.runners.requests import GenerationRequest
 
 # -- 1 and 4: preemption trials -------------------------------------------------
 

@@ -15,8 +15,9 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
-from tierlm.runners.protocol import CancelToken, GenerationRequest
+from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from pathlib import Path

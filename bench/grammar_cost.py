@@ -26,8 +26,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
-from tierlm.runners.protocol import CancelToken, GenerationRequest
+from tierlm.runners.requests import GenerationRequest
 
 RESULTS = Path(__file__).parent / "results" / "grammar_cost.json"
 MODEL = "smollm2"

@@ -101,7 +101,7 @@ class Recorder:
         return [r.job_id for r in self.runs]
 
     def kinds(self, kind: type[E]) -> list[E]:
-        """The events of one type (``tierlm.events``), in order."""
+        """The events of one type (``tierlm.shell.events``), in order."""
         return [e for e in self.events if isinstance(e, kind)]
 
     def busy_by_producer(self, start: float, end: float, now: float) -> dict[str, float]:

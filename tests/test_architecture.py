@@ -17,15 +17,17 @@ PACKAGE = SRC / "tierlm"
 MAX_LINES = 500  # a module past this is doing two jobs (the issue's bound; ~400 is the aim)
 
 # The asyncio shell: docs/design.md §1 "the shell imports core and the runner protocol".
-SHELL = {
-    "tierlm.arguments",
-    "tierlm.dispatch",
-    "tierlm.events",
-    "tierlm.handles",
-    "tierlm.journal",
-    "tierlm.scheduler",
-    "tierlm.snapshot",
-}
+SHELL = "tierlm.shell"
+
+# The gateway's floors, lowest first (docs/design.md §1 gateway): a floor imports
+# only the floors below it (and everything outside tierlm.server).
+SERVER_FLOORS = (
+    "tierlm.server.settings",
+    "tierlm.server.edge",
+    "tierlm.server.gateway",
+    "tierlm.server.openai",
+    "tierlm.server.ops",
+)
 
 
 def module_name(path: Path) -> str:
@@ -53,7 +55,7 @@ def imported(module: str, path: Path, modules: set[str]) -> Iterator[str]:
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
-                # `from tierlm import arguments` imports the module tierlm.arguments.
+                # `from tierlm import arguments` imports the module tierlm.shell.arguments.
                 submodule = f"{base}.{alias.name}"
                 yield from _within(submodule if submodule in modules else base, modules)
 
@@ -115,8 +117,10 @@ def test_the_graph_sees_the_imports() -> None:
     """A check of the checker: known edges, relative and lazy imports alike."""
     graph = import_graph()
     assert "tierlm.core.jobs" in graph["tierlm.core.policy"]
-    assert "tierlm.dispatch" in graph["tierlm.scheduler"]
-    assert "tierlm.arguments" in graph["tierlm.scheduler"]  # `from tierlm import arguments`
+    assert "tierlm.shell.dispatch" in graph["tierlm.shell.scheduler"]
+    assert (
+        "tierlm.shell.arguments" in graph["tierlm.shell.scheduler"]
+    )  # `from tierlm import arguments`
     assert "tierlm.runners.llama_cpp" in graph["tierlm.runners"]  # under TYPE_CHECKING
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -141,13 +145,37 @@ def test_core_imports_nothing_of_tierlm_outside_core() -> None:
     assert imports_outside(layer("tierlm.core"), ("tierlm.core",)) == {}
 
 
+def test_the_error_root_imports_nothing_of_tierlm() -> None:
+    """tierlm.errors is a leaf: every layer may import it (docs/design.md §1)."""
+    assert import_graph()["tierlm.errors"] == set()
+
+
 def test_runners_import_only_runners() -> None:
-    """docs/design.md §1: runners know no policy; they import their own protocol."""
-    assert imports_outside(layer("tierlm.runners"), ("tierlm.runners",)) == {}
+    """docs/design.md §1: runners know no policy; they import their own protocol
+    (and the error root)."""
+    assert imports_outside(layer("tierlm.runners"), ("tierlm.runners", "tierlm.errors")) == {}
 
 
 def test_the_shell_imports_only_core_runners_and_itself() -> None:
-    assert imports_outside(SHELL, ("tierlm.core", "tierlm.runners", *SHELL)) == {}
+    assert layer(SHELL), "the shell is a package"
+    allowed = ("tierlm.core", "tierlm.runners", "tierlm.errors", SHELL)
+    assert imports_outside(layer(SHELL), allowed) == {}
+
+
+def test_each_gateway_floor_imports_only_the_floors_below() -> None:
+    graph = import_graph()
+    for height, floor in enumerate(SERVER_FLOORS):
+        allowed = SERVER_FLOORS[: height + 1]
+        assert layer(floor), f"{floor} is a package"
+        reaching_up = {
+            module: sorted(
+                t
+                for t in graph[module]
+                if t.startswith("tierlm.server.") and not t.startswith(allowed)
+            )
+            for module in layer(floor)
+        }
+        assert {m: ts for m, ts in reaching_up.items() if ts} == {}, f"{floor} reaches up"
 
 
 def oversized() -> dict[str, int]:

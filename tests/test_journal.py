@@ -21,8 +21,8 @@ from tierlm import (
     Scheduler,
     SchedulerConfig,
 )
-from tierlm.journal import CALL_BYTES, Journal, JournalBudget, piece_bytes
 from tierlm.runners import CancelToken, GenerationRequest, SimulatedRunner
+from tierlm.shell.journal import CALL_BYTES, Journal, JournalBudget, piece_bytes
 from tierlm.testing import run_virtual
 
 STEP_TOKENS = 40

@@ -12,7 +12,8 @@ import pytest
 from tests.helpers import SWAP, TOKEN, runner, work_for
 from tierlm import JobStarted, RunnerError, Scheduler, SchedulerEvent
 from tierlm.runners import OpenAIRunner
-from tierlm.server.keep_alive import KeepAlive, parse_duration
+from tierlm.server.gateway.keep_alive import KeepAlive
+from tierlm.server.settings.duration import parse_duration
 from tierlm.testing import run_virtual
 
 

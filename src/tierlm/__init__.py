@@ -9,7 +9,9 @@ from tierlm.core.classes import Budget, TaskClass, Tier, default_classes
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Foreground
 from tierlm.embedding import EmbeddingLane
-from tierlm.events import (
+from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
+from tierlm.runners.errors import RunnerError
+from tierlm.shell.events import (
     Event,
     ForegroundChanged,
     JobCancelled,
@@ -29,10 +31,9 @@ from tierlm.events import (
     SwapFinished,
     SwapStarted,
 )
-from tierlm.handles import GenerationHandle, GenerationRun, JobContext, JobHandle, JobState
-from tierlm.runners.protocol import Cancelled, CancelReason, CancelToken, RunnerError
-from tierlm.scheduler import Scheduler, SchedulerClosedError
-from tierlm.snapshot import JobInfo, SchedulerSnapshot
+from tierlm.shell.handles import GenerationHandle, GenerationRun, JobContext, JobHandle, JobState
+from tierlm.shell.scheduler import Scheduler, SchedulerClosedError
+from tierlm.shell.snapshot import JobInfo, SchedulerSnapshot
 
 __version__ = "0.1.0"
 

@@ -51,7 +51,8 @@ from tierlm import (
     SwapFinished,
     SwapStarted,
 )
-from tierlm.runners.protocol import CancelToken, GenerationRequest
+from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.requests import GenerationRequest
 from tierlm.testing.gguf_model import CHATML_TEMPLATE
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ import pytest
 
 from tests.runners.helpers import run
 from tierlm import JobContext, JobFailed, JobHandle, RunnerError, Scheduler, SchedulerEvent
-from tierlm.runners.protocol import CancelReason, CancelToken, GenerationRequest
+from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.runners.helpers import run
-from tierlm.runners.protocol import CancelReason, CancelToken, GenerationRequest
+from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from pathlib import Path

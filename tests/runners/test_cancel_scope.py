@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from tierlm.runners.cancel_scope import cancelled_by, until_cancelled
-from tierlm.runners.protocol import CancelReason, CancelToken
+from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.testing import run_virtual
 
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from tierlm.runners.cancel_scope import until_cancelled
-from tierlm.runners.protocol import CancelReason, CancelToken
+from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.testing import run_virtual
 
 YIELD, PREEMPTED = CancelReason.YIELD, CancelReason.PREEMPTED

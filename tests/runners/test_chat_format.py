@@ -89,7 +89,7 @@ def test_a_model_whose_template_knows_tools_gets_them_through_it(tiny_models: Ti
     template takes tools: the template's own rendering, arguments as objects."""
     pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
     from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
-    from tierlm.runners.protocol import GenerationRequest
+    from tierlm.runners.requests import GenerationRequest
 
     async def main() -> str:
         spec = LlamaModelSpec(tiny_models.a, n_threads=1, chat_template=TOOL_TEMPLATE)

@@ -18,9 +18,10 @@ import pytest
 
 from tests.runners.fake_servers import SLOW_SECONDS
 from tests.runners.helpers import run
+from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.ollama import OllamaRunner
 from tierlm.runners.openai_compat import OpenAIRunner
-from tierlm.runners.protocol import CancelReason, CancelToken, GenerationRequest
+from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from tests.runners.helpers import FakeServer

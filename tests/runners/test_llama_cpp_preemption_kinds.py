@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.runners.helpers import run
-from tierlm.runners.protocol import CancelReason, CancelToken, GenerationRequest
+from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.requests import GenerationRequest
 from tierlm.testing.gguf_model import write_tiny_llama
 
 if TYPE_CHECKING:

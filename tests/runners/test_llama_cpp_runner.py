@@ -18,13 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.runners.helpers import run
-from tierlm.runners.protocol import (
-    CancelReason,
-    CancelToken,
-    GenerationRequest,
-    InvalidRequest,
-    RunnerError,
-)
+from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.errors import InvalidRequest, RunnerError
+from tierlm.runners.requests import GenerationRequest
 from tierlm.testing.gguf_model import write_tiny_llama
 
 if TYPE_CHECKING:

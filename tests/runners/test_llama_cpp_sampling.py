@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tierlm.runners.protocol import GenerationRequest, InvalidRequest, RunnerError
+from tierlm.runners.errors import InvalidRequest, RunnerError
+from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from tests.runners.helpers import TinyModels

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.runners.helpers import run
-from tierlm.runners.protocol import CancelToken, GenerationRequest, RunnerError
+from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from tests.runners.helpers import TinyModels

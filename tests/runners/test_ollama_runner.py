@@ -18,8 +18,10 @@ import pytest
 
 from tests.runners.fake_servers import SLOW_SECONDS
 from tests.runners.helpers import free_port, run
+from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.errors import RunnerError
 from tierlm.runners.ollama import OllamaRunner
-from tierlm.runners.protocol import CancelReason, CancelToken, GenerationRequest, RunnerError
+from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from tests.runners.helpers import FakeServer

@@ -13,8 +13,10 @@ import pytest
 
 from tests.runners.fake_servers import SLOW_SECONDS
 from tests.runners.helpers import free_port, run
+from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.errors import RunnerError
 from tierlm.runners.openai_compat import OpenAIRunner, render_chat_template
-from tierlm.runners.protocol import CancelReason, CancelToken, GenerationRequest, RunnerError
+from tierlm.runners.requests import GenerationRequest
 from tierlm.testing.gguf_model import CHATML_TEMPLATE
 
 if TYPE_CHECKING:
@@ -338,8 +340,9 @@ async def collect_with(
 def test_a_preempted_tool_call_is_not_continued_upstream() -> None:
     """The server sent the call structured; continuing its text as a prefill
     would give it a half-written call it cannot read. A clear error instead."""
+    from tierlm.runners.errors import RunnerError
     from tierlm.runners.ollama import OllamaRunner
-    from tierlm.runners.protocol import GenerationRequest, RunnerError
+    from tierlm.runners.requests import GenerationRequest
 
     tool = {"type": "function", "function": {"name": "f"}}
     request = GenerationRequest(

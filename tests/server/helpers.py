@@ -29,9 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
 from tierlm.server.app import create_app
-from tierlm.server.config import ServerSettings, settings_from_dict
-from tierlm.server.gateway import Gateway as GatewayCore
-from tierlm.server.http_server import uvicorn_config
+from tierlm.server.edge.http_server import uvicorn_config
+from tierlm.server.gateway.gateway import Gateway as GatewayCore
+from tierlm.server.settings.sources import ServerSettings, settings_from_dict
 
 T = TypeVar("T")
 

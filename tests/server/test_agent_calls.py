@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.server.helpers import Gateway, serve, serve_default_model
-from tierlm.server.config import settings_from_dict
+from tierlm.server.settings.sources import settings_from_dict
 
 pytestmark = pytest.mark.llama
 llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")

@@ -13,7 +13,7 @@ import pytest
 from tests.runners.fake_servers import make_app
 from tests.runners.helpers import FakeState, free_port
 from tests.server.helpers import MESSAGES, Gateway, run_app, serve
-from tierlm.server.config import settings_from_dict
+from tierlm.server.settings.sources import settings_from_dict
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ import pytest
 from tests.runners.fake_servers import make_app
 from tests.runners.helpers import FakeState
 from tests.server.helpers import Gateway, run_app, serve, sim_settings
-from tierlm.server.compat import BACKENDS, BEGIN, END, ROWS, Row, Support, table
-from tierlm.server.config import settings_from_dict
+from tierlm.server.openai.compat import BACKENDS, BEGIN, END, ROWS, Row, Support, table
+from tierlm.server.settings.sources import settings_from_dict
 
 if TYPE_CHECKING:
     from tests.runners.helpers import TinyModels
@@ -32,7 +32,7 @@ MODEL = "m"
 
 
 def test_the_table_in_the_docs_is_compat_s() -> None:
-    # On failure: python -m tierlm.server.compat --write docs/gateway.md
+    # On failure: python -m tierlm.server.openai.compat --write docs/gateway.md
     text = DOCS.read_text()
     documented = re.search(re.escape(BEGIN) + ".*?" + re.escape(END), text, re.DOTALL)
     assert documented is not None and documented.group(0) == table()

@@ -11,8 +11,13 @@ import pytest
 
 from tierlm.core.classes import Budget
 from tierlm.server import serve_cli as cli
-from tierlm.server.backends import OpenAIBackend, local_model_available
-from tierlm.server.config import ConfigError, ServerSettings, load_settings, settings_from_dict
+from tierlm.server.settings.backends import OpenAIBackend, local_model_available
+from tierlm.server.settings.sources import (
+    ConfigError,
+    ServerSettings,
+    load_settings,
+    settings_from_dict,
+)
 
 DOCS = Path(__file__).parents[2] / "docs" / "gateway.md"
 

@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 
 from tierlm.server import serve_cli as cli
-from tierlm.server.config_reference import BEGIN, END, reference
-from tierlm.server.flags import setting_flags
-from tierlm.server.schema import every_field
-from tierlm.server.settings import ServerSettings
+from tierlm.server.settings.flags import setting_flags
+from tierlm.server.settings.reference import BEGIN, END, reference
+from tierlm.server.settings.schema import every_field
+from tierlm.server.settings.sections import ServerSettings
 
 DOCS = Path(__file__).parents[2] / "docs" / "gateway.md"
 
@@ -25,7 +25,7 @@ def documented_reference() -> str:
 
 
 def test_the_reference_in_the_docs_is_the_schemas() -> None:
-    # On failure: python -m tierlm.server.config_reference --write docs/gateway.md
+    # On failure: python -m tierlm.server.settings.reference --write docs/gateway.md
     assert documented_reference() == reference()
 
 

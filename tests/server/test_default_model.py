@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.server.helpers import read_into
 from tests.server.serve_process import tierlm_serve
-from tierlm.server.backends import local_model_available
+from tierlm.server.settings.backends import local_model_available
 
 pytestmark = pytest.mark.llama
 if not local_model_available():

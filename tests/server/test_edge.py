@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.server.helpers import MESSAGES, WAIT, Gateway, chat_body, serve, sim_settings
-from tierlm.server.config import settings_from_dict
+from tierlm.server.settings.sources import settings_from_dict
 
 
 @pytest.fixture(scope="module")

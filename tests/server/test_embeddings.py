@@ -34,9 +34,9 @@ from tests.server.helpers import MESSAGES, WAIT, Gateway, chat_body, serve, sim_
 from tierlm.embedding import SimulatedEmbedder, Vector
 from tierlm.server import serve_cli as cli
 from tierlm.server.app import create_app
-from tierlm.server.config import ConfigError, settings_from_dict
-from tierlm.server.embedders import LlamaCppEmbeddings
-from tierlm.server.embeddings import MAX_INPUTS
+from tierlm.server.openai.embeddings import MAX_INPUTS
+from tierlm.server.settings.embedders import LlamaCppEmbeddings
+from tierlm.server.settings.sources import ConfigError, settings_from_dict
 
 MINILM = "all-MiniLM-L6-v2"
 SIM = "sim-embed"

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.server.helpers import MESSAGES, Gateway, chat_body, serve, sim_settings
-from tierlm.server.compat import TOOL
+from tierlm.server.openai.compat import TOOL
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.server.helpers import MESSAGES, Gateway, chat_body, serve, sim_settings
-from tierlm.server.config import settings_from_dict
+from tierlm.server.settings.sources import settings_from_dict
 
 LONE = "x\ud800y"  # a lone surrogate: valid JSON (as "\ud800"), no valid text
 CHAT_PARTS = [*MESSAGES, {"role": "user", "content": [{"type": "text", "text": LONE}]}]

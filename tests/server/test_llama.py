@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.server.helpers import MESSAGES, WAIT, Gateway, serve
-from tierlm.server.config import settings_from_dict
+from tierlm.server.settings.sources import settings_from_dict
 from tierlm.testing.gguf_model import write_model_pair
 
 pytestmark = pytest.mark.llama

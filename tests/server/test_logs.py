@@ -18,7 +18,7 @@ import pytest
 
 from tests.server.helpers import MESSAGES, WAIT
 from tests.server.serve_process import tierlm_serve
-from tierlm.server.config import ConfigError, load_settings
+from tierlm.server.settings.sources import ConfigError, load_settings
 
 ADMIN_KEY = "sk-admin-3c9f0e7d"
 

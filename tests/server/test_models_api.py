@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.server.helpers import MESSAGES, WAIT, Gateway, serve, sim_settings
-from tierlm.server.config import settings_from_dict
+from tierlm.server.settings.sources import settings_from_dict
 
 if TYPE_CHECKING:
     from tests.runners.helpers import TinyModels

@@ -316,7 +316,7 @@ def test_metrics_series(gateway: Gateway) -> None:
 
 
 def test_far_queue_positions_are_rounded_up() -> None:
-    from tierlm.server.gateway import shown_position
+    from tierlm.server.gateway.gateway import shown_position
 
     assert [shown_position(p) for p in (1, 9, 10)] == [1, 9, 10]
     assert [shown_position(p) for p in (11, 20, 21, 100)] == [20, 20, 30, 100]

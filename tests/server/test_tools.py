@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tierlm.runners.tool_calls import ToolCallWriter, format_call
-from tierlm.server.tools import Arguments, Call, Content, ToolCallParser
+from tierlm.server.openai.tools import Arguments, Call, Content, ToolCallParser
 
 TWO_CALLS = (
     format_call("get_weather", '{ "city": "Paris" } ')

@@ -17,8 +17,8 @@ import pytest
 from tests.runners.helpers import free_port
 from tests.server.fake_upstream import FakeLog, make_fake_upstream
 from tests.server.helpers import MESSAGES, WAIT, Gateway, read_into, run_app, serve
-from tierlm.server.config import settings_from_dict
 from tierlm.server.serve_cli import add_arguments, settings_from_args
+from tierlm.server.settings.sources import settings_from_dict
 
 STALL = 0.5  # seconds: the tests' stall_timeout
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tierlm.runners.protocol import GenerationRequest
+from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.simulated import PromptReady, SimulatedCall
 from tierlm.sim.metrics import compute_metrics, jain_index, percentile
 from tierlm.sim.records import JobRecord, RunRecord, SimRecords, run_waste

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 __all__ = [
     "DEFAULT_BUDGET_WINDOW",
+    "T0",
+    "T1",
+    "T2",
+    "T3",
+    "T4",
     "Budget",
     "TaskClass",
     "Tier",
@@ -40,6 +45,10 @@ class Tier(enum.IntEnum):
     """Overdue: a fair-pool job past its deadline (EDF inside)."""
     T4 = 4
     """The fair pool: per-producer virtual runtime (CFS inside)."""
+
+
+# Tiers as plain ints for the hot path (IntEnum comparisons cost ~5x more).
+T0, T1, T2, T3, T4 = (int(t) for t in Tier)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,10 @@ class Policy(Protocol):
     def classes(self) -> Mapping[str, TaskClass]:
         """The task classes the policy knows."""
 
+    @property
+    def foreground(self) -> Foreground | None:
+        """The surface the person looks at, as last set (``set_foreground``)."""
+
     def submit(self, job: Job, now: float) -> None:
         """A new job enters the queue."""
 

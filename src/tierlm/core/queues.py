@@ -15,7 +15,7 @@ import heapq
 import math
 from typing import Any, TypeVar
 
-from tierlm.core.classes import TaskClass, Tier
+from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.jobs import Foreground, Job, Subject
 
 __all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue"]
@@ -34,9 +34,6 @@ ranks then the id for the pool (T4)."""
 T3_AFTER_POOL = 5
 """The rank of overdue work while the fair pool is owed its floor: after the
 pool (docs/design.md §4 deadlines are loans)."""
-
-# Tiers as plain ints for the hot path (IntEnum comparisons cost ~5x more).
-_T0, _T1, _T2, _T3, _T4 = (int(t) for t in Tier)
 
 
 _K = TypeVar("_K", int, float)
@@ -130,13 +127,13 @@ class ClassQueue:
         if self.cache_ok:
             return self.cached
         candidate: Candidate | None = None
-        if self.base <= _T2:
+        if self.base <= T2:
             oldest = self.oldest()
             candidate = (self.base, (oldest,), oldest) if oldest is not None else None
         else:
             earliest = self.earliest_deadline()
             if earliest is not None:
-                candidate = (_T3, earliest, earliest[1])
+                candidate = (T3, earliest, earliest[1])
         self.cached, self.cache_ok = candidate, True
         return candidate
 
@@ -170,7 +167,7 @@ class ModelQueue:
                 continue
             base = queue.base
             candidate: Candidate | None = None
-            if queue.name == fg_class and base != _T0:
+            if queue.name == fg_class and base != T0:
                 assert foreground is not None
                 # Rule 2: the foreground's jobs are T1 whatever their budget
                 # (a person is looking at them). If any match, the class's
@@ -180,10 +177,10 @@ class ModelQueue:
                 else:
                     oldest = queue.oldest_with_subject(foreground.subject)
                 if oldest is not None:
-                    candidate = (_T1, (oldest,), oldest)
-            if candidate is None and base < _T4 and (base == _T0 or queue.name not in skip):
+                    candidate = (T1, (oldest,), oldest)
+            if candidate is None and base < T4 and (base == T0 or queue.name not in skip):
                 candidate = queue.base_candidate()
-                if candidate is not None and base == _T3 and floor_owed:
+                if candidate is not None and base == T3 and floor_owed:
                     candidate = (T3_AFTER_POOL, candidate[1], candidate[2])
             if candidate is not None and (best is None or candidate < best):
                 best = candidate

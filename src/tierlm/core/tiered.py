@@ -14,7 +14,7 @@ from tierlm.core import fair_choice
 from tierlm.core.affinity import choose
 from tierlm.core.book import JobBook
 from tierlm.core.budget import BudgetMeter
-from tierlm.core.classes import TaskClass, Tier
+from tierlm.core.classes import T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.fairness import FairPool
 from tierlm.core.floor import PoolFloor
@@ -30,7 +30,6 @@ __all__ = ["TieredPolicy"]
 # Ranks as plain ints for the hot path (IntEnum comparisons cost ~5x more).
 # A rank is the effective tier, except that overdue work waiting for the pool
 # floor ranks after the pool (docs/design.md §4 deadlines are loans).
-_T0, _T1, _T2, _T3, _T4 = (int(t) for t in Tier)
 _T3_AFTER_POOL = T3_AFTER_POOL
 
 
@@ -106,7 +105,7 @@ class TieredPolicy:
             meter.start(now, job.class_name == name)
         if job.task_class.fair:
             self.fair.start(job, now)
-        self._running_pool = job.task_class.fair and self._rank(job, now) == _T4
+        self._running_pool = job.task_class.fair and self._rank(job, now) == T4
         self.floor.start(now, self._running_pool)
 
     def finished(self, job: Job, now: float) -> None:
@@ -141,7 +140,7 @@ class TieredPolicy:
         self.floor.update(now, self._book.fresh > 0)
         running = self._running
         if running is not None and running.task_class.fair:
-            pool = self._rank(running, now) == _T4
+            pool = self._rank(running, now) == T4
             if pool != self._running_pool:  # a loan ran out, or began
                 self.floor.stop(now)
                 self.floor.start(now, pool)
@@ -179,7 +178,7 @@ class TieredPolicy:
 
     def _rank(self, job: Job, now: float) -> int:
         tier = int(self.tier(job, now))
-        if tier == _T3 and not job.task_class.fair and self._floor_owed(now):
+        if tier == T3 and not job.task_class.fair and self._floor_owed(now):
             return _T3_AFTER_POOL
         return tier
 
@@ -187,12 +186,12 @@ class TieredPolicy:
         """The order key of the running job, unless it is in the pool's own
         order (then the pool compares it, ``FairPool.best``)."""
         rank = self._rank(job, now)
-        if rank >= _T2 and job.class_name in skip:
+        if rank >= T2 and job.class_name in skip:
             return None
-        if rank in (_T3, _T3_AFTER_POOL):
+        if rank in (T3, _T3_AFTER_POOL):
             due = job.due if job.due is not None else math.inf
             return (rank, (due, job.id), job.id)
-        if rank == _T4:
+        if rank == T4:
             return None
         return (rank, (job.id,), job.id)
 
@@ -211,11 +210,11 @@ class TieredPolicy:
             if loan is not None:
                 due = self._jobs[loan].due
                 assert due is not None
-                candidate = (_T3, (due, loan), loan)
+                candidate = (T3, (due, loan), loan)
         if candidate is None and t4:
             found = fair_choice.best(self.fair, model, skip, with_running=running is not None)
             if found is not None:
-                candidate = (_T4, found[0], found[1])
+                candidate = (T4, found[0], found[1])
         self._pool_cache[model] = (key, candidate)
         return candidate
 
@@ -245,7 +244,7 @@ class TieredPolicy:
             if mine is None and extra.task_class.fair and extra.class_name not in skip:
                 in_pool = extra  # ranks T4: the pool compares it along its path
                 if not t4:
-                    mine = (_T4, (), extra.id)
+                    mine = (T4, (), extra.id)
         models = list(self._book.models)
         if extra is not None and extra.model_id not in self._book.models:
             models.append(extra.model_id)
@@ -256,7 +255,7 @@ class TieredPolicy:
                 if queues is not None
                 else None
             )
-            if candidate is None or candidate[0] >= _T3:  # else the pool cannot win here
+            if candidate is None or candidate[0] >= T3:  # else the pool cannot win here
                 running = in_pool if in_pool is not None and in_pool.model_id == model_id else None
                 pool = self._pool_candidate(model_id, skip, running, t4)
                 if pool is not None and (candidate is None or pool < candidate):
@@ -347,7 +346,7 @@ class TieredPolicy:
         # The pool's own order (T4) can displace only a pool job past its slice,
         # or overdue work waiting for the floor; anything else yields only to a
         # higher tier, so the hot case (an arrival) skips the EEVDF descent.
-        t4 = run_rank == _T3_AFTER_POOL or (run_rank == _T4 and not in_slice)
+        t4 = run_rank == _T3_AFTER_POOL or (run_rank == T4 and not in_slice)
         choice = self._select(now, loaded_model, running, t4)
         if choice is None or choice == running.id:
             return None
@@ -356,19 +355,19 @@ class TieredPolicy:
         # Budgeted work at its own tier waits for the device instead of
         # preempting: otherwise each time its share dips under the cap it would
         # cut a fair-pool job short (docs/design.md §4 budget).
-        if best_rank >= _T2 and best.task_class.budget is not None:
+        if best_rank >= T2 and best.task_class.budget is not None:
             return None
-        if best_rank < (_T3 if run_rank == _T3_AFTER_POOL else run_rank):
+        if best_rank < (T3 if run_rank == _T3_AFTER_POOL else run_rank):
             # A higher tier (waiting for the floor leaves overdue work T3).
-            return Preemption.PREEMPT if best_rank <= _T1 else Preemption.YIELD
+            return Preemption.PREEMPT if best_rank <= T1 else Preemption.YIELD
         # Fairness preempts only what goes back to the queue and loses nothing
         # there: a job that would start over, cut at every slice, could never
         # finish (docs/design.md §4 preemption kinds).
         if not running.task_class.requeue or not running.resumable:
             return None
         if run_rank == _T3_AFTER_POOL:
-            return Preemption.YIELD if best_rank == _T4 else None  # the pool is owed its floor
-        if run_rank == best_rank == _T4 and not in_slice:
+            return Preemption.YIELD if best_rank == T4 else None  # the pool is owed its floor
+        if run_rank == best_rank == T4 and not in_slice:
             return Preemption.YIELD
         return None
 
@@ -443,13 +442,13 @@ class TieredPolicy:
         for job in self._jobs.values():
             if job.task_class.fair:
                 job_rank = self._rank(job, now)
-                if job_rank < _T4:
+                if job_rank < T4:
                     ahead.append(job)
-                elif job_rank > _T4:
+                elif job_rank > T4:
                     after.append(job.id)
 
         def model_turns(model: str) -> list[int]:
-            first = [j.id for j in ahead if j.model_id == model or self._rank(j, now) <= _T1]
+            first = [j.id for j in ahead if j.model_id == model or self._rank(j, now) <= T1]
             return turn_order(self.fair, model, first, after)
 
         return dispatch_order(
@@ -457,7 +456,7 @@ class TieredPolicy:
             now,
             loaded_model,
             rank=lambda job: self._rank(job, now),
-            skipped=lambda job, rank: rank >= _T2 and job.class_name in skip,
+            skipped=lambda job, rank: rank >= T2 and job.class_name in skip,
             pool_order=turn_order(self.fair, ahead=[j.id for j in ahead], after=after),
             pool_model_order=model_turns,
             max_affinity_wait=self.config.max_affinity_wait,

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+from tierlm.errors import TierlmError
+
 __all__ = ["EmbeddingError", "EmbeddingFailed", "LaneClosed", "LaneFull", "TextTooLong"]
 
 
-class EmbeddingError(Exception):
+class EmbeddingError(TierlmError):
     """Base class of the lane's errors."""
+
+    code = "backend_error"
 
 
 class LaneFull(EmbeddingError):
     """``nowait=True`` and the queue has no room for the text(s)."""
 
+    status_hint = 429
+    code = "queue_full"
+
 
 class LaneClosed(EmbeddingError):
     """The lane is closed, or was closed before the text was embedded."""
+
+    status_hint = 503
+    code = "shutting_down"
 
 
 class EmbeddingFailed(EmbeddingError):
@@ -26,3 +36,6 @@ class EmbeddingFailed(EmbeddingError):
 
 class TextTooLong(EmbeddingError, ValueError):
     """``overlong="error"`` and a text is longer than ``max_chars``."""
+
+    status_hint = 400
+    code = "invalid_request"

@@ -18,7 +18,7 @@ LATENCY_WINDOW = 1024
 
 class BatchObserver(Protocol):
     """Told of every batch that ran; the gateway's Prometheus histograms are one
-    (``tierlm.server.metrics``). Called on the lane's event loop; must not raise."""
+    (``tierlm.server.gateway.metrics``). Called on the lane's event loop; must not raise."""
 
     def batch_ran(self, size: int, latencies: Sequence[float]) -> None:
         """A batch of ``size`` texts ended; ``latencies`` are its embedded texts'

@@ -8,16 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tierlm.runners.protocol import (
-    CallToken,
-    Cancelled,
-    CancelReason,
-    CancelToken,
-    GenerationRequest,
-    Message,
-    Runner,
-    RunnerError,
-)
+from tierlm.runners.cancellation import CallToken, Cancelled, CancelReason, CancelToken
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.protocol import Runner
+from tierlm.runners.requests import GenerationRequest, Message
 from tierlm.runners.simulated import SimulatedRunner
 
 if TYPE_CHECKING:

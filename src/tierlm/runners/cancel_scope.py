@@ -13,7 +13,7 @@ case: ``aw``'s result, or None once the token is cancelled.
 
 The HTTP runners race each read of a stream against the job's token with it;
 the gateway races a response against the client's disconnect, which it turns
-into a token too (``tierlm.server.disconnect``).
+into a token too (``tierlm.server.edge.disconnect``).
 
 It lives beside the runner protocol, which owns ``CancelToken``, so that runners
 use it and still import nothing of tierlm but their protocol layer
@@ -35,7 +35,7 @@ from typing import TypeVar
 
 import anyio
 
-from tierlm.runners.protocol import Cancellable, CancelToken
+from tierlm.runners.cancellation import Cancellable, CancelToken
 
 __all__ = ["cancelled_by", "until_cancelled"]
 

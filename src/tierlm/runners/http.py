@@ -23,7 +23,8 @@ import anyio
 import httpx
 
 from tierlm.runners.cancel_scope import until_cancelled
-from tierlm.runners.protocol import Cancellable, RunnerError, unknown_model
+from tierlm.runners.cancellation import Cancellable
+from tierlm.runners.errors import RunnerError, unknown_model
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -34,6 +35,7 @@ __all__ = [
     "HttpRunner",
     "LoopClients",
     "StallLimits",
+    "UpstreamError",
     "UpstreamTimeout",
     "describe_exception",
     "error_text",
@@ -57,9 +59,19 @@ DEFAULT_STALL_TIMEOUT = 30.0
 _T = TypeVar("_T")
 
 
-class UpstreamTimeout(RunnerError):
+class UpstreamError(RunnerError):
+    """The upstream server failed the request (refused, broke off, answered an
+    error): not the client's fault and not tierlm's, so a gateway answers 502."""
+
+    status_hint = 502
+
+
+class UpstreamTimeout(UpstreamError):
     """The upstream sent no token for too long (``StallLimits``): its job fails
     and the device is free again. The gateway answers 504 ``upstream_timeout``."""
+
+    status_hint = 504
+    code = "upstream_timeout"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +215,7 @@ async def post_stream(
                 detail = await wait(response.aread())
                 if detail is None:
                     return
-                raise RunnerError(
+                raise UpstreamError(
                     f"model {model_id!r}: {url} answered "
                     f"{http_error_message(response.status_code, detail)}",
                     model_id=model_id,
@@ -215,17 +227,17 @@ async def post_stream(
         finally:
             await response.aclose()
     except httpx.TimeoutException as exc:
-        raise RunnerError(
+        raise UpstreamError(
             f"model {model_id!r}: {url} timed out ({type(exc).__name__})", model_id=model_id
         ) from exc
     except httpx.TransportError as exc:
         if pieces() or isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
-            raise RunnerError(
+            raise UpstreamError(
                 f"model {model_id!r}: {url} broke the stream after {pieces()} pieces: "
                 f"{describe_exception(exc)}",
                 model_id=model_id,
             ) from exc
-        raise RunnerError(
+        raise UpstreamError(
             f"model {model_id!r}: cannot reach {url}: {describe_exception(exc)}",
             model_id=model_id,
         ) from exc
@@ -239,7 +251,7 @@ async def list_names(client: httpx.AsyncClient, url: str, items: str, name: str)
         response.raise_for_status()
         return [str(item[name]) for item in response.json().get(items, [])]
     except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError) as exc:
-        raise RunnerError(f"GET {url} failed: {describe_exception(exc)}") from exc
+        raise UpstreamError(f"GET {url} failed: {describe_exception(exc)}") from exc
 
 
 def error_text(error: Any) -> str:
@@ -317,12 +329,12 @@ def parse_json_object(text: str, model_id: str, url: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise RunnerError(
+        raise UpstreamError(
             f"model {model_id!r}: {url} sent malformed JSON in the stream: {text[:200]!r}",
             model_id=model_id,
         ) from exc
     if not isinstance(value, dict):
-        raise RunnerError(
+        raise UpstreamError(
             f"model {model_id!r}: {url} sent {type(value).__name__} instead of an object",
             model_id=model_id,
         )

@@ -43,11 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.errors import InvalidRequest
 from tierlm.runners.http import (
     DEFAULT_STALL_TIMEOUT,
     DEFAULT_TIMEOUT,
     HttpRunner,
     StallLimits,
+    UpstreamError,
     chunk_pieces,
     describe_exception,
     http_error_message,
@@ -55,7 +58,7 @@ from tierlm.runners.http import (
     parse_json_object,
     post_stream,
 )
-from tierlm.runners.protocol import CancelToken, GenerationRequest, InvalidRequest, RunnerError
+from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.tool_calls import ToolCallWriter, check_resumable
 
 if TYPE_CHECKING:
@@ -142,16 +145,16 @@ class OllamaRunner(HttpRunner):
         try:
             response = await self._clients.get().post(url, json=body)
         except httpx.TimeoutException as exc:
-            raise RunnerError(
+            raise UpstreamError(
                 f"model {model_id!r}: {action} timed out at {url}", model_id=model_id
             ) from exc
         except httpx.TransportError as exc:
-            raise RunnerError(
+            raise UpstreamError(
                 f"model {model_id!r}: cannot reach {url} to {action}: {describe_exception(exc)}",
                 model_id=model_id,
             ) from exc
         if response.status_code >= 400:
-            raise RunnerError(
+            raise UpstreamError(
                 f"model {model_id!r}: {action} failed, {url} answered "
                 f"{http_error_message(response.status_code, response.content)}",
                 model_id=model_id,
@@ -235,7 +238,7 @@ class OllamaRunner(HttpRunner):
                     continue
                 chunk = parse_json_object(line, model_id, url)
                 if "error" in chunk:
-                    raise RunnerError(
+                    raise UpstreamError(
                         f"model {model_id!r}: {url} failed mid-stream: {chunk['error']}",
                         model_id=model_id,
                     )
@@ -257,7 +260,7 @@ class OllamaRunner(HttpRunner):
                     finished = True
                     break
         if not finished and not cancel.cancelled:
-            raise RunnerError(
+            raise UpstreamError(
                 f"model {model_id!r}: {url} ended the stream after {pieces} pieces "
                 'without a "done" message',
                 model_id=model_id,

@@ -45,18 +45,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
+from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.http import (
     DEFAULT_STALL_TIMEOUT,
     DEFAULT_TIMEOUT,
     HttpRunner,
     StallLimits,
+    UpstreamError,
     chunk_pieces,
     error_text,
     list_names,
     parse_json_object,
     post_stream,
 )
-from tierlm.runners.protocol import CancelToken, GenerationRequest, Message, RunnerError
+from tierlm.runners.requests import GenerationRequest, Message
 from tierlm.runners.tool_calls import ToolCallWriter, check_resumable
 
 if TYPE_CHECKING:
@@ -194,7 +196,7 @@ class OpenAIRunner(HttpRunner):
                 chunk = parse_json_object(event, model_id, url)
                 error = chunk.get("error")
                 if error is not None:
-                    raise RunnerError(
+                    raise UpstreamError(
                         f"model {model_id!r}: {url} failed mid-stream: {error_text(error)}",
                         model_id=model_id,
                     )
@@ -215,7 +217,7 @@ class OpenAIRunner(HttpRunner):
                     if pieces >= request.max_tokens:
                         return
         if not finished and not cancel.cancelled:
-            raise RunnerError(
+            raise UpstreamError(
                 f"model {model_id!r}: {url} ended the stream after {pieces} pieces "
                 "without finishing the answer",
                 model_id=model_id,

@@ -50,14 +50,9 @@ from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from tierlm.runners.protocol import (
-    CallToken,
-    CancelReason,
-    CancelToken,
-    GenerationRequest,
-    RunnerError,
-    unknown_model,
-)
+from tierlm.runners.cancellation import CallToken, CancelReason, CancelToken
+from tierlm.runners.errors import RunnerError, unknown_model
+from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.simulated_kv import SequenceKey, SimulatedKvPool
 
 __all__ = [

@@ -12,7 +12,7 @@ Several calls follow one another, separated by a newline. The llama-cpp runner
 makes its model write exactly this (a grammar forces it); the upstream runners
 write what their server sent as structured ``tool_calls`` in the same form
 (``ToolCallWriter``); the gateway parses it back into OpenAI's ``tool_calls``
-(``tierlm.server.tools``). Because it is plain text, a tool call preempted
+(``tierlm.server.openai.tools``). Because it is plain text, a tool call preempted
 half-way resumes like any other text.
 """
 
@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 
-from tierlm.runners.protocol import GenerationRequest, RunnerError
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.requests import GenerationRequest
 
 __all__ = [
     "CALL_TAIL",

@@ -32,16 +32,17 @@ from starlette.routing import BaseRoute, Route
 
 from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
-from tierlm.server import dashboard, embeddings, health, openai_api, openapi, scheduler_api
-from tierlm.server.config import ServerSettings
-from tierlm.server.embedding_service import EmbeddingService
-from tierlm.server.errors import ErrorBoundary, exception_handlers
-from tierlm.server.gateway import Gateway
-from tierlm.server.guards import RequestGuard
-from tierlm.server.keep_alive import KeepAlive, keep_alive_seconds
-from tierlm.server.limits import BodyLimits, BodyReads
-from tierlm.server.request_id import HEADER as REQUEST_ID_HEADER
-from tierlm.server.request_id import RequestIdMiddleware
+from tierlm.server.edge.errors import ErrorBoundary, exception_handlers
+from tierlm.server.edge.guards import RequestGuard
+from tierlm.server.edge.limits import BodyLimits, BodyReads
+from tierlm.server.edge.request_id import HEADER as REQUEST_ID_HEADER
+from tierlm.server.edge.request_id import RequestIdMiddleware
+from tierlm.server.gateway.embedding_lane import EmbeddingService
+from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.gateway.keep_alive import KeepAlive, keep_alive_seconds
+from tierlm.server.openai import embeddings, routes
+from tierlm.server.ops import dashboard, health, openapi, scheduler_api
+from tierlm.server.settings.sources import ServerSettings
 
 __all__ = ["create_app"]
 
@@ -58,7 +59,7 @@ async def metrics_endpoint(request: Request) -> Response:
 
 def _routes() -> list[BaseRoute]:
     return [
-        *openai_api.routes(),
+        *routes.routes(),
         *health.routes(),
         *embeddings.routes(),
         *scheduler_api.routes(),

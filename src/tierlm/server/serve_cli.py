@@ -21,12 +21,12 @@ from types import FrameType
 import uvicorn
 
 from tierlm.server.app import create_app
-from tierlm.server.backends import LlamaCppBackend, serve_candidates
-from tierlm.server.config import ENV_PREFIX, ConfigError, ServerSettings, load_settings
-from tierlm.server.flags import add_setting_flags, setting_overrides
-from tierlm.server.gateway import Gateway
-from tierlm.server.http_server import uvicorn_config
-from tierlm.server.logs import configure_logging
+from tierlm.server.edge.http_server import uvicorn_config
+from tierlm.server.edge.logs import configure_logging
+from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.settings.backends import LlamaCppBackend, serve_candidates
+from tierlm.server.settings.flags import add_setting_flags, setting_overrides
+from tierlm.server.settings.sources import ENV_PREFIX, ConfigError, ServerSettings, load_settings
 
 __all__ = ["add_arguments", "run", "settings_from_args"]
 

@@ -20,10 +20,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import cast
 
 from tierlm.core.jobs import Subject
-from tierlm.handles import JobContext, JobHandle
-from tierlm.runners.protocol import Cancelled, GenerationRequest, aclosing_stream
+from tierlm.runners.cancellation import Cancelled
+from tierlm.runners.protocol import aclosing_stream
+from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.simulated import SimulatedCall, SimulatedRunner
-from tierlm.scheduler import Scheduler
+from tierlm.shell.handles import JobContext, JobHandle
+from tierlm.shell.scheduler import Scheduler
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.jobspec import JobSpec
 from tierlm.sim.records import JobRecord

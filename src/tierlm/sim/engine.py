@@ -15,8 +15,8 @@ import asyncio
 from collections.abc import Callable
 
 from tierlm.core.config import SchedulerConfig
-from tierlm.events import SchedulerEvent
-from tierlm.scheduler import Scheduler
+from tierlm.shell.events import SchedulerEvent
+from tierlm.shell.scheduler import Scheduler
 from tierlm.sim.context import SimContext
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.policies import column, make_policy

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tierlm.scheduler import Scheduler
+from tierlm.shell.scheduler import Scheduler
 from tierlm.sim.charts import TIMELINE_FILE, timeline
 from tierlm.sim.policies import make_policy
 from tierlm.sim.recorder import Recorder

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tierlm.events import (
+from tierlm.runners.cancellation import CancelReason
+from tierlm.shell.events import (
     ForegroundChanged,
     JobCancelled,
     JobEvent,
@@ -15,7 +16,6 @@ from tierlm.events import (
     SwapFinished,
     SwapStarted,
 )
-from tierlm.runners.protocol import CancelReason
 from tierlm.sim.records import FOREGROUND_NONE, JobRecord, RunRecord
 
 __all__ = ["Recorder"]

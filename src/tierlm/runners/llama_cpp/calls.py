@@ -13,8 +13,9 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.llama_cpp.messages import Failed, Log, Piece, Progress, Reply
-from tierlm.runners.protocol import InvalidRequest, RunnerError, TokenPiece
+from tierlm.runners.requests import TokenPiece
 
 if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.messages import Event

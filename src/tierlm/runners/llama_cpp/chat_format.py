@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tierlm.runners.llama_cpp.grammars import tool_choice
-from tierlm.runners.protocol import Message
+from tierlm.runners.requests import Message
 from tierlm.runners.tool_calls import format_call
 
 __all__ = ["TOOLS_INTRO", "chat_for_template", "tools_instructions"]

@@ -21,7 +21,7 @@ import mmap
 import os
 import tempfile
 
-from tierlm.runners.protocol import CancelReason
+from tierlm.runners.cancellation import CancelReason
 
 __all__ = ["ControlBlock", "StopReason"]
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.loader import LoadedModel
     from tierlm.runners.llama_cpp.logprobs import TokenLogprobs
     from tierlm.runners.llama_cpp.snapshots import Plan, TokenLog
-    from tierlm.runners.protocol import GenerationRequest
+    from tierlm.runners.requests import GenerationRequest
 
 __all__ = ["RUN_AHEAD", "decode"]
 

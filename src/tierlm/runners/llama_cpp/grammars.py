@@ -31,7 +31,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tierlm.runners.protocol import InvalidRequest
+from tierlm.runners.errors import InvalidRequest
 from tierlm.runners.tool_calls import CLOSE_TAG, OPEN_TAG
 
 __all__ = ["SUPPORTED_KEYWORDS", "request_grammar", "tool_choice"]

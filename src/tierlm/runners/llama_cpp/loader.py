@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp.chat_format import chat_for_template
 from tierlm.runners.llama_cpp.messages import LoadInfo
-from tierlm.runners.protocol import GenerationRequest, Message, RunnerError
+from tierlm.runners.requests import GenerationRequest, Message
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

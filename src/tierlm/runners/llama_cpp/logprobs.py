@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tierlm.runners.protocol import TokenLogprob
+from tierlm.runners.requests import TokenLogprob
 
 if TYPE_CHECKING:
-    from tierlm.runners.protocol import GenerationRequest
+    from tierlm.runners.requests import GenerationRequest
 
 __all__ = ["Logprobs", "TokenLogprobs"]
 

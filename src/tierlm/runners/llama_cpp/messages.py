@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.kv_pool import PoolStats
     from tierlm.runners.llama_cpp.logprobs import TokenLogprobs
     from tierlm.runners.llama_cpp.spec import LlamaModelSpec
-    from tierlm.runners.protocol import GenerationRequest
+    from tierlm.runners.requests import GenerationRequest
 
 __all__ = [
     "Command",

@@ -20,6 +20,8 @@ import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
+from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.errors import RunnerError, unknown_model
 from tierlm.runners.llama_cpp.calls import Call, Calls, WorkerCrashed
 from tierlm.runners.llama_cpp.control import StopReason
 from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES, PoolStats
@@ -36,12 +38,7 @@ from tierlm.runners.llama_cpp.messages import (
 )
 from tierlm.runners.llama_cpp.spec import LlamaModelSpec
 from tierlm.runners.llama_cpp.transport import Worker, WorkerProcess, WorkerThread
-from tierlm.runners.protocol import (
-    CancelToken,
-    GenerationRequest,
-    RunnerError,
-    unknown_model,
-)
+from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping

@@ -27,14 +27,14 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.llama_cpp.grammars import request_grammar
-from tierlm.runners.protocol import InvalidRequest, RunnerError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from tierlm.runners.llama_cpp.snapshots import Plan
-    from tierlm.runners.protocol import GenerationRequest
+    from tierlm.runners.requests import GenerationRequest
 
 __all__ = [
     "HONOURED_OPTIONS",

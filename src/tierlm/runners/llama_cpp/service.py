@@ -20,6 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.llama_cpp import snapshots
 from tierlm.runners.llama_cpp.decode import decode
 from tierlm.runners.llama_cpp.kv_pool import KvPool
@@ -38,7 +39,6 @@ from tierlm.runners.llama_cpp.messages import (
     Unload,
 )
 from tierlm.runners.llama_cpp.sampling import check_options
-from tierlm.runners.protocol import InvalidRequest, RunnerError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

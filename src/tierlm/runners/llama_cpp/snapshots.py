@@ -35,7 +35,7 @@ from tierlm.runners.llama_cpp.kv_pool import (
 if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.faults import FaultInjection
     from tierlm.runners.llama_cpp.loader import LoadedModel
-    from tierlm.runners.protocol import GenerationRequest
+    from tierlm.runners.requests import GenerationRequest
 
 __all__ = ["MIN_GAIN", "MIN_STASH", "Plan", "TokenLog", "plan", "save_preempted"]
 

@@ -1,0 +1,48 @@
+"""The runners' errors: a backend that failed, and a request a runner cannot do
+as asked. Both are ``TierlmError``s with their HTTP status hint (tierlm.errors)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tierlm.errors import TierlmError
+
+__all__ = ["InvalidRequest", "RunnerError", "unknown_model"]
+
+
+class RunnerError(TierlmError):
+    """A backend failed: a model that cannot be loaded, a server that broke.
+
+    The message names the model and the cause; it fails only the job that hit it.
+    A gateway answers 500 (502 in front of an upstream: ``UpstreamError``).
+    """
+
+    code = "backend_error"
+
+    def __init__(self, message: str, *, model_id: str | None = None) -> None:
+        self.model_id = model_id
+        super().__init__(message)
+
+
+class InvalidRequest(RunnerError):
+    """The request asks for something the runner cannot do as asked: a JSON
+    schema its grammar cannot express, a token id its vocabulary does not have.
+    The request's fault, not the backend's: the gateway answers 400 naming
+    ``param`` (the request field, dotted: ``response_format.json_schema.schema``)."""
+
+    status_hint = 400
+    code = "invalid_request"
+
+    def __init__(
+        self, message: str, *, param: str | None = None, model_id: str | None = None
+    ) -> None:
+        self.param = param
+        super().__init__(message, model_id=model_id)
+
+
+def unknown_model(model_id: str, known: Iterable[str]) -> RunnerError:
+    """The error every runner raises for a model id it was not configured with."""
+    return RunnerError(
+        f"model {model_id!r}: not configured on this runner (known: {', '.join(sorted(known))})",
+        model_id=model_id,
+    )

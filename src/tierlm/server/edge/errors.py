@@ -1,0 +1,175 @@
+"""Errors in OpenAI's format, so every OpenAI client shows them as it shows OpenAI's.
+
+OpenAI's error body is ``{"error": {"message", "type", "param", "code"}}``;
+the official clients raise ``BadRequestError`` (400), ``AuthenticationError``
+(401), ``PermissionDeniedError`` (403), ``NotFoundError`` (404),
+``RateLimitError`` (429)... from the status and show ``message``. ``param``
+names the offending field, as OpenAI does (``"messages[0].content"``, or a
+header name for the scheduling headers).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tierlm.server.edge.request_id import current_request_id
+
+__all__ = [
+    "APIError",
+    "ErrorBoundary",
+    "error_body",
+    "exception_handlers",
+    "internal_error",
+    "send_error",
+]
+
+logger = logging.getLogger("tierlm.server")
+
+# OpenAI's error types by status (what api.openai.com answers).
+_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    408: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    421: "invalid_request_error",
+    431: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+class APIError(Exception):
+    """A request the gateway answers with an error (status + OpenAI error body).
+
+    ``reason`` labels the ``tierlm_rejected_requests_total`` metric (one of
+    ``metrics.REJECT_REASONS``).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+        reason: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(
+            status, "server_error" if status >= 500 else "invalid_request_error"
+        )
+        self.reason = reason or "invalid_request"
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+    def response(self) -> Response:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def error_body(
+    message: str, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.rejected(exc.reason)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Starlette's own 404 (no route) and 405 (wrong method), in OpenAI's format.
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"{request.method} {request.url.path}: no such endpoint"
+        code: str | None = "unknown_url"
+    elif exc.status_code == 405:
+        message = f"{request.method} {request.url.path}: method not allowed"
+        code = "method_not_allowed"
+    else:
+        message, code = str(exc.detail), None
+    return APIError(exc.status_code, message, code=code, headers=exc.headers).response()
+
+
+exception_handlers: dict[Any, Any] = {
+    APIError: _api_error,
+    HTTPException: _http_error,
+}
+
+
+async def send_error(error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer with ``error`` from a middleware, counted as the handlers count it."""
+    metrics = getattr(getattr(scope.get("app"), "state", None), "metrics", None)
+    if metrics is not None:
+        metrics.rejected(error.reason)
+    await error.response()(scope, receive, send)
+
+
+def internal_error() -> APIError:
+    """A 500 that tells nothing of the exception (its text may hold paths, URLs
+    or a key); the log has it, under the request id given here."""
+    return APIError(
+        500,
+        f"internal error; the gateway's log has the details (request id {current_request_id()})",
+        code="internal_error",
+    )
+
+
+class ErrorBoundary:
+    """Where an exception no handler answered ends: logged once, with its
+    traceback, and answered with ``internal_error`` (if the response has not
+    started). Never re-raised: uvicorn would log it a second time and close a
+    kept-alive connection. A client that went away while sending its body
+    (``ClientDisconnect``) is one line at info: nothing failed but the client.
+
+    Inside Starlette's ``ServerErrorMiddleware`` (which re-raises everything
+    it answers), so that one never sees an exception."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except ClientDisconnect:
+            logger.info(
+                "%s %s: the client disconnected before sending the whole request body",
+                scope["method"],
+                scope["path"],
+            )
+        except Exception:
+            logger.exception("%s %s failed", scope["method"], scope["path"])
+            if not started:
+                await internal_error().response()(scope, receive, send)

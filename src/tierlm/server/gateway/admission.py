@@ -1,0 +1,192 @@
+"""Who may queue another job: the queue limits per class and per API key, fair
+across keys, and ``Retry-After`` from the real queue.
+
+The counts come from the scheduler's own queue (``Policy.queued``) at each
+request: the gateway keeps no copy of the queue. With keys, a job's key is the
+head of its producer path (``<key name>/...``, ``metadata``).
+
+Fair admission (docs/gateway.md "Queue limits"): a class's ``queue_limit`` is
+shared between the keys that queue in it. Below the limit, anyone queues. At
+the limit, a key still queues while it holds less than its fair share of the
+limit (the limit divided by the keys queued in the class, itself included);
+the key over its share gets 429 until it is back under it. So one key that
+fills a class does not shut out the others, and the class holds at most twice
+its limit (the full key's jobs, plus less than a share for each other key).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import chain
+
+from tierlm.core.jobs import Job
+from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.metadata import JobMeta
+from tierlm.shell.events import JobStarted, RunEnded, SchedulerEvent
+from tierlm.shell.scheduler import Scheduler
+from tierlm.shell.snapshot import JobInfo
+
+__all__ = ["RETRY_AFTER_MAX", "RETRY_AFTER_MIN", "Admission", "RunTimes", "key_of"]
+
+# Retry-After bounds (seconds): at least 1 (HTTP's unit), at most a minute, after
+# which a client should look again rather than trust an old estimate.
+RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 60
+# Weight of the newest run in a class's average run time.
+EWMA_ALPHA = 0.2
+
+
+def key_of(job: Job | JobInfo) -> str:
+    """The API key a job came through: the head of its producer path."""
+    return job.producer.partition("/")[0]
+
+
+class RunTimes:
+    """Measured device time per run, per class (an exponentially weighted
+    average): what a job ahead in the queue is expected to cost."""
+
+    def __init__(self) -> None:
+        self._running: tuple[int, float] | None = None
+        self._average: dict[str, float] = {}
+
+    def on_event(self, event: SchedulerEvent) -> None:
+        if isinstance(event, JobStarted):
+            self._running = (event.job.id, event.time)
+        elif isinstance(event, RunEnded) and self._running is not None:
+            job_id, started = self._running
+            if job_id == event.job.id:
+                self._running = None
+                seconds = event.time - started
+                old = self._average.get(event.job.class_name)
+                self._average[event.job.class_name] = (
+                    seconds if old is None else old + EWMA_ALPHA * (seconds - old)
+                )
+
+    def averages(self) -> dict[str, float]:
+        """Each measured class's average run, in seconds."""
+        return dict(self._average)
+
+    def of(self, class_name: str) -> float:
+        """The class's average run, else the average of all classes, else 1 s."""
+        average = self._average.get(class_name)
+        if average is not None:
+            return average
+        if self._average:
+            return sum(self._average.values()) / len(self._average)
+        return float(RETRY_AFTER_MIN)
+
+
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    in_class: int
+    """Jobs of the class queued."""
+    key_in_class: int
+    """The key's jobs of the class queued."""
+    keys_in_class: int
+    """Keys with jobs of the class queued, the asking key included."""
+    key_total: int
+    """The key's jobs queued, all classes."""
+
+
+class Admission:
+    """Decides, per request, whether its job may queue (module docstring)."""
+
+    def __init__(
+        self,
+        scheduler: Callable[[], Scheduler],
+        queue_limit: Callable[[str], int],
+        run_times: RunTimes,
+    ) -> None:
+        self._scheduler = scheduler
+        self._queue_limit = queue_limit
+        self.run_times = run_times
+
+    def admit(self, meta: JobMeta) -> None:
+        """Return if a job of ``meta`` may queue; 429 with Retry-After otherwise."""
+        counts = self._count(meta.class_name, meta.key)
+        limit = self._queue_limit(meta.class_name)
+        key_limit = meta.key_queue_limit
+        if meta.key is not None and key_limit is not None and counts.key_total >= key_limit:
+            self._refuse(
+                meta,
+                f"API key {meta.key!r}: {counts.key_total} jobs are queued, its limit "
+                f"(queue_limit of the key) is {key_limit}",
+                None,
+            )
+        if counts.in_class < limit:
+            return
+        if meta.key is None:
+            self._refuse(
+                meta,
+                f"class {meta.class_name!r}: {counts.in_class} jobs are queued, the limit "
+                f"(queue_limit) is {limit}",
+                meta.class_name,
+            )
+        share = limit / counts.keys_in_class
+        if counts.key_in_class < share:
+            return  # under its fair share of a full class (module docstring)
+        self._refuse(
+            meta,
+            f"class {meta.class_name!r}: {counts.in_class} jobs are queued, the limit "
+            f"(queue_limit) is {limit}; API key {meta.key!r} holds {counts.key_in_class} of "
+            f"them, its fair share is {math.ceil(share)}",
+            meta.class_name,
+        )
+
+    def _refuse(self, meta: JobMeta, message: str, class_name: str | None) -> None:
+        """429; Retry-After: until the first job like the one refused (of
+        ``class_name``, if given, and of the key) leaves the queue."""
+        retry = self.retry_after(class_name, meta.key)
+        raise APIError(
+            429,
+            f"{message}; retry in about {retry} s",
+            code="queue_full",
+            reason="queue_full",
+            headers={"Retry-After": str(retry)},
+        )
+
+    def _count(self, class_name: str, key: str | None) -> _Counts:
+        in_class = key_in_class = key_total = 0
+        keys: set[str] = set()
+        for job in self._scheduler().policy.queued():
+            mine = key is not None and key_of(job) == key
+            key_total += mine
+            if job.class_name == class_name:
+                in_class += 1
+                key_in_class += mine
+                if key is not None:
+                    keys.add(key_of(job))
+        if key is not None:
+            keys.add(key)
+        return _Counts(in_class, key_in_class, max(1, len(keys)), key_total)
+
+    def retry_after(self, class_name: str | None, key: str | None = None) -> int:
+        """Seconds until a queued job of ``class_name`` (any, if None) and of
+        ``key`` (any, if None) likely leaves the queue, 1 to 60 s (``wait_ahead``)."""
+        seconds = self.wait_ahead(class_name, key)
+        return int(min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(seconds))))
+
+    def wait_ahead(self, class_name: str | None, key: str | None = None) -> float:
+        """The measured run times of the work ahead of the first matching job in
+        the real dispatch order (``Policy.queue_order``, through the snapshot),
+        plus what the running job has left."""
+        snap = self._scheduler().snapshot()
+        ahead: list[str] = []  # classes of the queued jobs before the first match
+        found = False
+        for info in sorted(chain(*snap.queued.values()), key=lambda i: i.position or 0):
+            if (class_name is None or info.class_name == class_name) and (
+                key is None or key_of(info) == key
+            ):
+                found = True
+                break
+            ahead.append(info.class_name)
+        if not found:
+            # None queued: one average run of the class frees the device for it.
+            ahead = [class_name] if class_name is not None else []
+        seconds = sum(self.run_times.of(name) for name in ahead)
+        running = snap.running
+        if running is not None and snap.running_since is not None:
+            left = self.run_times.of(running.class_name) - (snap.now - snap.running_since)
+            seconds += max(0.0, left)
+        return seconds

@@ -1,0 +1,76 @@
+"""Scheduler events as something live views can wait on.
+
+Every scheduler event bumps ``version``; a live view (the dashboard's stream)
+waits for it to change (``changed``). A waiting request's stream that shows its
+queue position ``watch``-es: it is woken after events, at most every
+``POSITION_INTERVAL``, to look up its position again
+(``Scheduler.queue_positions``). Nothing here copies the queue: the positions
+are the scheduler's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from tierlm.shell.events import SchedulerEvent
+
+__all__ = ["POSITION_INTERVAL", "Changes"]
+
+# How often, at most, waiting streams are told a new position: a person reading
+# "waiting behind 3 jobs" needs a few updates a second, not one per event. With
+# hundreds queued, every start moves them all, and waking each per event costs
+# O(queue^2) wake-ups and writes.
+POSITION_INTERVAL = 0.25
+
+
+class Changes:
+    """The version of the scheduler's state, and the streams watching it."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        """Bumped on every scheduler event."""
+        self.closing = False
+        """Shutting down: live views end."""
+        self._changed = asyncio.Event()
+        self._watchers: set[asyncio.Event] = set()
+        self._wake_pending = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The app's loop, once started."""
+
+    def start(self) -> None:
+        """Bind to the running loop (the app's lifespan)."""
+        self.loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+
+    def on_event(self, event: SchedulerEvent) -> None:
+        self.version += 1
+        self._changed.set()
+        if self._watchers and not self._wake_pending and self.loop is not None:
+            self._wake_pending = True
+            self.loop.call_later(POSITION_INTERVAL, self._wake_watchers)
+
+    def _wake_watchers(self) -> None:
+        self._wake_pending = False
+        for wake in self._watchers:
+            wake.set()
+
+    def watch(self, wake: asyncio.Event) -> None:
+        """Set ``wake`` after the next events (throttled), until ``unwatch``."""
+        self._watchers.add(wake)
+
+    def unwatch(self, wake: asyncio.Event) -> None:
+        self._watchers.discard(wake)
+
+    def close(self) -> None:
+        """Live views end (they check ``closing`` when woken)."""
+        self.closing = True
+        self._changed.set()
+
+    async def changed(self, version: int, timeout: float) -> int:
+        """Wait until an event after ``version`` (or ``timeout``); the new version."""
+        if self.version == version and not self.closing:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+        return self.version

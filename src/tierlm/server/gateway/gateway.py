@@ -1,0 +1,240 @@
+"""The gateway's core: one runner, one Scheduler, and the requests' jobs.
+
+``Gateway`` owns the runner and the scheduler for the app's lifetime (the app's
+lifespan calls ``start`` and ``aclose``), fans scheduler events out to its
+listeners, and turns an OpenAI request into a ``GatewayJob`` (``jobs``). It
+keeps no copy of the scheduler's state: queue counts, positions and the
+snapshot are the scheduler's, asked when needed. The parts live in their own
+objects: ``Admission`` (queue limits, Retry-After), ``RecentJobs``,
+``Changes`` (what live views wait on), ``Shutdown``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tierlm.runners.protocol import Runner
+from tierlm.runners.requests import GenerationRequest
+from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.admission import RETRY_AFTER_MAX, RETRY_AFTER_MIN, Admission, RunTimes
+from tierlm.server.gateway.auth import KeyRing
+from tierlm.server.gateway.changes import Changes
+from tierlm.server.gateway.jobs import GatewayJob, shown_position
+from tierlm.server.gateway.metadata import JobMeta
+from tierlm.server.gateway.metrics import Metrics
+from tierlm.server.gateway.recent import RecentJobs
+from tierlm.server.gateway.shutdown import Shutdown, shutting_down
+from tierlm.server.gateway.timeline import Timeline
+from tierlm.server.settings.backends import close_runner
+from tierlm.server.settings.sources import ServerSettings
+from tierlm.shell.events import SchedulerEvent, SwapFinished
+from tierlm.shell.scheduler import Scheduler
+from tierlm.shell.snapshot import SchedulerSnapshot
+
+__all__ = ["RETRY_AFTER_MAX", "RETRY_AFTER_MIN", "Gateway", "GatewayJob", "shown_position"]
+
+logger = logging.getLogger("tierlm.server")
+
+StateExtension = Callable[[], Mapping[str, Any]]
+
+
+class Gateway:
+    def __init__(self, settings: ServerSettings, runner: Runner | None = None) -> None:
+        self.settings = settings
+        self.runner = runner if runner is not None else settings.backend.make_runner()
+        self._owns_runner = runner is None
+        self.keys = KeyRing(
+            settings.keys,
+            settings.classes,
+            settings.anonymous_class(),
+            settings.limits.key_queue_limit,
+        )
+        self.metrics = Metrics(self._snapshot_or_none, settings.classes, self.runner_state)
+        self.timeline = Timeline(settings.server.dashboard_window)
+        self.model_ids: list[str] = settings.backend.model_ids()
+        self.passthrough = settings.backend.passthrough
+        """An upstream backend without configured models: any name goes
+        upstream, and /v1/models lists the upstream's."""
+        self.recent = RecentJobs()
+        self.changes = Changes()
+        self.admission = Admission(lambda: self.scheduler, settings.queue_limit, RunTimes())
+        self.shutdown = Shutdown(
+            settings.server.shutdown_grace, self.changes, lambda: self._scheduler
+        )
+        self.extensions: dict[str, StateExtension] = {}
+        """Extra sections of the state API and the dashboard, by name: a
+        component mounted beside the scheduler (the embedding lane)
+        registers a function returning its JSON-ready state here."""
+        self.embedding_model: str | None = None
+        """The name /v1/embeddings serves, if any: a chat naming it is told so."""
+        # Each is the scheduler's listener (a raising one is logged there, not
+        # raised into it: Dispatcher.emit).
+        self.listeners: list[Callable[[SchedulerEvent], None]] = [
+            self.metrics.on_event,
+            self.timeline.on_event,
+            self.admission.run_times.on_event,
+            self.shutdown.on_event,
+            self.changes.on_event,
+            self._on_swap,
+        ]
+        self.load_error: str | None = None
+        """Why the first model did not load at startup, until a load succeeds."""
+        self._scheduler: Scheduler | None = None
+        self.started_at = time.time()
+
+    # -- lifecycle ------------------------------------------------------------
+
+    @property
+    def scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            raise RuntimeError("the gateway is not started (the app's lifespan did not run)")
+        return self._scheduler
+
+    async def start(self) -> None:
+        """Preload the first model (so the first request pays no swap), start the scheduler."""
+        self.changes.start()
+        backend = self.settings.backend
+        if backend.preload and self.model_ids and self.runner.loaded_model is None:
+            model = self.model_ids[0]
+            started = time.perf_counter()
+            try:
+                await self.runner.load(model)
+                logger.info("loaded %s in %.1f s", model, time.perf_counter() - started)
+            except Exception as exc:
+                # Not fatal: the scheduler loads it again on the first request,
+                # which then gets the error (an upstream may come up later).
+                logger.warning("preloading %s failed: %s", model, exc)
+                self.load_error = backend.public(f"loading {model!r} failed: {exc}")
+        if self.passthrough:
+            self.model_ids = await backend.list_models(self.runner)
+        # Created after the preload: the scheduler reads the loaded model once.
+        scheduler = Scheduler(self.runner, self.settings.classes, self.settings.scheduler)
+        for listener in self.listeners:
+            scheduler.add_listener(listener)
+        self._scheduler = scheduler
+
+    async def aclose(self) -> None:
+        """End every job (shutdown), then free the runner."""
+        self.changes.close()
+        if self._scheduler is not None:
+            await self._scheduler.aclose()
+        if self._owns_runner:
+            await close_runner(self.runner)
+
+    def shutdown_soon(self, *, drain: bool = False) -> None:
+        """Begin the shutdown from any thread (or a signal handler): a drain
+        (``Shutdown.drain``), or every job ended now."""
+        loop = self.changes.loop
+        if loop is None or loop.is_closed():
+            return
+        begin = self.shutdown.drain if drain else self.shutdown.now
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(begin)
+
+    @property
+    def closing(self) -> bool:
+        """Shutting down: live views (the dashboard's streams) end."""
+        return self.changes.closing
+
+    @property
+    def version(self) -> int:
+        """Bumped on every scheduler event; live views wait for it to change."""
+        return self.changes.version
+
+    async def changed(self, version: int, timeout: float) -> int:
+        """Wait until an event after ``version`` (or ``timeout``); the new version."""
+        return await self.changes.changed(version, timeout)
+
+    # -- models ---------------------------------------------------------------
+
+    def check_model(self, model: str) -> None:
+        if self.passthrough or model in self.model_ids:
+            return
+        served = ", ".join(self.model_ids)
+        if model == self.embedding_model:
+            message = (
+                f"model {model!r}: an embedding model, served by /v1/embeddings only "
+                f"(models here: {served})"
+            )
+        else:
+            message = f"model {model!r}: not served by this gateway (models: {served})"
+        raise APIError(404, message, param="model", code="model_not_found", reason="unknown_model")
+
+    # -- events -----------------------------------------------------------------
+
+    # -- jobs -------------------------------------------------------------------
+
+    async def submit(self, meta: JobMeta, request: GenerationRequest) -> GatewayJob:
+        """Queue a generation for a request: 400 for a prompt longer than the
+        model's context, 503 while shutting down, 429 past a queue limit
+        (``Admission``). (Text no model can read, a lone surrogate, is refused
+        when the body is read: ``body.read_json``.)"""
+        problem = await self.settings.backend.prompt_problem(self.runner, request)
+        if problem is not None:
+            # As OpenAI answers it: a 400 the client does not retry.
+            param = "prompt" if request.prompt is not None else "messages"
+            raise APIError(
+                400, f"{param}: {problem}; shorten it", param=param, code="context_length_exceeded"
+            )
+        if self.shutdown.draining:
+            raise shutting_down("it accepts no new requests")
+        self.admission.admit(meta)
+        return GatewayJob(self, meta, request)
+
+    # -- state ------------------------------------------------------------------
+
+    async def not_ready(self) -> str | None:
+        """Why a request cannot be served now (``/ready``), None if it can: the
+        gateway shuts down, the model failed to load (and none has loaded
+        since), or the backend says so (an upstream that does not answer)."""
+        if self.shutdown.draining:
+            return "the gateway is shutting down"
+        if self._scheduler is None:
+            return "the gateway is starting"
+        if self.runner.loaded_model is None and self.load_error is not None:
+            return f"no model is loaded: {self.load_error}"
+        return await self.settings.backend.readiness(self.runner)
+
+    def _on_swap(self, event: SchedulerEvent) -> None:
+        if isinstance(event, SwapFinished):
+            self.load_error = None  # a load succeeded: the gateway serves again
+
+    def runner_state(self) -> dict[str, Any]:
+        """The runner's own state for the state API, /health and /metrics
+        (``BackendSettings.runner_state``)."""
+        return dict(self.settings.backend.runner_state(self.runner))
+
+    def _snapshot_or_none(self) -> SchedulerSnapshot | None:
+        return self._scheduler.snapshot() if self._scheduler is not None else None
+
+    def wall_offset(self) -> float:
+        """Add to a scheduler time to get a Unix time."""
+        return time.time() - self.scheduler.now()
+
+    def state(self) -> dict[str, Any]:
+        """The state API's answer: the snapshot, plus the gateway's own view."""
+        snap = self.scheduler.snapshot()
+        data = snap.to_dict()
+        # As PUT /v1/scheduler/foreground takes it.
+        fg = snap.foreground
+        data["foreground"] = None if fg is None else {"class": fg.class_name, "subject": fg.subject}
+        data["gateway"] = {
+            "backend": self.settings.backend.kind,
+            "models": list(self.model_ids),
+            "keys_configured": self.keys.configured,
+            "queue_limits": {c: self.settings.queue_limit(c) for c in self.settings.classes},
+            # What Retry-After is computed from (Admission.wait_ahead).
+            "run_seconds": self.admission.run_times.averages(),
+            "wall_offset": self.wall_offset(),
+            "uptime": time.time() - self.started_at,
+            "draining": self.shutdown.draining,
+            "runner": self.runner_state(),
+            "recent": list(self.recent),
+        }
+        for name, extension in self.extensions.items():
+            data[name] = dict(extension())
+        return data

@@ -1,0 +1,127 @@
+"""A request's scheduling metadata: its API key, then the X-Tierlm-* headers.
+
+The key decides what is allowed (its classes, its default class and producer);
+within that, the headers choose:
+
+- ``X-Tierlm-Class``: the task class (403 if the key does not allow it);
+- ``X-Tierlm-Producer``: the fair-pool producer. With keys it is namespaced
+  under the key, ``<key name>/<header>`` (default: the key's producer or name),
+  so one client's many ids share the key's part of the pool (docs/design.md §4
+  fair pool); without keys, the header as sent (default: the class name, the
+  scheduler's default);
+- ``X-Tierlm-Subject``: what the job is about (a note id...), matched against the
+  foreground's subject. Subjects are strings in the gateway: a foreground subject
+  given as a JSON number is compared as its decimal text. The foreground itself
+  is set through the scheduler API, with an admin key;
+- ``X-Tierlm-Deadline``: seconds from now, or an RFC 3339 time; only for keys
+  allowed to (``allow_deadline``, admin keys by default): a deadline is a loan of
+  device time (docs/design.md §4 deadlines).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from starlette.datastructures import Headers
+
+from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.auth import Principal
+
+__all__ = ["CLASS_HEADER", "JobMeta", "job_meta", "parse_deadline"]
+
+CLASS_HEADER = "X-Tierlm-Class"
+PRODUCER_HEADER = "X-Tierlm-Producer"
+SUBJECT_HEADER = "X-Tierlm-Subject"
+DEADLINE_HEADER = "X-Tierlm-Deadline"
+# Producer and subject names end up as metric labels and dashboard text: bounded.
+MAX_NAME = 200
+
+
+@dataclass(frozen=True, slots=True)
+class JobMeta:
+    class_name: str
+    producer: str | None
+    subject: str | None
+    deadline: float | dt.datetime | None
+    """Seconds from now (relative), or an aware datetime."""
+    key: str | None
+    """The API key's name, None without keys."""
+    key_queue_limit: int | None = None
+    """The key's jobs queued at most, over all classes (None: no cap of its own)."""
+
+
+def job_meta(headers: Headers, principal: Principal, classes: Collection[str]) -> JobMeta:
+    class_name = headers.get(CLASS_HEADER)
+    if class_name is None:
+        class_name = principal.default_class
+    else:
+        class_name = class_name.strip()
+        if class_name not in classes:
+            raise APIError(
+                400,
+                f"{CLASS_HEADER}: unknown task class {class_name!r} "
+                f"(classes: {', '.join(sorted(classes))})",
+                param=CLASS_HEADER,
+                code="unknown_class",
+            )
+    principal.check_class(class_name)
+    producer = principal.producer_path(_name(headers, PRODUCER_HEADER))
+    subject = _name(headers, SUBJECT_HEADER)
+    raw_deadline = headers.get(DEADLINE_HEADER)
+    deadline = None
+    if raw_deadline is not None:
+        if not principal.allow_deadline:
+            raise APIError(
+                403,
+                f"{DEADLINE_HEADER}: API key {principal.name!r} may not set deadlines "
+                "(allow_deadline in its [[keys]] table)",
+                param=DEADLINE_HEADER,
+                code="deadline_not_allowed",
+                reason="deadline_not_allowed",
+            )
+        deadline = parse_deadline(raw_deadline)
+    return JobMeta(class_name, producer, subject, deadline, principal.name, principal.queue_limit)
+
+
+def _name(headers: Headers, header: str) -> str | None:
+    value = headers.get(header)
+    if value is None:
+        return None
+    value = value.strip()
+    if not value or len(value) > MAX_NAME or not value.isprintable():
+        raise APIError(
+            400,
+            f"{header}: must be 1 to {MAX_NAME} printable characters, got {value[:40]!r}",
+            param=header,
+        )
+    return value
+
+
+def parse_deadline(text: str) -> float | dt.datetime:
+    """``"30"`` / ``"2.5"`` (seconds from now) or ``"2030-01-01T12:00:00Z"``."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds):
+            raise APIError(
+                400, f"{DEADLINE_HEADER}: must be finite, got {text!r}", param=DEADLINE_HEADER
+            )
+        return seconds
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise APIError(
+            400,
+            f"{DEADLINE_HEADER}: must be seconds from now (e.g. 30) or an RFC 3339 time "
+            f"with a timezone (e.g. 2030-01-01T12:00:00Z), got {text[:60]!r}",
+            param=DEADLINE_HEADER,
+        )
+    return when

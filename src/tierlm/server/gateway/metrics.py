@@ -1,0 +1,366 @@
+"""Prometheus metrics at /metrics, in a registry of the app's own.
+
+Counters and histograms are fed by scheduler events and by the gateway's jobs;
+the values that are a state (queue depth per tier, budget share, vruntime,
+the loaded model) are read from a scheduler snapshot at scrape time, so they
+are exact when scraped and cost nothing between scrapes.
+
+Series (all prefixed ``tierlm_``):
+
+- ``queue_depth{tier}``, ``queued_jobs{class}``, ``running{class}``;
+- ``wait_seconds{class}`` (submit to first start) and
+  ``time_to_first_token_seconds{class}`` histograms;
+- ``generated_tokens_total{class,model}`` and ``tokens_per_second{model}``
+  (decode rate of the last finished generation run on that model);
+- ``preemptions_total{class}`` (the preempted job's class);
+- ``swaps_total{model}``, ``swap_seconds_total{model}`` (the model swapped to);
+- ``budget_share{class}`` and ``budget_cap{class}`` for budgeted classes;
+- ``vruntime_seconds{producer}``;
+- ``jobs_total{class,outcome}`` (completed, failed, cancelled, requeued);
+- ``client_disconnects_total{class,state}`` (queued or running when the client left);
+- ``rejected_requests_total{reason}``;
+- ``loaded_model{model}`` (1 for the loaded one), ``paused``;
+- with a llama-cpp worker: ``worker_pid`` and ``worker_restarts_total`` (read
+  from the runner at scrape time).
+
+With embeddings on, the embedding lane's ``embedding_*`` series too
+(``LaneMetrics``): its queue and counts read from ``lane.stats()`` at scrape
+time, and two histograms (batch size, latency) fed batch by batch through the
+lane's ``BatchObserver`` hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tierlm.embedding import LaneStats
+from tierlm.shell.events import (
+    JobCancelled,
+    JobCompleted,
+    JobFailed,
+    JobStarted,
+    Preempting,
+    Requeued,
+    RunEnded,
+    SchedulerEvent,
+    SwapFinished,
+)
+from tierlm.shell.snapshot import SchedulerSnapshot
+
+__all__ = ["REJECT_REASONS", "LaneMetrics", "Metrics"]
+
+# From a fast local token (10 ms) past the affinity starvation bound
+# (SchedulerConfig.max_affinity_wait, 120 s) to a background job's long wait.
+WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+# A text's time in the embedding lane: from one warm MiniLM call (~5 ms) to a
+# queue that took a minute to drain.
+EMBED_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+REJECT_REASONS = (
+    "invalid_request",
+    "invalid_json",
+    "body_too_large",
+    "unknown_model",
+    "unknown_class",
+    "max_tokens",
+    "unsupported",
+    "unauthorized",
+    "class_not_allowed",
+    "admin_required",
+    "deadline_not_allowed",
+    "queue_full",
+    "shutting_down",
+    "embedding_queue_full",
+    "embeddings_disabled",
+)
+
+_OUTCOMES = tuple(end.outcome for end in (JobCompleted, JobFailed, JobCancelled, Requeued))
+
+
+class Metrics:
+    def __init__(
+        self,
+        snapshot: Callable[[], SchedulerSnapshot | None],
+        classes: Iterable[str],
+        runner_state: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.wait = Histogram(
+            "tierlm_wait_seconds",
+            "Seconds from submit to a job's first start, per class",
+            ["class"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "tierlm_time_to_first_token_seconds",
+            "Seconds from submit to the first generated token of a gateway request, per class",
+            ["class"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "tierlm_generated_tokens", "Tokens generated", ["class", "model"], registry=r
+        )
+        self.decode_rate = Gauge(
+            "tierlm_tokens_per_second",
+            "Decode rate (tokens/s) of the last finished generation run, per model",
+            ["model"],
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "tierlm_preemptions", "Running jobs preempted, by their class", ["class"], registry=r
+        )
+        self.swaps = Counter("tierlm_swaps", "Model swaps, by model loaded", ["model"], registry=r)
+        self.swap_seconds = Counter(
+            "tierlm_swap_seconds", "Seconds spent swapping, by model loaded", ["model"], registry=r
+        )
+        self.jobs = Counter(
+            "tierlm_jobs", "Jobs ended or re-queued, by outcome", ["class", "outcome"], registry=r
+        )
+        self.disconnects = Counter(
+            "tierlm_client_disconnects",
+            "Clients that went away before their job ended (the job was cancelled)",
+            ["class", "state"],
+            registry=r,
+        )
+        self.rejected_requests = Counter(
+            "tierlm_rejected_requests",
+            "Requests answered with an error, by reason",
+            ["reason"],
+            registry=r,
+        )
+        for name in classes:
+            self.wait.labels(name)
+            self.ttft.labels(name)
+            self.preemptions.labels(name)
+            for outcome in _OUTCOMES:
+                self.jobs.labels(name, outcome)
+            for state in ("queued", "running"):
+                self.disconnects.labels(name, state)
+        for reason in REJECT_REASONS:
+            self.rejected_requests.labels(reason)
+        r.register(_StateCollector(snapshot, list(classes)))
+        if runner_state is not None:
+            r.register(_RunnerCollector(runner_state))
+
+    # -- feeds --------------------------------------------------------------
+
+    def on_event(self, event: SchedulerEvent) -> None:
+        match event:
+            case JobStarted(job=job, attempt=1):
+                self.wait.labels(job.class_name).observe(max(0.0, event.time - job.submitted_at))
+            case Preempting(job=job):
+                self.preemptions.labels(job.class_name).inc()
+            case SwapFinished(job=job, seconds=seconds):
+                self.swaps.labels(job.model_id).inc()
+                self.swap_seconds.labels(job.model_id).inc(seconds)
+            case RunEnded(job=job):
+                self.jobs.labels(job.class_name, event.outcome).inc()
+
+    def rejected(self, reason: str) -> None:
+        self.rejected_requests.labels(reason).inc()
+
+    def first_token(self, class_name: str, seconds: float) -> None:
+        self.ttft.labels(class_name).observe(max(0.0, seconds))
+
+    def generation(self, class_name: str, model: str, tokens: int, decode_seconds: float) -> None:
+        """One run of a generation ended (completed, preempted or cancelled)."""
+        if tokens:
+            self.tokens.labels(class_name, model).inc(tokens)
+        if tokens > 1 and decode_seconds > 0:
+            # Between the first and the last token: tokens - 1 intervals.
+            self.decode_rate.labels(model).set((tokens - 1) / decode_seconds)
+
+    def disconnected(self, class_name: str, state: str) -> None:
+        self.disconnects.labels(class_name, state).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def embedding_lane(self, stats: Callable[[], LaneStats | None], max_batch: int) -> LaneMetrics:
+        """Register an embedding lane's series; the result is its ``BatchObserver``."""
+        return LaneMetrics(self.registry, stats, max_batch)
+
+
+class LaneMetrics:
+    """The embedding lane's series; a ``BatchObserver`` for its histograms."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        stats: Callable[[], LaneStats | None],
+        max_batch: int,
+    ) -> None:
+        self.batch_size = Histogram(
+            "tierlm_embedding_batch_size",
+            "Texts per embedding batch",
+            buckets=batch_size_buckets(max_batch),
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "tierlm_embedding_latency_seconds",
+            "Seconds from a text's arrival in the lane to its vector",
+            buckets=EMBED_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        registry.register(_LaneCollector(stats))
+
+    def batch_ran(self, size: int, latencies: Sequence[float]) -> None:
+        self.batch_size.observe(size)
+        for seconds in latencies:
+            self.latency.observe(seconds)
+
+
+def batch_size_buckets(max_batch: int) -> list[int]:
+    """Powers of two up to ``max_batch``, and ``max_batch`` itself: size 1 means
+    no batching happened, ``max_batch`` that the lane was saturated."""
+    bounds = []
+    bound = 1
+    while bound < max_batch:
+        bounds.append(bound)
+        bound *= 2
+    bounds.append(max_batch)
+    return bounds
+
+
+class _StateCollector(Collector):
+    """Scrape-time values read from the scheduler's snapshot."""
+
+    def __init__(
+        self, snapshot: Callable[[], SchedulerSnapshot | None], classes: list[str]
+    ) -> None:
+        self._snapshot = snapshot
+        self._classes = classes
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # dynamic: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        if snap is None:
+            return
+        depth = GaugeMetricFamily(
+            "tierlm_queue_depth", "Queued jobs per effective tier", labels=["tier"]
+        )
+        for tier, jobs in sorted(snap.queued.items()):
+            depth.add_metric([f"T{tier}"], len(jobs))
+        yield depth
+        per_class = dict.fromkeys(self._classes, 0)
+        for jobs in snap.queued.values():
+            for job in jobs:
+                per_class[job.class_name] = per_class.get(job.class_name, 0) + 1
+        queued = GaugeMetricFamily("tierlm_queued_jobs", "Queued jobs per class", labels=["class"])
+        for name, count in sorted(per_class.items()):
+            queued.add_metric([name], count)
+        yield queued
+        running = GaugeMetricFamily(
+            "tierlm_running", "1 for the class of the running job", labels=["class"]
+        )
+        for name in self._classes:
+            running.add_metric([name], 1 if snap.running and snap.running.class_name == name else 0)
+        yield running
+        share = GaugeMetricFamily(
+            "tierlm_budget_share",
+            "Share of busy device time in the budget window",
+            labels=["class"],
+        )
+        cap = GaugeMetricFamily(
+            "tierlm_budget_cap", "Budget cap (share of busy time)", labels=["class"]
+        )
+        for name, value in sorted(snap.budget_cap.items()):
+            cap.add_metric([name], value)
+            share.add_metric([name], snap.budget_share.get(name, 0.0))
+        yield share
+        yield cap
+        vr = GaugeMetricFamily(
+            "tierlm_vruntime_seconds", "Fair-pool virtual runtime per producer", labels=["producer"]
+        )
+        for producer, value in sorted(snap.vruntime.items()):
+            vr.add_metric([producer], value)
+        yield vr
+        loaded = GaugeMetricFamily(
+            "tierlm_loaded_model", "1 for the model the device holds", labels=["model"]
+        )
+        if snap.loaded_model is not None:
+            loaded.add_metric([snap.loaded_model], 1)
+        yield loaded
+        yield GaugeMetricFamily(
+            "tierlm_paused", "1 while the scheduler is paused", value=int(snap.paused)
+        )
+
+
+class _RunnerCollector(Collector):
+    """The runner's own state (a llama.cpp worker's pid and restarts), read at
+    scrape time; nothing for runners that report none."""
+
+    def __init__(self, state: Callable[[], Mapping[str, Any]]) -> None:
+        self._state = state
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # dynamic: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._state()
+        if "worker_pid" in state:
+            pid = state["worker_pid"]
+            yield GaugeMetricFamily(
+                "tierlm_worker_pid",
+                "The model worker process's pid (0 while none runs)",
+                value=pid or 0,
+            )
+        if "restarts" in state:
+            yield CounterMetricFamily(
+                "tierlm_worker_restarts",
+                "Model worker processes started again after a crash",
+                value=state["restarts"],
+            )
+
+
+class _LaneCollector(Collector):
+    """The embedding lane's state and counts, read from ``lane.stats()`` at scrape
+    time (the lane keeps its own counts; nothing is counted twice)."""
+
+    def __init__(self, stats: Callable[[], LaneStats | None]) -> None:
+        self._stats = stats
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # dynamic: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        if s is None:
+            return
+        for name, doc, value in (
+            ("queue_depth", "Texts waiting in the embedding queue for a batch", s.queue_depth),
+            ("queue_limit", "Texts the embedding queue holds (embeddings.max_queue)", s.max_queue),
+            ("in_flight_batches", "Embedding batches running now", s.in_flight_batches),
+            ("in_flight_texts", "Texts in the embedding batches running now", s.in_flight_texts),
+        ):
+            yield GaugeMetricFamily(f"tierlm_embedding_{name}", doc, value=value)
+        texts = CounterMetricFamily(
+            "tierlm_embedding_texts",
+            "Texts offered to the embedding lane, by outcome (embedded; failed: its "
+            "batch failed; rejected: the queue was full; dropped: the client left first)",
+            labels=["outcome"],
+        )
+        for outcome, count in (
+            ("embedded", s.embedded),
+            ("failed", s.failed),
+            ("rejected", s.rejected),
+            ("dropped", s.dropped),
+        ):
+            texts.add_metric([outcome], count)
+        yield texts
+        yield CounterMetricFamily(
+            "tierlm_embedding_truncated_texts",
+            "Texts cut to embeddings.max_chars (overlong = truncate)",
+            value=s.truncated,
+        )

@@ -1,0 +1,206 @@
+"""One request's answer in OpenAI's shapes, streamed and not.
+
+The job's pieces (one per token) become a ``chat.completion`` (or
+``text_completion``) and its streamed chunks: the text; the tool calls in it
+(``tools.py``), as ``message.tool_calls`` or as OpenAI's deltas;
+log-probabilities, when the runner attached them (``TokenPiece``); the usage.
+
+``usage.prompt_tokens`` is exact when the runner could count it
+(``GenerationRequest.prompt_tokens``, set from ``count_prompt_tokens``), else
+an estimate of ~4 characters a token; ``completion_tokens`` is the number of
+pieces, one per token.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tierlm.runners.requests import GenerationRequest, TokenLogprob, TokenPiece
+from tierlm.server.gateway.gateway import GatewayJob
+from tierlm.server.openai.tools import Arguments, Call, Content, Event, ToolCallParser
+
+__all__ = ["Answer", "Endpoint", "Params"]
+
+Endpoint = Literal["chat", "completions"]
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """A validated request."""
+
+    endpoint: Endpoint
+    model: str
+    request: GenerationRequest
+    stream: bool
+    include_usage: bool
+
+    @property
+    def tool_calls(self) -> bool:
+        """May the answer hold tool calls?"""
+        extra = self.request.extra
+        return bool(extra.get("tools")) and extra.get("tool_choice") != "none"
+
+    @property
+    def logprobs(self) -> bool:
+        return bool(self.request.extra.get("logprobs"))
+
+
+class Answer:
+    """Renders one request's answer, streamed and not (``JobStream``'s ``SSEFormat``)."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        prefix = "chatcmpl" if params.endpoint == "chat" else "cmpl"
+        self.id = f"{prefix}-{secrets.token_hex(12)}"
+        self.created = int(time.time())
+        self.object = "chat.completion" if params.endpoint == "chat" else "text_completion"
+        self.parser = ToolCallParser() if params.tool_calls else None
+        """The streamed answer's parser (a non-streamed one parses the whole text)."""
+        self._offset = 0  # legacy completions logprobs: characters so far
+
+    def usage(self, job: GatewayJob) -> dict[str, int]:
+        prompt = self.params.request.approx_prompt_tokens()
+        completion = len(job.produced)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def finish_reason(self, job: GatewayJob, calls: bool) -> str:
+        # Runners yield one piece per token: as many pieces as max_tokens = cut short.
+        if len(job.produced) >= self.params.request.max_tokens:
+            return "length"
+        return "tool_calls" if calls else "stop"
+
+    def _base(self, obj: str) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.params.model,
+            "system_fingerprint": None,
+        }
+
+    # -- not streamed -----------------------------------------------------------
+
+    def render(self, job: GatewayJob) -> dict[str, Any]:
+        text = "".join(job.produced)
+        logprobs = self._logprobs(job.produced) if self.params.logprobs else None
+        if self.params.endpoint == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            calls: list[Call] = []
+            if self.params.tool_calls:
+                parser = ToolCallParser()
+                parser.feed(text)
+                parser.finish()
+                calls = parser.calls
+                message["content"] = parser.content or (None if calls else "")
+                if calls:
+                    message["tool_calls"] = [call.as_openai() for call in calls]
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": message,
+                "finish_reason": self.finish_reason(job, bool(calls)),
+                "logprobs": logprobs,
+            }
+        else:
+            reason = self.finish_reason(job, False)
+            choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": logprobs}
+        snap = job.handle.job
+        return {
+            **self._base(self.object),
+            "choices": [choice],
+            "usage": self.usage(job),
+            # Ignored by OpenAI clients; useful to a caller that wants to know.
+            "tierlm": {
+                "job_id": job.id,
+                "class": job.meta.class_name,
+                "producer": snap.producer,
+                "time_to_first_token": (
+                    None if job.first_token_at is None else job.first_token_at - snap.submitted_at
+                ),
+            },
+        }
+
+    # -- streamed (SSEFormat) -----------------------------------------------------
+
+    def _chunk(
+        self, delta: dict[str, Any] | str, finish: str | None, logprobs: Any = None
+    ) -> dict[str, Any]:
+        if self.params.endpoint == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": delta,
+                "finish_reason": finish,
+                "logprobs": logprobs,
+            }
+            return {**self._base("chat.completion.chunk"), "choices": [choice]}
+        choice = {"index": 0, "text": delta, "finish_reason": finish, "logprobs": logprobs}
+        return {**self._base("text_completion"), "choices": [choice]}
+
+    def start(self) -> list[Mapping[str, Any]]:
+        if self.params.endpoint == "chat":
+            return [self._chunk({"role": "assistant", "content": ""}, None)]
+        return []
+
+    def piece(self, text: str) -> list[Mapping[str, Any]]:
+        if self.parser is not None:
+            return [self._event(event) for event in self.parser.feed(text)]
+        logprobs = self._logprobs([text]) if self.params.logprobs else None
+        delta = {"content": text} if self.params.endpoint == "chat" else text
+        return [self._chunk(delta, None, logprobs)]
+
+    def _event(self, event: Event) -> dict[str, Any]:
+        if isinstance(event, Content):
+            return self._chunk({"content": event.text}, None)
+        if isinstance(event, Call):
+            call = event.as_openai()
+            call["function"]["arguments"] = ""
+            return self._chunk({"tool_calls": [{"index": event.index, **call}]}, None)
+        assert isinstance(event, Arguments)
+        delta = {"index": event.index, "function": {"arguments": event.fragment}}
+        return self._chunk({"tool_calls": [delta]}, None)
+
+    def end(self, job: GatewayJob) -> list[Mapping[str, Any]]:
+        chunks: list[Mapping[str, Any]] = []
+        calls = False
+        if self.parser is not None:
+            chunks += [self._event(event) for event in self.parser.finish()]
+            calls = bool(self.parser.calls)
+        empty: dict[str, Any] | str = {} if self.params.endpoint == "chat" else ""
+        chunks.append(self._chunk(empty, self.finish_reason(job, calls)))
+        if self.params.include_usage:
+            obj = "chat.completion.chunk" if self.params.endpoint == "chat" else "text_completion"
+            chunks.append({**self._base(obj), "choices": [], "usage": self.usage(job)})
+        return chunks
+
+    # -- log-probabilities ----------------------------------------------------------
+
+    def _logprobs(self, pieces: list[str]) -> dict[str, Any] | None:
+        scored = [p for p in pieces if isinstance(p, TokenPiece)]
+        if self.params.endpoint == "chat":
+            return {"content": [_chat_logprob(p.logprob, p.top) for p in scored], "refusal": None}
+        offsets = []
+        for piece in pieces:
+            if isinstance(piece, TokenPiece):
+                offsets.append(self._offset)
+            self._offset += len(piece)
+        return {
+            "tokens": [p.logprob.token for p in scored],
+            "token_logprobs": [p.logprob.logprob for p in scored],
+            "top_logprobs": [{t.token: t.logprob for t in p.top} for p in scored],
+            "text_offset": offsets,
+        }
+
+
+def _entry(logprob: TokenLogprob) -> dict[str, Any]:
+    return {"token": logprob.token, "logprob": logprob.logprob, "bytes": list(logprob.bytes)}
+
+
+def _chat_logprob(logprob: TokenLogprob, top: tuple[TokenLogprob, ...]) -> dict[str, Any]:
+    return {**_entry(logprob), "top_logprobs": [_entry(t) for t in top]}

@@ -1,0 +1,194 @@
+"""The parts of a request that agents use: messages with tool calls and tool
+results, ``tools``, ``tool_choice``, ``response_format`` and ``logit_bias``,
+as pydantic models of OpenAI's shapes
+(https://platform.openai.com/docs/api-reference/chat).
+
+What they ask for reaches the runner in ``GenerationRequest.extra`` under
+OpenAI's names (``ChatExtras.extra``), and each backend honours it, passes it
+on, or the gateway refuses it with a 400 (``compat.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+
+from tierlm.server.settings.schema import Expect, FieldError, Schema
+
+__all__ = [
+    "CONTENT",
+    "FunctionCall",
+    "LogitBias",
+    "Message",
+    "NamedToolChoice",
+    "ResponseFormat",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolChoice",
+]
+
+# OpenAI's rule for function and schema names.
+NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+_NAME = re.compile(NAME_PATTERN)
+
+
+def _name(value: str) -> str:
+    if not _NAME.match(value):
+        raise FieldError(f"must be 1 to 64 letters, digits, underscores or dashes, got {value!r}")
+    return value
+
+
+FunctionName = Annotated[str, AfterValidator(_name)]
+JsonSchema = Annotated[dict[str, Any], Expect("a JSON schema (an object)")]
+
+
+class TextPart(Schema):
+    """A text part of a message's content."""
+
+    type: Literal["text"]
+    text: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("type") != "text":
+            kind = value.get("type")
+            raise FieldError(f"only text parts are supported, got {kind!r}", code="unsupported")
+        return value
+
+
+def _parts(value: Any) -> Any:
+    return [{"type": "text", "text": value}] if isinstance(value, str) else value
+
+
+CONTENT = Expect("a string or an array of text parts")
+Content = Annotated[
+    list[Annotated[TextPart, Expect("a text part {type: text, text}")]] | None,
+    BeforeValidator(_parts),
+    CONTENT,
+]
+
+
+class FunctionCall(Schema):
+    name: FunctionName
+    arguments: str
+    """The arguments, as JSON text (OpenAI sends a string)."""
+
+
+class ToolCall(Schema):
+    """A call the assistant made earlier in the chat."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(Schema):
+    """A chat message: a role and text content; an assistant's may hold tool
+    calls, a ``tool`` message answers one (``tool_call_id``)."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Content = None
+    name: Annotated[str | None, Expect("null: message names are not supported")] = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _fits_the_role(self) -> Message:
+        if self.name is not None:
+            raise FieldError(
+                "message names are not supported by this gateway", "name", code="unsupported"
+            )
+        if self.content is None and self.role != "assistant":
+            raise FieldError(f"must be {CONTENT.text}, got null", "content")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise FieldError("only an assistant message has tool calls", "tool_calls")
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            if self.role == "tool":
+                raise FieldError(
+                    "a tool message needs the id of the call it answers", "tool_call_id"
+                )
+            raise FieldError("only a tool message answers a tool call", "tool_call_id")
+        return self
+
+    def as_runner_message(self) -> dict[str, Any]:
+        role = "system" if self.role == "developer" else self.role
+        text = None if self.content is None else "".join(p.text for p in self.content)
+        message: dict[str, Any] = {"role": role, "content": text}
+        if self.tool_calls:
+            message["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        elif text is None:
+            message["content"] = ""
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+class Function(Schema):
+    name: FunctionName
+    description: str | None = None
+    parameters: JsonSchema | None = None
+    """The arguments' JSON schema (unset: no arguments)."""
+    strict: bool | None = None
+    """Accepted: the llama-cpp backend's calls always match the schema."""
+
+
+class Tool(Schema):
+    type: Literal["function"]
+    function: Function
+
+
+class ToolChoiceFunction(Schema):
+    name: FunctionName
+
+
+class NamedToolChoice(Schema):
+    type: Literal["function"]
+    function: ToolChoiceFunction
+
+
+ToolChoice = Annotated[
+    Literal["none", "auto", "required"] | NamedToolChoice,
+    Expect('"none", "auto", "required" or {"type": "function", "function": {"name": ...}}'),
+]
+
+
+class JsonSchemaFormat(Schema):
+    name: FunctionName
+    description: str | None = None
+    schema_: JsonSchema | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+    """Accepted: on the llama-cpp backend the output always matches the schema."""
+
+
+class TextFormat(Schema):
+    type: Literal["text"]
+
+
+class JsonObjectFormat(Schema):
+    type: Literal["json_object"]
+
+
+class JsonSchemaResponse(Schema):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponse
+
+
+def _token_ids(biases: dict[str, float] | None) -> dict[str, float] | None:
+    for key in biases or {}:
+        if not key.isdigit():
+            raise FieldError(f"keys must be token ids (decimal integers), got {key!r}", key)
+    return biases
+
+
+LogitBias = Annotated[
+    dict[str, Annotated[float, Field(ge=-100, le=100)]] | None,
+    AfterValidator(_token_ids),
+    Expect("an object of token id -> bias between -100 and 100"),
+]

@@ -1,0 +1,193 @@
+"""``/v1/embeddings``: OpenAI's embeddings endpoint, served by the embedding lane.
+
+Embeddings never go through the LLM scheduler (docs/design.md §5): the
+gateway owns an :class:`~tierlm.embedding.EmbeddingLane` beside the scheduler,
+with its own embedder and worker threads; a request's texts are queued in the
+lane, batched with other requests' texts, and answered in order. The scheduler
+never sees them: no job, no tier, no preemption, no effect on a chat's wait.
+
+What the endpoint takes (OpenAI's fields):
+
+- ``model``: the name the embedder is served as (``embeddings.model``); another
+  name is 404, as for chats;
+- ``input``: a string or an array of up to ``MAX_INPUTS`` strings. Arrays of
+  token ids (which OpenAI also takes) are 400: token ids only mean something
+  for one tokenizer, and the gateway's embedders do not share one with their
+  clients. Empty arrays, non-strings and empty or whitespace-only strings are
+  400 naming the item (``input[3]``). A text over ``embeddings.max_chars``
+  characters is 400 stating the limit (or cut there, ``overlong = "truncate"``);
+  under it, the model reads its first ``max_input_tokens`` tokens (256 for
+  MiniLM) and ignores the rest, as sentence-transformers and llama.cpp do;
+- ``encoding_format``: ``float`` (default) or ``base64`` (little-endian float32,
+  OpenAI's format; the official Python client asks for it by default);
+- ``dimensions``: accepted only when it equals the model's dimension (these
+  models cannot shorten their vectors);
+- ``user``: accepted; it changes no vector. Unknown fields are 400.
+
+A full lane answers 429 with ``Retry-After`` at once (the lane's ``nowait``)
+rather than holding the request: every held request would keep its texts in
+memory outside the lane's bounded queue, so an HTTP flood would grow without
+bound. A client that disconnects has its texts dropped from the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import math
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from tierlm.embedding import (
+    EmbeddingFailed,
+    EmbeddingLane,
+    LaneClosed,
+    LaneFull,
+    Vector,
+)
+from tierlm.runners.cancel_scope import until_cancelled
+from tierlm.server.edge.body import read_json
+from tierlm.server.edge.disconnect import client_gone
+from tierlm.server.edge.errors import APIError
+from tierlm.server.edge.request_id import current_request_id
+from tierlm.server.gateway.embedding_lane import EmbeddingService
+from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.openai.requests import MAX_INPUTS, EmbeddingRequest, parse
+
+__all__ = ["MAX_INPUTS", "render", "routes"]
+
+logger = logging.getLogger("tierlm.server")
+
+# usage.prompt_tokens is an estimate, as for completions: ~4 characters a token.
+CHARS_PER_TOKEN = 4
+# Serialising to JSON costs ~1-2 µs per float (measured: a 384-d vector ~0.8 ms).
+# Past this many floats (~10 ms) the answer is rendered in a worker thread, a
+# vector per json.dumps call so the event loop (which runs the LLM scheduler)
+# gets the GIL back between vectors.
+RENDER_IN_THREAD_FLOATS = 8192
+
+
+def _embedding_request(body: Any, service: EmbeddingService) -> EmbeddingRequest:
+    """Validate a request against the served model and the lane's limits."""
+    model = body.get("model") if isinstance(body, dict) else None
+    if isinstance(model, str) and model and model != service.model:
+        raise APIError(
+            404,
+            f"model {model!r}: not an embedding model of this gateway "
+            f"(/v1/embeddings serves {service.model!r})",
+            param="model",
+            code="model_not_found",
+            reason="unknown_model",
+        )
+    context = {"lane": service.running_lane(), "model": service.model}
+    return parse(EmbeddingRequest, body, context)
+
+
+# -- answers ------------------------------------------------------------------
+
+
+def _encode(vector: Vector, encoding: str) -> str:
+    if encoding == "base64":
+        # OpenAI's format: the raw little-endian float32 values, base64-encoded.
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    return json.dumps(vector, separators=(",", ":"))
+
+
+def render(
+    vectors: Sequence[Vector], params: EmbeddingRequest, model: str, max_tokens: int
+) -> bytes:
+    """OpenAI's embeddings response. Each vector is encoded by its own call, so that,
+    run in a thread, the rendering lets the event loop in between vectors."""
+    parts = []
+    for index, vector in enumerate(vectors):
+        encoded = _encode(vector, params.encoding_format or "float")
+        if params.encoding_format == "base64":
+            encoded = json.dumps(encoded)
+        parts.append(f'{{"object":"embedding","index":{index},"embedding":{encoded}}}')
+    tokens = sum(
+        min(max_tokens, max(1, math.ceil(len(text) / CHARS_PER_TOKEN))) for text in params.texts
+    )
+    tail = json.dumps(
+        {"model": model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
+        separators=(",", ":"),
+    )
+    return f'{{"object":"list","data":[{",".join(parts)}],{tail[1:]}'.encode()
+
+
+async def _embed(request: Request, lane: EmbeddingLane, texts: list[str]) -> list[Vector] | None:
+    """The texts' vectors; None if the client went away first (its texts are then
+    dropped from the queue, or their batch's result discarded)."""
+    async with client_gone(request.receive) as gone:
+        return await until_cancelled(gone, lane.embed_many(texts, nowait=True))
+
+
+async def create_embeddings(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    gateway.keys.authenticate(request)  # any key: embeddings are not a task class
+    service: EmbeddingService | None = getattr(request.app.state, "embeddings", None)
+    if service is None:
+        raise APIError(
+            404,
+            "/v1/embeddings: embeddings are not enabled on this gateway; set "
+            "[embeddings] backend in the config file (or --embed-backend)",
+            code="embeddings_disabled",
+            reason="embeddings_disabled",
+        )
+    body = await read_json(request, gateway.settings.limits.max_body_bytes)
+    params = _embedding_request(body, service)
+    lane = service.running_lane()
+    try:
+        vectors = await _embed(request, lane, params.texts)
+    except LaneFull:
+        stats = lane.stats()
+        retry = service.retry_after(stats)
+        raise APIError(
+            429,
+            f"embedding queue full: {stats.queue_depth} of {stats.max_queue} texts queued "
+            f"(embeddings.max_queue), {len(params.texts)} offered; retry in about {retry} s",
+            code="queue_full",
+            reason="embedding_queue_full",
+            headers={"Retry-After": str(retry)},
+        ) from None
+    except LaneClosed:
+        raise APIError(
+            503, "the gateway is shutting down; the texts were not embedded", code="shutting_down"
+        ) from None
+    except EmbeddingFailed as exc:
+        raise _embedder_failed(exc, params, service.model) from None
+    if vectors is None:
+        # Nobody reads this: the client is gone.
+        return Response(status_code=499)
+    max_tokens = int(lane.embedder.max_input_tokens)
+    if len(vectors) * lane.dim > RENDER_IN_THREAD_FLOATS:
+        payload = await asyncio.to_thread(render, vectors, params, service.model, max_tokens)
+    else:
+        payload = render(vectors, params, service.model, max_tokens)
+    return Response(payload, media_type="application/json")
+
+
+def _embedder_failed(exc: EmbeddingFailed, params: EmbeddingRequest, model: str) -> APIError:
+    """500 naming the text the embedder failed on (alone: its batch-mates were
+    retried without it), never the exception's text: that goes to the log."""
+    index = exc.index or 0
+    param = "input" if isinstance(params.input, str) else f"input[{index}]"
+    logger.error("embedder %r failed on %s: %r", model, param, exc.__cause__ or exc)
+    return APIError(
+        500,
+        f"{param}: embedder {model!r} failed on this text; the gateway's log has the "
+        f"details (request id {current_request_id()})",
+        param=param,
+        code="backend_error",
+        type="server_error",
+    )
+
+
+def routes() -> list[BaseRoute]:
+    return [Route("/v1/embeddings", create_embeddings, methods=["POST"])]

@@ -1,0 +1,227 @@
+"""ASGI responses that wait for a job while watching for the client to leave.
+
+A client that disconnects, queued or running, has its job cancelled at once: no
+orphan generation keeps the device busy. Starlette's ``StreamingResponse``
+notices a disconnect only when a write fails, which for a queued job that
+writes nothing may be never; so these responses turn the disconnect into a
+token (``disconnect.client_gone``) and race their waits against it
+(``cancelled_by``, docs/design.md §2 cancel), cancelling the job then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import anyio
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from tierlm.runners.cancel_scope import cancelled_by
+from tierlm.server.edge.disconnect import client_gone
+from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.gateway import GatewayJob
+
+__all__ = ["EventStream", "JobResult", "JobStream", "SSEFormat", "sse_comment", "sse_data"]
+
+
+def sse_data(payload: Mapping[str, Any] | str) -> bytes:
+    text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+def sse_comment(text: str) -> bytes:
+    # A line starting with ':' is a comment: SSE clients (and OpenAI's) skip it.
+    return f": {text}\n\n".encode()
+
+
+def _headers(job: GatewayJob) -> dict[str, str]:
+    return {"X-Tierlm-Job-Id": str(job.id), "X-Tierlm-Class": job.meta.class_name}
+
+
+class JobResult(Response):
+    """A non-streamed answer: wait for the job, then send ``render(job)`` as JSON,
+    or its error (``error(job)``) in OpenAI's format."""
+
+    def __init__(
+        self,
+        job: GatewayJob,
+        render: Callable[[GatewayJob], Mapping[str, Any]],
+        error: Callable[[GatewayJob], APIError | None],
+    ) -> None:
+        self.job = job
+        self.render_body = render
+        self.error = error
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        job = self.job
+        try:
+            async with client_gone(receive) as gone:
+                with cancelled_by(gone):
+                    await _until_done(job)
+                if not job.done:  # the client went away first
+                    return
+                failure = self.error(job)
+                if failure is not None:
+                    failure.headers.update(_headers(job))
+                    response = failure.response()
+                else:
+                    body = json.dumps(self.render_body(job), separators=(",", ":")).encode()
+                    response = Response(body, media_type="application/json", headers=_headers(job))
+                await response(scope, receive, send)
+        finally:
+            # The client left, or our task was cancelled (server shutdown): so is the job.
+            if not job.done:
+                job.disconnect()
+
+
+async def _until_done(job: GatewayJob) -> None:
+    while not job.done:
+        job.wake.clear()
+        await job.wake.wait()
+
+
+class SSEFormat(Protocol):
+    """What a streamed endpoint sends; the transport is ``JobStream``'s."""
+
+    def start(self) -> list[Mapping[str, Any]]: ...
+
+    def piece(self, text: str) -> Sequence[Mapping[str, Any]]:
+        """The chunks of one piece: none while it is held back (a tool call's
+        tail), several when it completes what was."""
+
+    def end(self, job: GatewayJob) -> list[Mapping[str, Any]]: ...
+
+
+class JobStream(Response):
+    """A streamed answer (SSE): comment lines while the job waits (its queue
+    position and tier, so a UI can show "waiting behind 3 jobs"), then one
+    ``data:`` event per generated piece, then ``data: [DONE]``."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        job: GatewayJob,
+        fmt: SSEFormat,
+        error: Callable[[GatewayJob], APIError | None],
+        heartbeat: float,
+    ) -> None:
+        self.job = job
+        self.fmt = fmt
+        self.error = error
+        self.heartbeat = heartbeat
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        job = self.job
+        headers = {
+            "Cache-Control": "no-cache",
+            # nginx and others buffer responses unless told not to: tokens would arrive in bursts.
+            "X-Accel-Buffering": "no",
+            **_headers(job),
+        }
+        try:
+            async with client_gone(receive) as gone:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", b"text/event-stream; charset=utf-8"),
+                            *((k.lower().encode(), v.encode()) for k, v in headers.items()),
+                        ],
+                    }
+                )
+                with cancelled_by(gone):
+                    await self._body(send)
+        finally:
+            # The client left, or our task was cancelled (server shutdown): so is the job.
+            if not job.done:
+                job.disconnect()
+
+    async def _body(self, send: Send) -> None:
+        # Woken after scheduler events too (throttled), to tell its position.
+        changes = self.job.gateway.changes
+        changes.watch(self.job.wake)
+        try:
+            await self._send_all(send)
+        finally:
+            changes.unwatch(self.job.wake)
+
+    async def _send_all(self, send: Send) -> None:
+        job = self.job
+        sent = 0
+        last_note: str | None = None
+        started = False
+        while True:
+            # Cleared before looking, so a wake-up during a send is not lost.
+            job.wake.clear()
+            out = bytearray()
+            if sent < len(job.produced):
+                if not started:
+                    out += b"".join(sse_data(chunk) for chunk in self.fmt.start())
+                    started = True
+                for piece in job.produced[sent:]:
+                    out += b"".join(sse_data(chunk) for chunk in self.fmt.piece(piece))
+                sent = len(job.produced)
+            if job.done:
+                failure = self.error(job)
+                if failure is not None:
+                    # OpenAI's clients raise APIError on a data event with "error".
+                    out += sse_data(failure.body())
+                else:
+                    if not started:
+                        out += b"".join(sse_data(chunk) for chunk in self.fmt.start())
+                    out += b"".join(sse_data(chunk) for chunk in self.fmt.end(job))
+                    out += sse_data("[DONE]")
+                await send({"type": "http.response.body", "body": bytes(out), "more_body": False})
+                return
+            note = job.note()
+            if note is not None and note != last_note:
+                out += sse_comment(note)
+                last_note = note
+            if out:
+                await send({"type": "http.response.body", "body": bytes(out), "more_body": True})
+            with anyio.move_on_after(self.heartbeat) as quiet:
+                await job.wake.wait()
+            if quiet.cancelled_caught:
+                # Keeps proxies from closing a quiet stream (a long wait in the queue).
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": sse_comment(note or "tierlm keep-alive"),
+                        "more_body": True,
+                    }
+                )
+
+
+class EventStream(Response):
+    """A server-sent event stream of ``events()``'s chunks, ended (and the
+    generator closed) the moment the client disconnects, even while the
+    generator waits for something to send."""
+
+    def __init__(self, events: Callable[[], AsyncGenerator[bytes, None]]) -> None:
+        self.events = events
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
+        async with client_gone(receive) as gone, contextlib.aclosing(self.events()) as events:
+            with cancelled_by(gone):
+                async for chunk in events:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})

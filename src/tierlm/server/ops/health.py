@@ -1,0 +1,61 @@
+"""``/health`` (liveness) and ``/ready`` (readiness), without a key: what a
+supervisor or a load balancer polls.
+
+- ``GET /health``: 200 while the process serves requests at all, with a summary
+  (backend, loaded model, queue depth). A supervisor restarts the process when
+  this fails; a model that failed to load is no reason to (restarting would not
+  load it either), so that is ``/ready``'s to say.
+- ``GET /ready``: 200 when a request can be served now: a model is loaded (or,
+  with ``preload = false``, none is due yet), or the upstream answers; 503 with
+  ``reason`` otherwise, and while the gateway shuts down. A load balancer sends
+  traffic only to a ready gateway. The reason never shows an upstream's address.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from tierlm.server.gateway.gateway import Gateway
+
+__all__ = ["routes"]
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+def _summary(gateway: Gateway) -> dict[str, Any]:
+    snap = gateway.scheduler.snapshot()
+    return {
+        "backend": gateway.settings.backend.kind,
+        "loaded_model": snap.loaded_model,
+        "paused": snap.paused,
+        "running": snap.running is not None,
+        "queue_depth": snap.queue_depth,
+        **gateway.runner_state(),
+    }
+
+
+async def health(request: Request) -> Response:
+    gateway = _gateway(request)
+    return JSONResponse({"status": "ok", **_summary(gateway)})
+
+
+async def ready(request: Request) -> Response:
+    gateway = _gateway(request)
+    reason = await gateway.not_ready()
+    if reason is not None:
+        return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
+    return JSONResponse({"status": "ready", **_summary(gateway)})
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+    ]

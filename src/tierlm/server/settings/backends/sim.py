@@ -1,0 +1,71 @@
+"""``kind = "sim"``: a simulated device, for trying the API, the scheduling and
+the dashboard without a model (``tierlm.runners.SimulatedRunner``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from tierlm.runners.protocol import Runner
+from tierlm.runners.simulated import DEFAULT_SWAP_SECONDS, DEFAULT_TOKEN_INTERVAL
+from tierlm.server.settings.backends.base import MODELS, BackendSettings, ModelTable, at_least_one
+from tierlm.server.settings.duration import Duration
+from tierlm.server.settings.schema import Flag, Schema
+
+__all__ = ["SimBackend", "SimModel"]
+
+# Two simulated models, so swaps can be tried without a model file.
+DEFAULT_SIM_MODELS = ("sim-a", "sim-b")
+
+
+class SimModel(Schema):
+    """A simulated model: it has no file, only an idle time to live."""
+
+    keep_alive: Duration = None
+    """Unload the model after this long idle (``"10m"``; unset: keep it until a swap)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_settings(cls, value: Any) -> Any:
+        if value is None:  # `--model ID`, or an id in a list
+            return {}
+        if isinstance(value, str):
+            raise ValueError(
+                f"a simulated model has no file or upstream name, got {value!r}: give its id alone"
+            )
+        return value
+
+
+class SimBackend(BackendSettings):
+    """A simulated device producing ``w0 w1 w2 ...``."""
+
+    kind: Literal["sim"] = "sim"
+    models: Annotated[Mapping[str, SimModel], ModelTable, AfterValidator(at_least_one), MODELS] = (
+        Field(default_factory=lambda: {name: SimModel() for name in DEFAULT_SIM_MODELS})
+    )
+    """The simulated models' ids (default ``sim-a``, ``sim-b``)."""
+    token_interval: Annotated[float, Flag("--token-interval", "S"), Field(gt=0)] = (
+        DEFAULT_TOKEN_INTERVAL
+    )
+    """Seconds per token (SimulatedRunner's default: a phone-class device)."""
+    prefill_per_token: Annotated[float, Field(ge=0)] = 0.0
+    """Seconds per prompt token before the first token (default: none)."""
+    swap_seconds: Annotated[float, Flag("--swap-seconds", "S"), Field(ge=0)] = DEFAULT_SWAP_SECONDS
+    """Seconds per swap (SimulatedRunner's default: the seed's ~10 s)."""
+
+    default_embedder: ClassVar[str] = "sim"
+
+    def make_runner(self) -> Runner:
+        from tierlm.runners.simulated import SimulatedRunner
+
+        models = self.model_ids()
+        return SimulatedRunner(
+            token_interval=self.token_interval,
+            prefill_per_token=self.prefill_per_token,
+            swap_seconds=self.swap_seconds,
+            # The simulated device starts holding the first model (a preload for free).
+            initial_model=models[0] if self.preload else None,
+            models=models,
+        )

@@ -1,0 +1,446 @@
+"""The shell's engine room: the jobs, the device, and doing what the policy says.
+
+``Scheduler`` (the public API) checks what callers pass and hands jobs here. The
+``Dispatcher`` owns the jobs, the running job and its cancel token, the loaded
+model, the wake-up timer and the lifecycle flags; at every event it asks the
+policy what to do and does it: dispatch, swap through the runner, stop a job at
+its next token boundary, re-queue, resolve handles, tell listeners
+(docs/design.md §1 scheduler, §4). It makes no scheduling decision itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from tierlm.core.config import SchedulerConfig
+from tierlm.core.jobs import Job
+from tierlm.core.policy import Policy, Preemption
+from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.protocol import Runner, Unloadable
+from tierlm.shell.events import (
+    JobCancelled,
+    JobCompleted,
+    JobFailed,
+    JobStarted,
+    JobStuck,
+    JobSubmitted,
+    Paused,
+    Preempting,
+    Requeued,
+    Resumed,
+    SchedulerEvent,
+    SwapFinished,
+    SwapStarted,
+)
+from tierlm.shell.handles import JobContext, JobHandle, JobState
+from tierlm.shell.journal import Journal
+from tierlm.shell.snapshot import SchedulerStats
+
+__all__ = ["Dispatcher", "Entry", "Listener"]
+
+logger = logging.getLogger("tierlm")
+
+T = TypeVar("T")
+Listener = Callable[[SchedulerEvent], None]
+
+# The policy's kind of preemption as the job's cancel reason (docs/design.md §4
+# preemption kinds); both re-queue a re-queueable job.
+_REASONS = {Preemption.YIELD: CancelReason.YIELD, Preemption.PREEMPT: CancelReason.PREEMPTED}
+_PREEMPTIONS = frozenset(_REASONS.values())
+
+
+@dataclass(eq=False, slots=True)
+class Entry(Generic[T]):
+    """The shell's side of a job: its work, future, handle, journal and current run."""
+
+    job: Job
+    work: Callable[[JobContext], Awaitable[T]]
+    future: asyncio.Future[T]
+    handle: JobHandle[T]
+    journal: Journal
+    token: CancelToken | None = None
+    task: asyncio.Task[None] | None = None
+    attempts: int = 0
+    preemptions: int = 0
+    cancel_requested: CancelReason | None = None
+    swapping: bool = False
+
+
+# How a run ended: the shell's typed results.
+@dataclass(frozen=True, slots=True)
+class _Returned:
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class _Stopped:
+    reason: CancelReason
+
+
+_Outcome = _Returned | _Raised | _Stopped
+
+
+class Dispatcher:
+    """Runs jobs on one device as the policy decides (module docstring)."""
+
+    def __init__(self, runner: Runner, policy: Policy, config: SchedulerConfig) -> None:
+        self.runner = runner
+        self.policy = policy
+        self.config = config
+        self.stats = SchedulerStats()
+        self.entries: dict[int, Entry[Any]] = {}
+        self.running: Entry[Any] | None = None
+        self.running_since: float | None = None
+        self.model: str | None = runner.loaded_model
+        """The model the device holds, or is swapping to."""
+        self.swapping_to: str | None = None
+        self.paused = False
+        self.held = 0
+        """Device operations waiting for, or holding, the device: nothing new starts."""
+        self.closed = False
+        self.stuck: dict[int, Entry[Any]] = {}
+        self.listeners: list[Listener] = []
+        self.version = 0
+        """Bumped at every event and decision: caches of derived views key on it."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._idle: asyncio.Event | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when: float | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def now(self) -> float:
+        assert self.loop is not None
+        return self.loop.time()
+
+    def emit(self, event: SchedulerEvent) -> None:
+        """Tell every listener. Listeners run synchronously inside the
+        scheduler's step: one that raises is logged and the rest still hear the
+        event, so no listener can break the scheduler (docs/design.md §2 events)."""
+        self.version += 1
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("listener %r failed on %s", listener, type(event).__name__)
+
+    # -- what the API asks ------------------------------------------------------
+
+    def add(self, entry: Entry[Any], now: float) -> None:
+        """A new job: into the queue, then decide."""
+        self.entries[entry.job.id] = entry
+        self.stats.submitted += 1
+        self.policy.submit(entry.job, now)
+        self.emit(JobSubmitted(now, entry.job))
+        self.reschedule()
+
+    def cancel(self, handle: JobHandle[Any], reason: CancelReason) -> bool:
+        """``JobHandle.cancel``: queued, removed at once; running, stopped."""
+        entry = self.entries.get(handle.id)
+        if entry is None or entry.future.done():
+            return False
+        if entry is self.running:
+            if entry.cancel_requested is not None:
+                return False
+            entry.cancel_requested = reason
+            self.stop_running(reason)
+            return True
+        self.policy.remove(entry.job, self.now())
+        self._resolve(entry, _Stopped(reason))
+        self.reschedule()
+        return True
+
+    def close(self) -> None:
+        """Queued jobs end with ``Cancelled(SHUTDOWN)``; the running one is stopped."""
+        self.closed = True
+        self._cancel_timer()
+        now = self.now()
+        for entry in list(self.entries.values()):
+            if entry is not self.running:
+                self.policy.remove(entry.job, now)
+                self._resolve(entry, _Stopped(CancelReason.SHUTDOWN))
+        if self.running is not None:
+            self.stop_running(CancelReason.SHUTDOWN)
+
+    def hold(self) -> None:
+        """``pause()``: dispatch nothing; preempt a running re-queueable job."""
+        self.paused = True
+        self._cancel_timer()
+        self.emit(Paused(self.now()))
+        running = self.running
+        if running is not None and running.job.task_class.requeue:
+            # The app is leaving the device to its other user (seed scenario 8):
+            # stopped at once, a prompt evaluation too, not yielded
+            # (docs/design.md §4 preemption kinds, lifecycle).
+            self.stop_running(CancelReason.PREEMPTED)
+
+    def release(self) -> None:
+        """``resume()``: dispatch again."""
+        self.paused = False
+        self.emit(Resumed(self.now()))
+        self.reschedule()
+
+    async def idle(self) -> None:
+        """Return once no job runs."""
+        assert self._idle is not None
+        await self._idle.wait()
+
+    async def exclusive(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run ``operation`` (a load, an unload) on the device with no job on it:
+        no job starts from now, and the running one (if any) ends first; it is
+        still preempted for a better one, which then waits for the operation.
+        The loaded model is the runner's afterwards."""
+        self.held += 1
+        try:
+            while self.running is not None:
+                await self.idle()
+            return await operation()
+        finally:
+            self.held -= 1
+            self.model = self.runner.loaded_model
+            self.reschedule()
+
+    async def unload(self, model_id: str | None) -> str | None:
+        """``Scheduler.unload_model``: the runner's unload, run ``exclusive``."""
+        runner = self.runner
+        if not isinstance(runner, Unloadable):
+            raise RunnerError(f"{type(runner).__name__} cannot unload its model")
+
+        async def unload() -> str | None:
+            loaded = runner.loaded_model
+            if loaded is None or model_id not in (None, loaded):
+                return None
+            await runner.unload()
+            return loaded
+
+        return await self.exclusive(unload)
+
+    # -- the decision point -----------------------------------------------------
+
+    def reschedule(self) -> None:
+        """Ask the policy what to do now, and do it (docs/design.md §4 preemption)."""
+        if self.closed or self.loop is None:
+            return
+        self.version += 1
+        now = self.loop.time()
+        running = self.running
+        if running is not None:
+            assert running.token is not None
+            # A job that is only yielding is asked again: a person's preemption
+            # then cuts its prompt evaluation short (docs/design.md §4
+            # preemption kinds).
+            if not running.token.aborts_prompt:
+                preemption = self.policy.should_preempt(running.job, now, self.model)
+                if preemption is not None:
+                    self.stop_running(_REASONS[preemption])
+        elif not self.paused and not self.held:
+            job = self.policy.pick(now, self.model)
+            if job is not None:
+                self._start(self.entries[job.id], now)
+        self._arm_timer(now)
+
+    def _arm_timer(self, now: float) -> None:
+        when = None if self.paused else self.policy.next_wakeup(now)
+        if when is not None and when <= now:
+            # A policy must report future times only; waking at `now` again would
+            # spin forever at one instant (a livelock on a virtual clock).
+            when = None
+        if when == self._timer_when:
+            return
+        self._cancel_timer()
+        if when is not None:
+            assert self.loop is not None
+            self._timer_when = when
+            self._timer = self.loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_when = None
+        self.reschedule()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._timer_when = None
+
+    # -- running a job ----------------------------------------------------------
+
+    def _start(self, entry: Entry[Any], now: float) -> None:
+        assert self.loop is not None and self._idle is not None
+        entry.token = CancelToken()
+        entry.attempts += 1
+        entry.handle.state = JobState.RUNNING
+        self.running = entry
+        self.running_since = now
+        self._idle.clear()
+        self.policy.started(entry.job, now)
+        self.emit(JobStarted(now, entry.job, entry.attempts))
+        entry.task = self.loop.create_task(self._run(entry, entry.token))
+
+    async def _run(self, entry: Entry[Any], token: CancelToken) -> None:
+        job = entry.job
+        outcome: _Outcome
+        try:
+            if self.model != job.model_id or self.runner.loaded_model != job.model_id:
+                await self._swap(entry, job.model_id)
+            token.raise_if_cancelled()
+            entry.journal.start_run()
+            ctx = JobContext(
+                job.id,
+                job.model_id,
+                self.runner,
+                token,
+                entry.attempts,
+                entry.journal,
+                on_direct=lambda: _restarts(job),
+            )
+            outcome = _Returned(await entry.work(ctx))
+        except Cancelled as exc:
+            outcome = _Stopped(token.reason or exc.reason)
+        except asyncio.CancelledError:
+            # Forced after cancel_grace (see _on_stuck), or the loop is closing.
+            outcome = _Stopped(token.reason or CancelReason.SHUTDOWN)
+        except Exception as exc:
+            # Level-triggered cancel: an error raised while stopping (a closed
+            # stream, say) is the stop, not a failure of the job.
+            outcome = _Stopped(token.reason) if token.reason is not None else _Raised(exc)
+        self._finish(entry, outcome)
+
+    async def _swap(self, entry: Entry[Any], model_id: str) -> None:
+        """Load ``model_id``; not interruptible (docs/design.md §4), counted and timed."""
+        started = self.now()
+        previous = self.model
+        self.swapping_to = model_id
+        entry.swapping = True
+        self.model = model_id
+        self.emit(SwapStarted(started, entry.job, previous))
+        try:
+            await self.runner.load(model_id)
+        except asyncio.CancelledError:
+            raise
+        except RunnerError:
+            self.model = self.runner.loaded_model
+            raise
+        except Exception as exc:
+            self.model = self.runner.loaded_model
+            raise RunnerError(
+                f"model {model_id!r}: load failed: {type(exc).__name__}: {exc}", model_id=model_id
+            ) from exc
+        finally:
+            entry.swapping = False
+            self.swapping_to = None
+        ended = self.now()
+        self.stats.swaps += 1
+        self.stats.swap_seconds += ended - started
+        self.policy.swapped(model_id, ended - started, ended)
+        self.emit(SwapFinished(ended, entry.job, previous, ended - started))
+
+    def stop_running(self, reason: CancelReason) -> None:
+        entry = self.running
+        assert entry is not None and entry.token is not None and self.loop is not None
+        token = entry.token
+        first = not token.cancelled
+        aborted = token.aborts_prompt
+        if not token.cancel(reason):
+            return  # already stopping for this reason or a stronger one
+        if first and reason in _PREEMPTIONS:  # a yield cut short counts once
+            self.stats.preemptions += 1
+            self.emit(Preempting(self.loop.time(), entry.job, reason))
+        # The grace runs from the first cancel that must stop the job within a
+        # token. A yield lets a prompt evaluation finish first, however long it
+        # takes (docs/design.md §4 preemption kinds), so it starts none.
+        if token.aborts_prompt and not aborted:
+            self.loop.call_later(self.config.cancel_grace, self._on_stuck, entry, token)
+
+    def _on_stuck(self, entry: Entry[Any], token: CancelToken) -> None:
+        """A cancelled job did not stop within ``cancel_grace``: report, then force."""
+        if self.running is not entry or entry.token is not token or entry.task is None:
+            return
+        assert self.loop is not None
+        if entry.swapping:  # a swap is not interruptible; the grace starts after it
+            self.loop.call_later(self.config.cancel_grace, self._on_stuck, entry, token)
+            return
+        self.stats.stuck += 1
+        self.stuck[entry.job.id] = entry
+        logger.warning(
+            "job #%d (%s on %s) did not stop within %.1f s of its cancel (%s); cancelling its task",
+            entry.job.id,
+            entry.job.class_name,
+            entry.job.model_id,
+            self.config.cancel_grace,
+            token.reason.value if token.reason else "?",
+        )
+        self.emit(JobStuck(self.loop.time(), entry.job))
+        entry.task.cancel()
+
+    def _finish(self, entry: Entry[Any], outcome: _Outcome) -> None:
+        assert self._idle is not None
+        now = self.now()
+        job = entry.job
+        self.policy.finished(job, now)
+        self.running = None
+        self.running_since = None
+        self.stuck.pop(job.id, None)
+        if isinstance(outcome, _Stopped):
+            reason = entry.cancel_requested or outcome.reason
+            if reason in _PREEMPTIONS and job.task_class.requeue and not self.closed:
+                entry.preemptions += 1
+                entry.handle.state = JobState.QUEUED
+                self.stats.requeues += 1
+                self.policy.requeue(job, now)
+                self.emit(Requeued(now, job))
+            else:
+                # Its caller is told "preempted", whichever kind stopped it:
+                # the difference is the device's, not the caller's.
+                preempted = CancelReason.PREEMPTED if reason in _PREEMPTIONS else reason
+                self._resolve(entry, _Stopped(preempted))
+        else:
+            self._resolve(entry, outcome)
+        self._idle.set()
+        self.reschedule()
+
+    def _resolve(self, entry: Entry[Any], outcome: _Outcome) -> None:
+        """End a job for good: exactly once (docs/design.md §7 invariant)."""
+        job = entry.job
+        self.entries.pop(job.id, None)
+        entry.journal.clear()  # docs/design.md §4: a journal ends with its job
+        if entry.future.done():
+            return
+        now = self.now()
+        if isinstance(outcome, _Returned):
+            entry.handle.state = JobState.DONE
+            self.stats.completed += 1
+            entry.future.set_result(outcome.value)
+            self.emit(JobCompleted(now, job))
+        elif isinstance(outcome, _Raised):
+            entry.handle.state = JobState.FAILED
+            self.stats.failed += 1
+            entry.future.set_exception(outcome.error)
+            logger.info("job #%d (%s) failed: %r", job.id, job.class_name, outcome.error)
+            self.emit(JobFailed(now, job, outcome.error))
+        else:
+            entry.handle.state = JobState.CANCELLED
+            self.stats.cancelled += 1
+            detail = ""
+            if outcome.reason is CancelReason.PREEMPTED:
+                detail = f"{job.class_name} jobs are not re-queued (class requeue=False)"
+            entry.future.set_exception(Cancelled(outcome.reason, detail))
+            self.emit(JobCancelled(now, job, outcome.reason))
+
+
+def _restarts(job: Job) -> None:
+    """Its work drives the runner itself: a preemption makes it start over
+    (docs/design.md §4 preemption kinds)."""
+    job.resumable = False
