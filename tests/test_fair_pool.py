@@ -28,7 +28,7 @@ from tierlm import (
     TaskClass,
 )
 from tierlm.core import Job, TieredPolicy, default_classes
-from tierlm.testing import run_virtual
+from tierlm.testing import next_start, run_virtual
 
 WINDOW = 300.0  # the pool floor's window (docs/design.md §4)
 
@@ -375,9 +375,8 @@ def _build(producers: int) -> tuple[TieredPolicy, Callable[[], None]]:
 
     def step() -> None:
         now = clock["now"]
-        running = policy.pick(now, "m1")
+        running = next_start(policy, now, "m1")
         assert running is not None
-        policy.started(running, now)
         policy.submit(job(clock["next"], now), now)
         clock["next"] += 1
         policy.should_preempt(running, now + 0.5, running.model_id)
@@ -422,8 +421,7 @@ def test_idle_producers_are_forgotten_memory_stays_bounded() -> None:
     for i in range(20_000):  # a new producer every second
         job = Job(i + 1, classes["gana"], "m1", f"user{i}", None, None, now)
         policy.submit(job, now)
-        assert policy.pick(now, "m1") is job
-        policy.started(job, now)
+        assert next_start(policy, now, "m1") is job
         now += 1.0
         policy.finished(job, now)
     # Each producer is two entities (its path node and its own jobs' leaf),

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tierlm.core import Foreground, Job, SchedulerConfig, TaskClass, TieredPolicy, default_classes
+from tierlm.testing import next_start
 
 # No budget here: the jobs this test runs would move extraction's share, and a
 # budget's share is past busy time, which positions do not model (§2).
@@ -84,9 +85,8 @@ def build(
     # History: jobs run for a while, so the pool's producers stand apart.
     for spec, seconds in case["history"]:
         policy.submit(make(spec, False), now)
-        running = policy.pick(now, loaded)
+        running = next_start(policy, now, loaded)
         if running is not None:
-            policy.started(running, now)
             now += seconds
             policy.finished(running, now)
             loaded = running.model_id
@@ -104,7 +104,7 @@ def test_position_one_is_the_next_pick(case: dict[str, Any]) -> None:
     policy, now, loaded = build(case, pool_on_one_model=False)
     expected = policy.queue_order(now, loaded)
     assert sorted(j.id for j in expected) == sorted(j.id for j in policy.queued())
-    job = policy.pick(now, loaded)
+    job = next_start(policy, now, loaded)
     assert job is not None and job.id == expected[0].id
 
 
@@ -115,11 +115,10 @@ def test_queue_order_is_the_order_successive_one_slice_runs_take(case: dict[str,
     expected = policy.queue_order(now, loaded)
     taken = []
     while len(policy):
-        job = policy.pick(now, loaded)
+        job = next_start(policy, now, loaded)
         assert job is not None
         taken.append(job)
         loaded = job.model_id
-        policy.started(job, now)  # each runs one slice, then ends
         now += SLICE
         policy.finished(job, now)
     assert [j.id for j in taken] == [j.id for j in expected]

@@ -30,7 +30,7 @@ from tierlm import (
 )
 from tierlm.core import Job, TieredPolicy, default_classes
 from tierlm.runners import SimulatedRunner
-from tierlm.testing import run_virtual
+from tierlm.testing import next_start, run_virtual
 
 
 def test_foreground_subject_hoists_only_its_subject_not_the_backfill() -> None:
@@ -236,14 +236,12 @@ def test_return_keeps_what_was_owed_and_banks_nothing() -> None:
     policy.submit(b_job, 0.0)
     a_job = job("A", 0.0)
     policy.submit(a_job, 0.0)
-    assert policy.pick(0.0, "m1") is b_job  # level; B came first
-    policy.started(b_job, 0.0)
+    assert next_start(policy, 0.0, "m1") is b_job  # level; B came first
     policy.finished(b_job, 7.0)  # B ran 7 s while A waited
     policy.requeue(b_job, 7.0)
     assert lag_of_a() == pytest.approx(3.5)
     policy.remove(a_job, 7.0)  # A leaves, owed 3.5 s
-    assert policy.pick(7.0, "m1") is b_job
-    policy.started(b_job, 7.0)
+    assert next_start(policy, 7.0, "m1") is b_job
     policy.finished(b_job, 30.0)  # B runs on alone for 23 s
     policy.requeue(b_job, 30.0)
     policy.submit(job("A", 90.0), 90.0)  # back after 83 s < idle_reset

@@ -24,18 +24,23 @@ class BudgetMeter:
 
     def __init__(self, window: float) -> None:
         self.window = window
-        # (start, end, mine) of ended runs, oldest first.
-        self._intervals: deque[tuple[float, float, bool]] = deque()
+        # (start, end, mine) of ended busy spans, oldest first; ``mine`` is the
+        # class's part of the device over the span (0..1: with k slots, its
+        # share of the sequences running, docs/design.md §4.7).
+        self._intervals: deque[tuple[float, float, float]] = deque()
         self._total = 0.0
         self._mine_total = 0.0
-        self._running: tuple[float, bool] | None = None
+        self._running: tuple[float, float] | None = None
 
-    def start(self, now: float, mine: bool) -> None:
-        """The device became busy (a job was dispatched, its swap included)."""
-        self._running = (now, mine)
+    def start(self, now: float, mine: float) -> None:
+        """The device is busy from ``now``, ``mine`` of it this class's (1 or 0
+        with one slot; a job was dispatched, its swap included). Called again
+        when the running set changes: the span so far is closed at its share."""
+        self.stop(now)
+        self._running = (now, float(mine))
 
     def stop(self, now: float) -> None:
-        """The running job ended."""
+        """The device is idle from ``now``."""
         if self._running is None:
             return
         start, mine = self._running
@@ -43,16 +48,14 @@ class BudgetMeter:
         if now > start:
             self._intervals.append((start, now, mine))
             self._total += now - start
-            if mine:
-                self._mine_total += now - start
+            self._mine_total += (now - start) * mine
 
     def _trim(self, cutoff: float) -> None:
         intervals = self._intervals
         while intervals and intervals[0][1] <= cutoff:
             start, end, mine = intervals.popleft()
             self._total -= end - start
-            if mine:
-                self._mine_total -= end - start
+            self._mine_total -= (end - start) * mine
         if not intervals:
             # Re-zero to shed floating-point drift from long add/subtract chains.
             self._total = self._mine_total = 0.0
@@ -66,15 +69,13 @@ class BudgetMeter:
             start, _end, mine = self._intervals[0]
             if start < cutoff:  # the one interval that straddles the window start
                 total -= cutoff - start
-                if mine:
-                    mine_total -= cutoff - start
+                mine_total -= (cutoff - start) * mine
         if self._running is not None:
             start, mine = self._running
             part = now - max(start, cutoff)
             if part > 0:
                 total += part
-                if mine:
-                    mine_total += part
+                mine_total += part * mine
         return max(0.0, mine_total), max(0.0, total)
 
     def share(self, now: float) -> float:

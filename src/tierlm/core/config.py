@@ -76,6 +76,14 @@ class SchedulerConfig:
     class_weights: Mapping[str, float] = field(default_factory=dict)
     """Fair-pool weight per fair task class, at the pool's top level. Default 1."""
 
+    chat_slowdown: float = 1.25
+    """docs/design.md §4.7 chat latency guard: while a person's sequence (T0, T1)
+    runs on a batched device, the batch around it is cut so that its time per
+    output token stays within this factor of running alone, by the step-time
+    curve the runner reports. 1.25: a chat at 80 % of its solo speed reads as
+    unchanged (a reader of 5-8 words/s is far slower than either), and on the
+    measured llama.cpp CPU curve it still admits a few background sequences."""
+
     cancel_grace: float = 5.0
     """Seconds a cancelled job may take to stop before the shell reports it as
     stuck and stops waiting for it. Runners stop within a token, so
@@ -104,6 +112,11 @@ class SchedulerConfig:
             "cancel_grace",
         ):
             _check_number(name, getattr(self, name))
+        _check_number("chat_slowdown", self.chat_slowdown)
+        if self.chat_slowdown < 1:
+            raise ValueError(
+                f"SchedulerConfig.chat_slowdown: must be a factor >= 1, got {self.chat_slowdown!r}"
+            )
         _check_number("slice", self.slice)
         if self.slice == 0 or math.isinf(self.slice):
             raise ValueError(f"SchedulerConfig.slice: must be seconds > 0, got {self.slice!r}")

@@ -106,8 +106,9 @@ class Entity:
         """Queued and running jobs in this subtree; 0 = departed (or new)."""
         self.departed_at: float | None = None
         self.departures = 0
-        self.running = False
-        """On the path of the running job (wins ties, docs/design.md §6.6)."""
+        self.running = 0
+        """Running jobs on paths through it (non-zero: it wins ties,
+        docs/design.md §6.6; with k slots several may run, §4.7)."""
         self.queued: dict[str, int] = {}
         """Queued jobs in this subtree per model: a member of the parent's
         index for exactly these models."""

@@ -10,28 +10,30 @@ from __future__ import annotations
 
 from tierlm.core.eevdf import Entity, Loan, Rank
 from tierlm.core.fairness import FairPool
+from tierlm.core.jobs import Job
 
 __all__ = ["best", "best_loan", "vruntimes"]
 
 
 def best(
-    pool: FairPool, model: str, skip: frozenset[str], *, with_running: bool = False
+    pool: FairPool, model: str, skip: frozenset[str], *, running_job: Job | None = None
 ) -> tuple[tuple[object, ...], int] | None:
     """EEVDF at every level, among jobs on ``model``: (the path's ranks, job id).
 
-    With ``with_running`` the running job competes too, its path winning ties
+    With ``running_job`` that running job competes too, its path winning ties
     (a preemption that leads back to it never happens, docs/design.md §6.6).
     Answers for different models compare by their ranks as the unrestricted
     pick would order them, so the best of the per-model answers is the pool's
     best job (docs/design.md §4 affinity)."""
-    job = pool.running_job
-    running = with_running and job is not None
-    path = pool.running_path
+    job = running_job
+    found = pool.running_path(job) if job is not None else None
+    running = found is not None
+    path = found or []
     root = node = pool.root
     chosen: Entity | None = None
     chosen_rank: Rank | None = None
     for entity in root.children.values():
-        if entity.name not in skip and (model in entity.queued or (running and entity.running)):
+        if entity.name not in skip and (model in entity.queued or (running and entity is path[0])):
             rank = root.rank(entity)
             if chosen_rank is None or rank < chosen_rank:
                 chosen, chosen_rank = entity, rank
@@ -41,7 +43,12 @@ def best(
         node = chosen
         if node.key is None:  # a producer's own jobs
             oldest = pool.oldest(node, model)
-            if running and node.running and job is not None and (oldest is None or job.id < oldest):
+            if (
+                running
+                and node is path[-1]
+                and job is not None
+                and (oldest is None or job.id < oldest)
+            ):
                 oldest = job.id
             if oldest is None:
                 return None
@@ -49,7 +56,7 @@ def best(
             return tuple(ranks), oldest
         index = node.indexes.get(model)
         chosen = index.pick(node) if index is not None else None
-        if running and node.running:
+        if running and (node is root or node is path[node.depth - 1]):
             mine = path[node.depth]
             if chosen is None or node.rank(mine) <= node.rank(chosen):
                 chosen = mine

@@ -77,8 +77,8 @@ class FairPool:
         self._overdue: set[int] = set()  # queued job ids counted in overdue_n
         self._ticket = 0
         self._departed: deque[tuple[float, Entity, int]] = deque()
-        self._running: list[Entity] = []  # the running job's path, class first
-        self._running_job: Job | None = None
+        # The running jobs' paths, class first: one per slot in use (docs/design.md §4.7).
+        self._running: dict[int, tuple[Job, list[Entity]]] = {}
         self._charged_ns = 0
         self.version = 0
         """Bumped by every change: cached decisions compare it."""
@@ -242,16 +242,22 @@ class FairPool:
     # -- running ----------------------------------------------------------------------
 
     def start(self, job: Job, now: float) -> None:
-        """``job`` (already dequeued to run) holds the device from ``now``."""
-        self._running = list(reversed(self.leaf(job.class_name, job.producer).path))
-        self._running_job = job
-        for entity in self._running:
-            entity.running = True
-        self._charged_ns = to_ns(now)
+        """``job`` (already dequeued to run) holds a slot of the device from ``now``."""
+        self.charge(now)  # the others' time so far, at the share they had
+        if not self._running:
+            self._charged_ns = to_ns(now)
+        path = list(reversed(self.leaf(job.class_name, job.producer).path))
+        self._running[job.id] = (job, path)
+        for entity in path:
+            entity.running += 1
         self.version += 1
 
     def charge(self, now: float) -> None:
-        """Charge the running path for the device time since the last charge."""
+        """Charge the running paths for the device time since the last charge.
+
+        A batch step's time is shared equally by the sequences in it
+        (docs/design.md §4.7 fairness in a batch): with n running, each path
+        is charged 1/n of the elapsed time. With one slot, all of it."""
         if not self._running:
             return
         now_ns = to_ns(now)
@@ -259,37 +265,34 @@ class FairPool:
         if delta <= 0:
             return
         self._charged_ns = now_ns
-        for entity in self._running:
-            step = delta * SCALE // entity.load
-            entity.v += step
-            parent = entity.parent
-            assert parent is not None
-            parent.sum_lv += entity.load * step
-            if entity.v >= entity.vd:  # its request is served: a new one, one slice on
-                entity.vd = entity.v + entity.slice_v
-        self._refresh(self._running[-1])
+        share = len(self._running)
+        for _job, path in self._running.values():
+            for entity in path:
+                step = delta * SCALE // (entity.load * share)
+                entity.v += step
+                parent = entity.parent
+                assert parent is not None
+                parent.sum_lv += entity.load * step
+                if entity.v >= entity.vd:  # its request is served: a new one, one slice on
+                    entity.vd = entity.v + entity.slice_v
+            self._refresh(path[-1])
 
-    def stop(self, now: float) -> None:
-        """The running job ended (any way): charge it, then it is no longer present."""
-        if not self._running:
+    def stop(self, job: Job, now: float) -> None:
+        """A running job ended (any way): charge it, then it is no longer present."""
+        if job.id not in self._running:
             return
         self.charge(now)
-        leaf = self._running[-1]
-        for entity in self._running:
-            entity.running = False
-        self._running = []
-        self._running_job = None
+        _job, path = self._running.pop(job.id)
+        leaf = path[-1]
+        for entity in path:
+            entity.running -= 1
         self._deactivate(leaf, now)
         self._refresh(leaf)
 
-    @property
-    def running_job(self) -> Job | None:
-        return self._running_job
-
-    @property
-    def running_path(self) -> list[Entity]:
-        """The running job's path, its class first (depth d at index d - 1)."""
-        return self._running
+    def running_path(self, job: Job) -> list[Entity] | None:
+        """A running job's path, its class first (depth d at index d - 1)."""
+        found = self._running.get(job.id)
+        return found[1] if found is not None else None
 
     def queued_leaf(self, job_id: int) -> Entity | None:
         """The leaf of a queued pool job (None if it is not queued)."""
@@ -363,8 +366,8 @@ class FairPool:
         queued = self._queued.get(job.id)
         if queued is not None:
             leaf: Entity | None = queued[0]
-        elif job is self._running_job:
-            leaf = self._running[-1]
+        elif job.id in self._running:
+            leaf = self._running[job.id][1][-1]
         else:
             leaf = self._find_leaf(job)
         return (

@@ -40,8 +40,9 @@ class PoolFloor:
         self.active = False
         """The floor is owed: overdue work waits for the pool."""
 
-    def start(self, now: float, pool: bool) -> None:
-        """A job started; ``pool``: it runs in the pool's own order (not as a loan)."""
+    def start(self, now: float, pool: float) -> None:
+        """The running set changed; ``pool``: the part of it that runs in the
+        pool's own order, not as a loan (1 or 0 with one slot)."""
         self.meter.start(now, pool)
 
     def stop(self, now: float) -> None:

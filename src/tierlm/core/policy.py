@@ -9,30 +9,14 @@ it what to do.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from tierlm.core.classes import TaskClass
+from tierlm.core.device import Decision, Device, Preemption
 from tierlm.core.jobs import Foreground, Job
 
-__all__ = ["Policy", "Preemption"]
-
-
-class Preemption(enum.Enum):
-    """How to stop a running job (docs/design.md §4 preemption kinds).
-
-    Only a person waiting may cut a prompt evaluation short: cut, it is lost
-    (llama.cpp drops the aborted batch), and a prompt longer than a slice
-    would be cut at every slice and never finish. So fairness yields.
-    """
-
-    YIELD = "yield"
-    """For fairness (a slice used, the pool floor, overdue work, any tier below
-    T1): at the first token boundary after the prompt evaluation under way."""
-    PREEMPT = "preempt"
-    """For T0 or T1 work (a chat, the foreground): at the next token boundary,
-    or at once during a prompt evaluation."""
+__all__ = ["Decision", "Device", "Policy", "Preemption"]
 
 
 class Policy(Protocol):
@@ -62,22 +46,13 @@ class Policy(Protocol):
     def set_foreground(self, foreground: Foreground | None, now: float) -> None:
         """The surface the person looks at changed (None: no AI surface open)."""
 
-    def pick(self, now: float, loaded_model: str | None) -> Job | None:
-        """The device is free: the job to run next, removed from the queue.
-
-        None means run nothing now (empty, or waiting for a better moment such
-        as the end of a chat grace period; ``next_wakeup`` says when).
-        """
-
-    def should_preempt(
-        self, running: Job, now: float, loaded_model: str | None
-    ) -> Preemption | None:
-        """Whether to stop ``running``, and how (None: let it run). The shell
-        asks again while a ``YIELD`` is under way: a ``PREEMPT`` then cuts it
-        short."""
-
-    def started(self, job: Job, now: float) -> None:
-        """``job`` was dispatched (its swap, if any, starts now)."""
+    def decide(self, now: float, device: Device) -> Decision:
+        """This step's plan (docs/design.md §2 decide): which queued jobs start
+        (taken out of the queue, counted as running from ``now``), which running
+        jobs stop and how, and when to ask again with no event. The shell asks
+        at every event and applies the answer; nothing else passes between
+        them. One slot: start the best job when the device is free, else
+        whether the running one should stop (docs/design.md §4.7 for k)."""
 
     def finished(self, job: Job, now: float) -> None:
         """``job`` stopped running: completed, failed, cancelled or preempted."""
@@ -85,9 +60,6 @@ class Policy(Protocol):
     def swapped(self, model_id: str, seconds: float, now: float) -> None:
         """The runner finished loading ``model_id``; the swap took ``seconds``
         (the tiered policy caps its chat holds by it: docs/design.md §4 affinity)."""
-
-    def next_wakeup(self, now: float) -> float | None:
-        """The next time the policy's answer may change with no event (or None)."""
 
     def tier(self, job: Job, now: float) -> int:
         """The job's effective tier now (for snapshots and metrics)."""
@@ -97,8 +69,8 @@ class Policy(Protocol):
 
     def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
         """Every queued job, in the order the policy would dispatch them if the
-        device freed now and nothing else changed: the same order ``pick``
-        would give, call after call, with the device holding each picked job's
+        device freed now and nothing else changed: the same order ``decide``
+        would start them, call after call, with the device holding each picked job's
         model in turn (tiers, each tier's order, affinity and swaps). Timers are
         ignored (a chat grace, a deadline still ahead), and so is what running
         the jobs would change (vruntime charges, budget shares). A query: it

@@ -142,4 +142,4 @@ def _turns(
 def _stays(child: Entity, model: str | None) -> bool:
     """Present after its turns here: its job is running, or it has work on
     another model (the replay of one model leaves that work queued)."""
-    return child.running or (model is not None and len(child.queued) > 1)
+    return child.running > 0 or (model is not None and len(child.queued) > 1)

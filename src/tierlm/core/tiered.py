@@ -16,14 +16,15 @@ from tierlm.core.book import JobBook
 from tierlm.core.budget import BudgetMeter
 from tierlm.core.classes import T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.config import SchedulerConfig
+from tierlm.core.device import Decision, Device, Preemption
 from tierlm.core.fairness import FairPool
 from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.order import dispatch_order
-from tierlm.core.policy import Preemption
 from tierlm.core.pool_order import turn_order
 from tierlm.core.queues import T3_AFTER_POOL, Candidate
+from tierlm.core.slots import plan
 
 __all__ = ["TieredPolicy"]
 
@@ -67,14 +68,15 @@ class TieredPolicy:
             name: BudgetMeter(c.budget.window) for name, c in self.classes.items() if c.budget
         }
         self._caps = {n: c.budget.share for n, c in self.classes.items() if c.budget}
-        self._running: Job | None = None
-        self._slice_start: float | None = None  # the running job's slice: after its swap
+        # The jobs holding a slot, in start order (docs/design.md §4.7).
+        self._running: dict[int, Job] = {}
+        self._slice_start: dict[int, float | None] = {}  # each one's slice: after its swap
         self._loaded_at_pick: str | None = None
-        self._running_pool = False
+        self._pool_running: set[int] = set()  # those running in the pool's own order
         self._pool_cache: dict[str, tuple[object, Candidate | None]] = {}
-        # Times at which the last decision would change by itself (next_wakeup).
-        self._affinity_expiry: float | None = None
-        self._grace_expiry: float | None = None
+        # Times at which this decision's answers would change by themselves: set
+        # by each choice while ``decide`` runs, read by its ``wake_at``.
+        self._wake: list[float] = []
 
     # -- events ---------------------------------------------------------------
 
@@ -96,29 +98,43 @@ class TieredPolicy:
         self._book.advance(now)
         self.foreground = foreground
 
-    def started(self, job: Job, now: float) -> None:
-        self._running = job
+    def _started(self, job: Job, now: float) -> None:
+        self._running[job.id] = job
         # A job that needs a swap starts its slice when the swap ends (swapped).
-        self._slice_start = now if job.model_id == self._loaded_at_pick else None
+        self._slice_start[job.id] = now if job.model_id == self._loaded_at_pick else None
         self.holds.busy()
-        for name, meter in self._meters.items():
-            meter.start(now, job.class_name == name)
         if job.task_class.fair:
             self.fair.start(job, now)
-        self._running_pool = job.task_class.fair and self._rank(job, now) == T4
-        self.floor.start(now, self._running_pool)
+            if self._rank(job, now) == T4:
+                self._pool_running.add(job.id)
+        self._remix(now)
+
+    def _remix(self, now: float) -> None:
+        """The running set changed: the budgets and the floor count each class's
+        part of it from now (slot-time, docs/design.md §4.7; with one slot the
+        running job's class has all of it)."""
+        running = len(self._running)
+        if not running:
+            for meter in self._meters.values():
+                meter.stop(now)
+            self.floor.stop(now)
+            return
+        for name, meter in self._meters.items():
+            meter.start(now, sum(j.class_name == name for j in self._running.values()) / running)
+        self.floor.start(now, len(self._pool_running) / running)
 
     def finished(self, job: Job, now: float) -> None:
         self._book.advance(now)
-        for meter in self._meters.values():
-            meter.stop(now)
-        self.floor.stop(now)
+        if self._running.pop(job.id, None) is None:
+            return
+        self._slice_start.pop(job.id, None)
+        self._pool_running.discard(job.id)
         if job.task_class.fair:
             # docs/design.md §4 fair pool: "you ran, you pay", cancelled or not, swap included.
-            self.fair.stop(now)
+            self.fair.stop(job, now)
+        self._remix(now)
         if job.task_class.tier == Tier.T0:
             self.holds.chat_ended(job.model_id, now)
-        self._running = None
 
     def swapped(self, model_id: str, seconds: float, now: float) -> None:
         """The shell measured a swap (docs/design.md §4 affinity, ski rental).
@@ -128,8 +144,9 @@ class TieredPolicy:
         that needs a swap would yield the moment the swap ends, having done
         nothing."""
         self.holds.swapped(model_id, seconds)
-        if self._running is not None and self._running.model_id == model_id:
-            self._slice_start = now
+        for job in self._running.values():
+            if job.model_id == model_id:
+                self._slice_start[job.id] = now
         self._loaded_at_pick = model_id
 
     def _prepare(self, now: float) -> None:
@@ -138,18 +155,18 @@ class TieredPolicy:
         self._book.advance(now)
         self._charge_running(now)
         self.floor.update(now, self._book.fresh > 0)
-        running = self._running
-        if running is not None and running.task_class.fair:
-            pool = self._rank(running, now) == T4
-            if pool != self._running_pool:  # a loan ran out, or began
-                self.floor.stop(now)
-                self.floor.start(now, pool)
-                self._running_pool = pool
+        changed = False
+        for job in self._running.values():
+            if job.task_class.fair:
+                pool = self._rank(job, now) == T4
+                if pool != (job.id in self._pool_running):  # a loan ran out, or began
+                    (self._pool_running.add if pool else self._pool_running.discard)(job.id)
+                    changed = True
+        if changed:
+            self._remix(now)
 
     def _charge_running(self, now: float) -> None:
-        running = self._running
-        if running is not None and running.task_class.fair:
-            self.fair.charge(now)
+        self.fair.charge(now)
 
     # -- tiers and order ------------------------------------------------------
 
@@ -212,7 +229,7 @@ class TieredPolicy:
                 assert due is not None
                 candidate = (T3, (due, loan), loan)
         if candidate is None and t4:
-            found = fair_choice.best(self.fair, model, skip, with_running=running is not None)
+            found = fair_choice.best(self.fair, model, skip, running_job=running)
             if found is not None:
                 candidate = (T4, found[0], found[1])
         self._pool_cache[model] = (key, candidate)
@@ -286,10 +303,9 @@ class TieredPolicy:
             holds=self.holds,
             chat_open=self._chat_surface_open(),
         )
-        if choice.affinity_expiry is not None:
-            self._affinity_expiry = _earliest(self._affinity_expiry, choice.affinity_expiry)
-        if choice.hold_expiry is not None:
-            self._grace_expiry = _earliest(self._grace_expiry, choice.hold_expiry)
+        for expiry in (choice.affinity_expiry, choice.hold_expiry):
+            if expiry is not None:
+                self._wake.append(expiry)
         return choice.job_id
 
     def _chat_surface_open(self) -> bool:
@@ -299,7 +315,6 @@ class TieredPolicy:
     def _select(
         self, now: float, loaded_model: str | None, extra: Job | None, t4: bool = True
     ) -> int | None:
-        self._affinity_expiry = self._grace_expiry = None
         skip = self._over_budget(now) if self._meters else _NO_SKIP
         choice = self._choose(now, loaded_model, skip, extra, t4)
         if choice is None and skip:
@@ -307,19 +322,31 @@ class TieredPolicy:
             choice = self._choose(now, loaded_model, _NO_SKIP, extra, t4)
         return choice
 
-    def pick(self, now: float, loaded_model: str | None) -> Job | None:
+    def decide(self, now: float, device: Device) -> Decision:
+        """docs/design.md §2 decide: this step's plan, by the k-slot rules of
+        §4.7 (``slots.plan``) over this policy's one-sequence answers."""
+        self._wake = []
+        decision = plan(self, now, device, self.config.chat_slowdown)
+        self._wake = []
+        return decision
+
+    def peek(self, now: float, loaded_model: str | None) -> Job | None:
+        """The job a free slot would run (left queued; ``take`` starts it)."""
         self._prepare(now)
         self._loaded_at_pick = loaded_model
         choice = self._select(now, loaded_model, None)
         if choice is None:
-            if self._jobs:
-                self.holds.idling(now)  # the ski-rental clock runs from here
-            else:
-                self.holds.busy()
+            if not self._running:
+                if self._jobs:
+                    self.holds.idling(now)  # the ski-rental clock runs from here
+                else:
+                    self.holds.busy()
             return None
-        job = self._jobs[choice]
+        return self._jobs[choice]
+
+    def take(self, job: Job, now: float) -> None:
         self._book.remove(job, now, to_run=True)
-        return job
+        self._started(job, now)
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
@@ -341,7 +368,7 @@ class TieredPolicy:
             return None
         self._prepare(now)
         run_rank = self._rank(running, now)
-        start = self._slice_start
+        start = self._slice_start.get(running.id)
         in_slice = start is None or now - start < self.config.slice - _EPSILON
         # The pool's own order (T4) can displace only a pool job past its slice,
         # or overdue work waiting for the floor; anything else yields only to a
@@ -382,23 +409,19 @@ class TieredPolicy:
         dispatch.
         """
         self._book.advance(now)  # deadlines due by now are applied, not reported again
-        times: list[float] = []
+        times = [expiry for expiry in self._wake if expiry > now]
         deadline = self._book.next_deadline()
         if deadline is not None:
             times.append(deadline)
-        for expiry in (self._affinity_expiry, self._grace_expiry):
-            if expiry is not None and expiry > now:
-                times.append(expiry)
-        running = self._running
-        if (
-            running is not None
-            and running.task_class.requeue
-            and self._book.fresh + len(self._book.overdue)
-        ):
-            if running.task_class.fair and self._slice_start is not None:
-                times.append(self._next_slice_end(now, self._slice_start))
+        queued = self._book.fresh + len(self._book.overdue)
+        for running in self._running.values():
+            if not (running.task_class.requeue and queued):
+                continue
+            start = self._slice_start.get(running.id)
+            if running.task_class.fair and start is not None:
+                times.append(self._next_slice_end(now, start))
             overdue_runs = running.task_class.tier == Tier.T3 or (
-                running.task_class.fair and not self._running_pool
+                running.task_class.fair and running.id not in self._pool_running
             )
             if overdue_runs and self._book.fresh and not self.floor.active:
                 times.append(self.floor.wakeup(now))
@@ -465,7 +488,3 @@ class TieredPolicy:
 
 _NO_SKIP: frozenset[str] = frozenset()
 _EPSILON = 1e-9  # float slack on timer instants (a boundary must be hit, not missed)
-
-
-def _earliest(a: float | None, b: float) -> float:
-    return b if a is None else min(a, b)

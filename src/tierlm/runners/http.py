@@ -150,6 +150,10 @@ class HttpRunner:
         """How long the upstream may stay silent before the job fails."""
         self._clients = LoopClients(headers, timeout)
         self.loaded_model: str | None = None
+        self.slots = 1
+        """Streams the upstream serves at once (its parallel slots: ``llama-server
+        -np N``, vLLM's batch); the shell keeps at most this many open
+        (docs/design.md §2 slots)."""
         self.loads = 0
         """How many times ``load`` switched the model."""
 

@@ -36,6 +36,14 @@ on what the runner can do, ``resume``:
   rest. A snapshot whose state was evicted falls back to re-evaluation, as
   the real runner does.
 
+**Slots** (docs/design.md §2 slots). With ``slots`` > 1 up to that many
+generations run at once, as one batch: a step with n sequences takes
+``token_interval * (1 + batch_cost * (n - 1))`` and gives each one token
+(a prompt evaluation is slowed alike). ``batch_cost`` 0 is a flat curve (a GPU
+far from its limit); ``LLAMA_CPP_CPU_BATCH_COST`` is the curve measured on
+these machines. ``step_cost`` tells the shell the curve (its chat latency
+guard reads it, docs/design.md §4.7).
+
 Every call is reported to ``on_call`` (if set) as a ``SimulatedCall``: how its
 prompt was made ready (fresh, re-evaluated, restored), at what cost, what of
 that cost redid earlier work, and the tokens it produced. The simulator's
@@ -60,6 +68,7 @@ __all__ = [
     "DEFAULT_N_BATCH",
     "DEFAULT_RESTORE_SECONDS",
     "DEFAULT_SNAPSHOT_POOL_BYTES",
+    "LLAMA_CPP_CPU_BATCH_COST",
     "PromptReady",
     "ResumeCapability",
     "SimulatedCall",
@@ -95,6 +104,14 @@ DEFAULT_RESTORE_SECONDS = 0.03
 # the llama.cpp runner's (LlamaModelSpec.n_batch). An aborted evaluation keeps
 # the batches it finished.
 DEFAULT_N_BATCH = 512
+# The batched-decode curve of llama.cpp on these machines (SmolLM2-135M Q4_1,
+# 2 CPU cores, k sequences in one llama_batch; shared/FACTS.md "Batching"):
+# with the thread count following the batch, aggregate 80 tokens/s alone
+# (1 thread) and 33, 59, 96, 142, 192 tokens/s for k = 1, 2, 4, 8, 16 on 2
+# threads. A step of k then costs 1 + c (k - 1) of one sequence's step; the
+# least-squares fit of the 2-thread points gives c = 0.12 (8 sequences: 4.3x
+# the tokens of one). The 1-thread fit is 0.59 (8 sequences: 1.6x).
+LLAMA_CPP_CPU_BATCH_COST = 0.12
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +183,8 @@ class SimulatedRunner:
         kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN,
         n_batch: int = DEFAULT_N_BATCH,
         per_token: bool = True,
+        slots: int = 1,
+        batch_cost: float = 0.0,
     ) -> None:
         for name, value in (
             ("token_interval", token_interval),
@@ -174,6 +193,7 @@ class SimulatedRunner:
             ("restore_seconds", restore_seconds),
             ("snapshot_pool_bytes", snapshot_pool_bytes),
             ("kv_bytes_per_token", kv_bytes_per_token),
+            ("batch_cost", batch_cost),
         ):
             if not isinstance(value, int | float) or value < 0 or math.isnan(value):
                 raise ValueError(f"{name}: must be a number >= 0, got {value!r}")
@@ -181,6 +201,8 @@ class SimulatedRunner:
             raise ValueError("token_interval: must be > 0")
         if not isinstance(n_batch, int) or isinstance(n_batch, bool) or n_batch < 1:
             raise ValueError(f"n_batch: must be an int >= 1, got {n_batch!r}")
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise ValueError(f"slots: must be an int >= 1, got {slots!r}")
         if resume not in ("re-evaluate", "restore"):
             raise ValueError(f"resume: must be 're-evaluate' or 'restore', got {resume!r}")
         self.token_interval = float(token_interval)
@@ -192,6 +214,10 @@ class SimulatedRunner:
         self.n_batch = n_batch
         self.snapshots = SimulatedKvPool(int(snapshot_pool_bytes), self.kv_bytes_per_token)
         self.per_token = per_token
+        self.slots = slots
+        self.batch_cost = float(batch_cost)
+        self.active = 0
+        """Generations running now: the batch's size."""
         self.models = frozenset(models) if models is not None else None
         if initial_model is not None:
             self._check_model(initial_model)
@@ -218,6 +244,24 @@ class SimulatedRunner:
     async def unload(self) -> None:
         """Free the simulated device (instant: nothing is held)."""
         self.loaded_model = None
+
+    @property
+    def step_cost(self) -> tuple[float, ...]:
+        """A step's time with n sequences, relative to one (n = 1..slots)."""
+        return tuple(1.0 + self.batch_cost * (n - 1) for n in range(1, self.slots + 1))
+
+    def _slowdown(self) -> float:
+        """Each sequence's step time now, relative to running alone."""
+        return 1.0 + self.batch_cost * (max(1, self.active) - 1)
+
+    def _join(self, request: GenerationRequest) -> None:
+        if self.active >= self.slots:
+            raise RunnerError(
+                f"model {request.model_id!r}: {self.active + 1} generations at once on "
+                f"{self.slots} slot(s)",
+                model_id=request.model_id,
+            )
+        self.active += 1
 
     def prefill_seconds(self, request: GenerationRequest) -> float:
         """Evaluating the prompt and any partial output (``resume_text``)."""
@@ -307,7 +351,7 @@ class SimulatedRunner:
         cancel that aborts prompts cut it (``call``: a yield lets it finish)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        if await call.wait(ready.cost):
+        if await call.wait(ready.cost * self._slowdown()):
             spent = loop.time() - started
             return spent, self._prefill_cut(request, call.token, ready, spent)
         self._prefill_done(request, ready)
@@ -324,8 +368,14 @@ class SimulatedRunner:
         if cancel.cancelled:
             self._report(request, ready, 0.0, 0, None, stopped=True)
             return
-        cut = await self._prefill(request, call, ready)
+        self._join(request)
+        try:
+            cut = await self._prefill(request, call, ready)
+        except BaseException:
+            self.active -= 1
+            raise
         if cut is not None:
+            self.active -= 1
             self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
             return
         decode_start = loop.time()
@@ -333,11 +383,13 @@ class SimulatedRunner:
         interval = self.token_interval
         first: float | None = None
         try:
-            if self.per_token:
+            if self.per_token or self.slots > 1:
+                # One timer per step: with slots, each step's time follows the
+                # batch's size at that step.
                 for i in range(request.max_tokens):
                     if call.cancelled:
                         return
-                    await asyncio.sleep(interval)
+                    await asyncio.sleep(interval * self._slowdown())
                     tokens += 1
                     if first is None:
                         first = loop.time()
@@ -350,6 +402,7 @@ class SimulatedRunner:
             for piece in _PIECES[offset : offset + tokens]:
                 yield piece
         finally:
+            self.active -= 1
             stopped = tokens < request.max_tokens
             if stopped:
                 self._stopped(request, cancel, tokens)
@@ -362,11 +415,24 @@ class SimulatedRunner:
         loop = asyncio.get_running_loop()
         start = loop.time()
         interval = self.token_interval
+        if self.slots > 1:
+            return await self._decode_steps(request, cancel)
         if not await cancel.wait(request.max_tokens * interval):
             return request.max_tokens
         # Cancelled mid-decode: finish the token in progress (the token boundary).
         tokens = min(request.max_tokens, math.floor((loop.time() - start) / interval + 1e-9) + 1)
         await asyncio.sleep(max(0.0, start + tokens * interval - loop.time()))
+        return tokens
+
+    async def _decode_steps(self, request: GenerationRequest, cancel: CancelToken) -> int:
+        """``_decode`` on a batched device: one timer per step, each as long as
+        the batch's size at that step makes it."""
+        tokens = 0
+        while tokens < request.max_tokens:
+            await asyncio.sleep(self.token_interval * self._slowdown())
+            tokens += 1
+            if cancel.cancelled:
+                break
         return tokens
 
     async def complete(self, request: GenerationRequest, cancel: CancelToken) -> SimulatedOutcome:
@@ -377,12 +443,16 @@ class SimulatedRunner:
         if cancel.cancelled:  # cancelled before it began: nothing starts
             self._report(request, ready, 0.0, 0, None, stopped=True)
             return SimulatedOutcome(0, None, 0.0, stopped=True)
-        cut = await self._prefill(request, cancel.for_call(_nothing_produced), ready)
-        if cut is not None:
-            self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
-            return SimulatedOutcome(0, None, cut[0], stopped=True)
-        decode_start = loop.time()
-        tokens = await self._decode(request, cancel)
+        self._join(request)
+        try:
+            cut = await self._prefill(request, cancel.for_call(_nothing_produced), ready)
+            if cut is not None:
+                self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
+                return SimulatedOutcome(0, None, cut[0], stopped=True)
+            decode_start = loop.time()
+            tokens = await self._decode(request, cancel)
+        finally:
+            self.active -= 1
         stopped = tokens < request.max_tokens
         if stopped:
             self._stopped(request, cancel, tokens)

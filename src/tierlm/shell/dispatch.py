@@ -1,11 +1,13 @@
 """The shell's engine room: the jobs, the device, and doing what the policy says.
 
 ``Scheduler`` (the public API) checks what callers pass and hands jobs here. The
-``Dispatcher`` owns the jobs, the running job and its cancel token, the loaded
-model, the wake-up timer and the lifecycle flags; at every event it asks the
-policy what to do and does it: dispatch, swap through the runner, stop a job at
-its next token boundary, re-queue, resolve handles, tell listeners
-(docs/design.md §1 scheduler, §4). It makes no scheduling decision itself.
+``Dispatcher`` owns the jobs, the running jobs (one per slot of the device) and
+their cancel tokens, the loaded model, the wake-up timer and the lifecycle
+flags; at every event it describes the device to the policy (``Device``), gets
+one plan back (``Decision``) and applies it: start jobs, swap through the
+runner, stop jobs at their next token boundary, re-queue, resolve handles, tell
+listeners (docs/design.md §1 scheduler, §2 decide, §4). It makes no scheduling
+decision itself. A job's state moves only in ``_transition`` (one table).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Job
-from tierlm.core.policy import Policy, Preemption
+from tierlm.core.policy import Device, Policy, Preemption
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.protocol import Runner, Unloadable
@@ -52,6 +54,25 @@ Listener = Callable[[SchedulerEvent], None]
 # preemption kinds); both re-queue a re-queueable job.
 _REASONS = {Preemption.YIELD: CancelReason.YIELD, Preemption.PREEMPT: CancelReason.PREEMPTED}
 _PREEMPTIONS = frozenset(_REASONS.values())
+# A stop under way, as the policy sees it: only a yield may still be cut short.
+_STOPPING = {CancelReason.YIELD: Preemption.YIELD}
+
+# One table of a job's state transitions (h11's rule): from, to.
+_TRANSITIONS = {
+    (JobState.QUEUED, JobState.RUNNING),
+    (JobState.RUNNING, JobState.QUEUED),  # re-queued after a preemption
+    (JobState.RUNNING, JobState.DONE),
+    (JobState.RUNNING, JobState.FAILED),
+    (JobState.RUNNING, JobState.CANCELLED),
+    (JobState.QUEUED, JobState.CANCELLED),  # cancelled, or closed, while queued
+}
+
+
+def _transition(entry: Entry[Any], state: JobState) -> None:
+    handle = entry.handle
+    if (handle.state, state) not in _TRANSITIONS:
+        raise AssertionError(f"job #{entry.job.id}: {handle.state.value} -> {state.value}")
+    handle.state = state
 
 
 @dataclass(eq=False, slots=True)
@@ -68,7 +89,7 @@ class Entry(Generic[T]):
     attempts: int = 0
     preemptions: int = 0
     cancel_requested: CancelReason | None = None
-    swapping: bool = False
+    started_at: float | None = None
 
 
 # How a run ended: the shell's typed results.
@@ -99,8 +120,11 @@ class Dispatcher:
         self.config = config
         self.stats = SchedulerStats()
         self.entries: dict[int, Entry[Any]] = {}
-        self.running: Entry[Any] | None = None
-        self.running_since: float | None = None
+        self.running: dict[int, Entry[Any]] = {}
+        """The jobs holding a slot, by id, in the order they started."""
+        # Runners written before slots decode one sequence (docs/design.md §2 slots).
+        self.slots: int = int(getattr(runner, "slots", 1))
+        self.step_cost: tuple[float, ...] = tuple(getattr(runner, "step_cost", ()))
         self.model: str | None = runner.loaded_model
         """The model the device holds, or is swapping to."""
         self.swapping_to: str | None = None
@@ -152,11 +176,11 @@ class Dispatcher:
         entry = self.entries.get(handle.id)
         if entry is None or entry.future.done():
             return False
-        if entry is self.running:
+        if self.running.get(entry.job.id) is entry:
             if entry.cancel_requested is not None:
                 return False
             entry.cancel_requested = reason
-            self.stop_running(reason)
+            self.stop_running(entry, reason)
             return True
         self.policy.remove(entry.job, self.now())
         self._resolve(entry, _Stopped(reason))
@@ -169,23 +193,23 @@ class Dispatcher:
         self._cancel_timer()
         now = self.now()
         for entry in list(self.entries.values()):
-            if entry is not self.running:
+            if entry.job.id not in self.running:
                 self.policy.remove(entry.job, now)
                 self._resolve(entry, _Stopped(CancelReason.SHUTDOWN))
-        if self.running is not None:
-            self.stop_running(CancelReason.SHUTDOWN)
+        for entry in list(self.running.values()):
+            self.stop_running(entry, CancelReason.SHUTDOWN)
 
     def hold(self) -> None:
         """``pause()``: dispatch nothing; preempt a running re-queueable job."""
         self.paused = True
         self._cancel_timer()
         self.emit(Paused(self.now()))
-        running = self.running
-        if running is not None and running.job.task_class.requeue:
-            # The app is leaving the device to its other user (seed scenario 8):
-            # stopped at once, a prompt evaluation too, not yielded
-            # (docs/design.md §4 preemption kinds, lifecycle).
-            self.stop_running(CancelReason.PREEMPTED)
+        for entry in list(self.running.values()):
+            if entry.job.task_class.requeue:
+                # The app is leaving the device to its other user (seed scenario 8):
+                # stopped at once, a prompt evaluation too, not yielded
+                # (docs/design.md §4 preemption kinds, lifecycle).
+                self.stop_running(entry, CancelReason.PREEMPTED)
 
     def release(self) -> None:
         """``resume()``: dispatch again."""
@@ -194,7 +218,7 @@ class Dispatcher:
         self.reschedule()
 
     async def idle(self) -> None:
-        """Return once no job runs."""
+        """Return once no job runs (on any slot)."""
         assert self._idle is not None
         await self._idle.wait()
 
@@ -205,7 +229,7 @@ class Dispatcher:
         The loaded model is the runner's afterwards."""
         self.held += 1
         try:
-            while self.running is not None:
+            while self.running:
                 await self.idle()
             return await operation()
         finally:
@@ -231,29 +255,36 @@ class Dispatcher:
     # -- the decision point -----------------------------------------------------
 
     def reschedule(self) -> None:
-        """Ask the policy what to do now, and do it (docs/design.md §4 preemption)."""
+        """Describe the device to the policy, apply its plan (docs/design.md §2 decide)."""
         if self.closed or self.loop is None:
             return
         self.version += 1
         now = self.loop.time()
-        running = self.running
-        if running is not None:
-            assert running.token is not None
-            # A job that is only yielding is asked again: a person's preemption
-            # then cuts its prompt evaluation short (docs/design.md §4
-            # preemption kinds).
-            if not running.token.aborts_prompt:
-                preemption = self.policy.should_preempt(running.job, now, self.model)
-                if preemption is not None:
-                    self.stop_running(_REASONS[preemption])
-        elif not self.paused and not self.held:
-            job = self.policy.pick(now, self.model)
-            if job is not None:
-                self._start(self.entries[job.id], now)
-        self._arm_timer(now)
+        stopping = {}
+        for job_id, entry in self.running.items():
+            assert entry.token is not None
+            reason = entry.token.reason
+            if reason is not None:
+                # Only a yield may still be cut short by a person's preemption
+                # (docs/design.md §4 preemption kinds); any other stop is final.
+                stopping[job_id] = _STOPPING.get(reason, Preemption.PREEMPT)
+        device = Device(
+            self.model,
+            self.slots,
+            tuple(entry.job for entry in self.running.values()),
+            stopping,
+            can_start=not (self.paused or self.held or self.swapping_to is not None),
+            whole=frozenset(j for j, e in self.running.items() if not e.job.resumable),
+            step_cost=self.step_cost,
+        )
+        decision = self.policy.decide(now, device)
+        for job, preemption in decision.stop:
+            self.stop_running(self.running[job.id], _REASONS[preemption])
+        for job in decision.start:
+            self._start(self.entries[job.id], now)
+        self._arm_timer(now, None if self.paused else decision.wake_at)
 
-    def _arm_timer(self, now: float) -> None:
-        when = None if self.paused else self.policy.next_wakeup(now)
+    def _arm_timer(self, now: float, when: float | None) -> None:
         if when is not None and when <= now:
             # A policy must report future times only; waking at `now` again would
             # spin forever at one instant (a livelock on a virtual clock).
@@ -281,11 +312,14 @@ class Dispatcher:
         assert self.loop is not None and self._idle is not None
         entry.token = CancelToken()
         entry.attempts += 1
-        entry.handle.state = JobState.RUNNING
-        self.running = entry
-        self.running_since = now
+        _transition(entry, JobState.RUNNING)
+        self.running[entry.job.id] = entry
+        entry.started_at = now
+        if self.model != entry.job.model_id or self.runner.loaded_model != entry.job.model_id:
+            # Its swap starts now: no other sequence joins until it is done
+            # (a swap empties every slot, docs/design.md §4.7).
+            self.swapping_to = entry.job.model_id
         self._idle.clear()
-        self.policy.started(entry.job, now)
         self.emit(JobStarted(now, entry.job, entry.attempts))
         entry.task = self.loop.create_task(self._run(entry, entry.token))
 
@@ -304,7 +338,7 @@ class Dispatcher:
                 token,
                 entry.attempts,
                 entry.journal,
-                on_direct=lambda: _restarts(job),
+                on_direct=lambda: self._drives_runner(entry),
             )
             outcome = _Returned(await entry.work(ctx))
         except Cancelled as exc:
@@ -323,7 +357,6 @@ class Dispatcher:
         started = self.now()
         previous = self.model
         self.swapping_to = model_id
-        entry.swapping = True
         self.model = model_id
         self.emit(SwapStarted(started, entry.job, previous))
         try:
@@ -339,17 +372,24 @@ class Dispatcher:
                 f"model {model_id!r}: load failed: {type(exc).__name__}: {exc}", model_id=model_id
             ) from exc
         finally:
-            entry.swapping = False
             self.swapping_to = None
         ended = self.now()
         self.stats.swaps += 1
         self.stats.swap_seconds += ended - started
         self.policy.swapped(model_id, ended - started, ended)
         self.emit(SwapFinished(ended, entry.job, previous, ended - started))
+        self.reschedule()  # the other slots may fill now (docs/design.md §4.7)
 
-    def stop_running(self, reason: CancelReason) -> None:
-        entry = self.running
-        assert entry is not None and entry.token is not None and self.loop is not None
+    def _drives_runner(self, entry: Entry[Any]) -> None:
+        """Its work uses ``ctx.runner`` itself: a preemption makes it start over
+        (docs/design.md §4.6 preemption kinds), and it takes the whole device
+        (§4.7): the shell cannot put its calls in the batch's slots."""
+        if entry.job.resumable:
+            entry.job.resumable = False
+            self.reschedule()
+
+    def stop_running(self, entry: Entry[Any], reason: CancelReason) -> None:
+        assert entry.token is not None and self.loop is not None
         token = entry.token
         first = not token.cancelled
         aborted = token.aborts_prompt
@@ -366,10 +406,11 @@ class Dispatcher:
 
     def _on_stuck(self, entry: Entry[Any], token: CancelToken) -> None:
         """A cancelled job did not stop within ``cancel_grace``: report, then force."""
-        if self.running is not entry or entry.token is not token or entry.task is None:
+        if self.running.get(entry.job.id) is not entry or entry.token is not token:
             return
-        assert self.loop is not None
-        if entry.swapping:  # a swap is not interruptible; the grace starts after it
+        assert self.loop is not None and entry.task is not None
+        if self.swapping_to is not None and self.swapping_to == entry.job.model_id:
+            # A swap is not interruptible; the grace starts after it.
             self.loop.call_later(self.config.cancel_grace, self._on_stuck, entry, token)
             return
         self.stats.stuck += 1
@@ -390,14 +431,14 @@ class Dispatcher:
         now = self.now()
         job = entry.job
         self.policy.finished(job, now)
-        self.running = None
-        self.running_since = None
+        self.running.pop(job.id, None)
+        entry.started_at = None
         self.stuck.pop(job.id, None)
         if isinstance(outcome, _Stopped):
             reason = entry.cancel_requested or outcome.reason
             if reason in _PREEMPTIONS and job.task_class.requeue and not self.closed:
                 entry.preemptions += 1
-                entry.handle.state = JobState.QUEUED
+                _transition(entry, JobState.QUEUED)
                 self.stats.requeues += 1
                 self.policy.requeue(job, now)
                 self.emit(Requeued(now, job))
@@ -408,7 +449,8 @@ class Dispatcher:
                 self._resolve(entry, _Stopped(preempted))
         else:
             self._resolve(entry, outcome)
-        self._idle.set()
+        if not self.running:
+            self._idle.set()
         self.reschedule()
 
     def _resolve(self, entry: Entry[Any], outcome: _Outcome) -> None:
@@ -420,27 +462,21 @@ class Dispatcher:
             return
         now = self.now()
         if isinstance(outcome, _Returned):
-            entry.handle.state = JobState.DONE
+            _transition(entry, JobState.DONE)
             self.stats.completed += 1
             entry.future.set_result(outcome.value)
             self.emit(JobCompleted(now, job))
         elif isinstance(outcome, _Raised):
-            entry.handle.state = JobState.FAILED
+            _transition(entry, JobState.FAILED)
             self.stats.failed += 1
             entry.future.set_exception(outcome.error)
             logger.info("job #%d (%s) failed: %r", job.id, job.class_name, outcome.error)
             self.emit(JobFailed(now, job, outcome.error))
         else:
-            entry.handle.state = JobState.CANCELLED
+            _transition(entry, JobState.CANCELLED)
             self.stats.cancelled += 1
             detail = ""
             if outcome.reason is CancelReason.PREEMPTED:
                 detail = f"{job.class_name} jobs are not re-queued (class requeue=False)"
             entry.future.set_exception(Cancelled(outcome.reason, detail))
             self.emit(JobCancelled(now, job, outcome.reason))
-
-
-def _restarts(job: Job) -> None:
-    """Its work drives the runner itself: a preemption makes it start over
-    (docs/design.md §4 preemption kinds)."""
-    job.resumable = False

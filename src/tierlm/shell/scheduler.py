@@ -130,9 +130,9 @@ class Scheduler:
             return
         if not dispatch.closed:
             dispatch.close()
-        running = dispatch.running
-        if running is not None and running.task is not None:
-            await asyncio.wait({running.task})
+        tasks = {e.task for e in dispatch.running.values() if e.task is not None}
+        if tasks:
+            await asyncio.wait(tasks)
 
     async def pause(self) -> None:
         """The app went to the background (docs/design.md §4 lifecycle, seed scenario 8).
@@ -399,12 +399,16 @@ class Scheduler:
             if entry is not None:
                 info = self._info(entry, now, position)
                 queued[info.tier].append(info)
-        running = dispatch.running
+        # All slots, best-ranked first (by effective tier, then start order);
+        # ``running`` stays the best-ranked one (docs/design.md §2 slots).
+        running = sorted(dispatch.running.values(), key=lambda e: self.policy.tier(e.job, now))
         caps = {name: c.budget.share for name, c in self.classes.items() if c.budget is not None}
         return SchedulerSnapshot(
             now=now,
-            running=self._info(running, now) if running is not None else None,
-            running_since=dispatch.running_since,
+            running=self._info(running[0], now) if running else None,
+            running_since=running[0].started_at if running else None,
+            running_jobs=[self._info(e, now) for e in running],
+            slots=dispatch.slots,
             swapping_to=dispatch.swapping_to,
             loaded_model=dispatch.model,
             queued=queued,

@@ -5,7 +5,7 @@ The events it emits are in ``tierlm.shell.events``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tierlm.core.jobs import Foreground, Subject
@@ -69,6 +69,10 @@ class SchedulerSnapshot:
     stuck: list[JobInfo]
     """Jobs that did not stop within ``cancel_grace`` after a cancel."""
     policy: str
+    running_jobs: list[JobInfo] = field(default_factory=list)
+    """Every job holding a slot, best-ranked first (``running`` is the first)."""
+    slots: int = 1
+    """Sequences the device decodes at once (``Runner.slots``)."""
     journal_bytes: int = 0
     """Memory the closure jobs' journals hold (docs/design.md §4 zero-loss
     preemption; bounded by ``SchedulerConfig.journal_bytes_total``)."""

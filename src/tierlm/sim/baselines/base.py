@@ -1,6 +1,7 @@
-"""Plumbing shared by the baselines: the parts of the Policy protocol that the
-simple ones answer the same way (no vruntime, no budget, no timer), and the
-replay of a same-model-first picker for ``queue_order``."""
+"""Plumbing shared by the baselines: ``decide`` for a policy written one
+sequence at a time, the parts of the Policy protocol that the simple ones
+answer the same way (no vruntime, no budget, no timer), and the replay of a
+same-model-first picker for ``queue_order``."""
 
 from __future__ import annotations
 
@@ -8,9 +9,65 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from tierlm.core.classes import TaskClass
+from tierlm.core.device import Decision, Device, Preemption
 from tierlm.core.jobs import Foreground, Job
+from tierlm.core.slots import plan
 
-__all__ = ["FifoQueue", "SimpleBaseline", "same_model_first"]
+__all__ = ["FifoQueue", "OneAtATime", "SimpleBaseline", "same_model_first"]
+
+
+class OneAtATime:
+    """``decide`` for a baseline written one sequence at a time: ``pick``
+    (removes its answer from the queue), ``unpick`` (puts it back exactly
+    where it was), ``should_preempt``, ``started``, ``next_wakeup``. The
+    k-slot plan is the shared one (``tierlm.core.slots.plan``), so a baseline
+    fills a batched device as tierlm does, by its own order; it has no chat
+    latency guard (that rule is tierlm's, docs/design.md §4.7)."""
+
+    _peeked: Job | None = None
+
+    def decide(self, now: float, device: Device) -> Decision:
+        self._peeked = None
+        try:
+            return plan(self, now, device)
+        finally:
+            self._restore(now)
+
+    def _restore(self, now: float) -> None:
+        """A job peeked at but not taken goes back where it was."""
+        peeked, self._peeked = self._peeked, None
+        if peeked is not None:
+            self.unpick(peeked, now)
+
+    def peek(self, now: float, loaded_model: str | None) -> Job | None:
+        if self._peeked is None:
+            self._peeked = self.pick(now, loaded_model)
+        return self._peeked
+
+    def take(self, job: Job, now: float) -> None:
+        assert job is self._peeked
+        self._peeked = None
+        self.started(job, now)
+
+    def pick(self, now: float, loaded_model: str | None) -> Job | None:
+        raise NotImplementedError
+
+    def unpick(self, job: Job, now: float) -> None:
+        raise NotImplementedError
+
+    def should_preempt(
+        self, running: Job, now: float, loaded_model: str | None
+    ) -> Preemption | None:
+        raise NotImplementedError
+
+    def started(self, job: Job, now: float) -> None:
+        raise NotImplementedError
+
+    def next_wakeup(self, now: float) -> float | None:
+        raise NotImplementedError
+
+    def tier(self, job: Job, now: float) -> int:
+        raise NotImplementedError
 
 
 class FifoQueue:
@@ -57,7 +114,7 @@ class FifoQueue:
         return sorted(self._live.values(), key=lambda job: job.id)
 
 
-class SimpleBaseline:
+class SimpleBaseline(OneAtATime):
     """A policy that keeps no vruntime, no budget and never wakes by itself."""
 
     name = "baseline"

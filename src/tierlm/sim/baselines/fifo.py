@@ -35,6 +35,9 @@ class FifoPolicy(SimpleBaseline):
     def pick(self, now: float, loaded_model: str | None) -> Job | None:
         return self._queue.pop()
 
+    def unpick(self, job: Job, now: float) -> None:
+        self._queue.push(job)  # by its id: where it was
+
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
     ) -> Preemption | None:

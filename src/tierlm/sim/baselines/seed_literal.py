@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from tierlm.core.classes import DEFAULT_BUDGET_WINDOW, TaskClass
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.policy import Preemption
-from tierlm.sim.baselines.base import same_model_first
+from tierlm.sim.baselines.base import OneAtATime, same_model_first
 
 __all__ = ["SeedLiteralPolicy"]
 
@@ -47,7 +47,7 @@ SEED_SWEEP_PERIOD = 300.0
 SEED_ABSENCE = 300.0
 
 
-class SeedLiteralPolicy:
+class SeedLiteralPolicy(OneAtATime):
     """The seed's `InferenceScheduler`, as a :class:`tierlm.core.Policy`."""
 
     name = "seed-literal"
@@ -60,6 +60,7 @@ class SeedLiteralPolicy:
         self._t2_samples: deque[tuple[float, float, float]] = deque()
         self._foreground: str | None = None  # LlmTaskKind? _foreground
         self._running: Job | None = None
+        self._picked_at = 0  # where pick took its job from (unpick puts it back)
         self._running_since = 0.0  # Stopwatch _runningTimer
         self._next_sweep: float | None = None
         self._active: dict[str, int] = {}  # queued + running jobs per kind
@@ -186,8 +187,12 @@ class SeedLiteralPolicy:
         """_pump(): `next = _pickBest(); _q.remove(next)`."""
         job = self._pick_best(now, loaded_model)
         if job is not None:
+            self._picked_at = self._q.index(job)
             self._q.remove(job)
         return job
+
+    def unpick(self, job: Job, now: float) -> None:
+        self._q.insert(self._picked_at, job)
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None

@@ -56,6 +56,9 @@ class StrictPriorityPolicy(SimpleBaseline):
         del self._live[job.id]
         return job
 
+    def unpick(self, job: Job, now: float) -> None:
+        self.submit(job, now)  # by (priority, id): where it was
+
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
     ) -> Preemption | None:

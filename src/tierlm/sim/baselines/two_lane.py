@@ -71,6 +71,9 @@ class TwoLanePolicy(SimpleBaseline):
             job = self._low.pop()
         return job
 
+    def unpick(self, job: Job, now: float) -> None:
+        self._lane(job).push(job)  # by its id: where it was
+
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
     ) -> Preemption | None:

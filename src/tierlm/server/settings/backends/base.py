@@ -90,6 +90,10 @@ class BackendSettings(Schema):
     kind: str
     preload: bool = True
     """Load the first model at startup, so the first request does not pay the swap."""
+    slots: Annotated[int, Flag("--slots", "N"), Field(ge=1, le=256)] = 1
+    """Sequences the device decodes at once (docs/design.md §2 slots): an
+    upstream's parallel streams (``llama-server -np N``, vLLM), the simulated
+    device's batch. 1: one at a time."""
     models: Mapping[str, Schema] = Field(default_factory=dict)
     """The models clients may name, by the id they send as ``model``."""
 

@@ -9,7 +9,11 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tierlm.runners.protocol import Runner
-from tierlm.runners.simulated import DEFAULT_SWAP_SECONDS, DEFAULT_TOKEN_INTERVAL
+from tierlm.runners.simulated import (
+    DEFAULT_SWAP_SECONDS,
+    DEFAULT_TOKEN_INTERVAL,
+    LLAMA_CPP_CPU_BATCH_COST,
+)
 from tierlm.server.settings.backends.base import MODELS, BackendSettings, ModelTable, at_least_one
 from tierlm.server.settings.duration import Duration
 from tierlm.server.settings.schema import Flag, Schema
@@ -54,6 +58,9 @@ class SimBackend(BackendSettings):
     """Seconds per prompt token before the first token (default: none)."""
     swap_seconds: Annotated[float, Flag("--swap-seconds", "S"), Field(ge=0)] = DEFAULT_SWAP_SECONDS
     """Seconds per swap (SimulatedRunner's default: the seed's ~10 s)."""
+    batch_cost: Annotated[float, Field(ge=0)] = LLAMA_CPP_CPU_BATCH_COST
+    """With ``slots`` > 1, a step of n sequences costs ``1 + batch_cost (n - 1)``
+    of one's (default: the llama.cpp curve measured on 2 CPU cores)."""
 
     default_embedder: ClassVar[str] = "sim"
 
@@ -68,4 +75,6 @@ class SimBackend(BackendSettings):
             # The simulated device starts holding the first model (a preload for free).
             initial_model=models[0] if self.preload else None,
             models=models,
+            slots=self.slots,
+            batch_cost=self.batch_cost,
         )

@@ -143,7 +143,7 @@ class OpenAIBackend(UpstreamBackend):
     def make_runner(self) -> Runner:
         from tierlm.runners.openai_compat import OpenAIRunner
 
-        return OpenAIRunner(
+        runner = OpenAIRunner(
             self.url,
             api_key=self.upstream_key(),
             models=self.upstream_names(),
@@ -153,6 +153,8 @@ class OpenAIBackend(UpstreamBackend):
             stall_timeout=self.stall_timeout,
             first_byte_timeout=self.first_byte_timeout,
         )
+        runner.slots = self.slots  # the upstream's parallel streams
+        return runner
 
 
 def _seconds_or_duration(value: Any) -> Any:
@@ -184,4 +186,5 @@ class OllamaBackend(UpstreamBackend):
         )
         if self.keep_alive is not None:
             runner.keep_alive = self.keep_alive
+        runner.slots = self.slots  # OLLAMA_NUM_PARALLEL on the server
         return runner

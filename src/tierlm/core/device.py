@@ -1,0 +1,83 @@
+"""What the policy sees of the device, and the one typed answer it gives.
+
+vLLM v1's ``SchedulerOutput`` is the model: the shell describes the device
+(``Device``: the model it holds, its slots, who holds them), the policy answers
+one plan for this step (``Decision``: who starts, who stops and how, when to ask
+again), and the shell applies it (docs/design.md §2 decide). A policy never
+hands state to the shell any other way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tierlm.core.jobs import Job
+
+__all__ = ["Decision", "Device", "Preemption"]
+
+import enum
+
+
+class Preemption(enum.Enum):
+    """How to stop a running job (docs/design.md §4.6 preemption kinds).
+
+    Only a person waiting may cut a prompt evaluation short: cut, it is lost
+    (llama.cpp drops the aborted batch), and a prompt longer than a slice
+    would be cut at every slice and never finish. So fairness yields.
+    """
+
+    YIELD = "yield"
+    """For fairness (a slice used, the pool floor, overdue work, any tier below
+    T1, the chat latency guard): at the first token boundary after the prompt
+    evaluation under way."""
+    PREEMPT = "preempt"
+    """For T0 or T1 work (a chat, the foreground): at the next token boundary,
+    or at once during a prompt evaluation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """The device as the shell sees it at a decision (docs/design.md §2 decide)."""
+
+    loaded_model: str | None
+    """The model the device holds, or is swapping to."""
+    slots: int = 1
+    """Sequences it decodes at once (``Runner.slots``)."""
+    running: Sequence[Job] = ()
+    """The jobs holding a slot, in the order they started."""
+    stopping: Mapping[int, Preemption] = field(default_factory=dict)
+    """Running jobs already told to stop (by job id), and how: they hold their
+    slot until they end."""
+    can_start: bool = True
+    """False while paused, held for a load or unload, swapping or closing:
+    nothing new may start (running jobs may still be stopped)."""
+    whole: frozenset[int] = frozenset()
+    """Running jobs whose work drives the runner itself (``ctx.runner``): each
+    takes the whole device (docs/design.md §4.7)."""
+    step_cost: Sequence[float] = ()
+    """The runner's step time with n sequences, relative to one (index n - 1):
+    ``(1.0, 1.1, 1.3, ...)``. Empty: unknown, taken as flat. The chat latency
+    guard reads it (docs/design.md §4.7)."""
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError(f"Device.slots: must be >= 1, got {self.slots!r}")
+
+    @property
+    def free(self) -> int:
+        """Slots no job holds."""
+        return self.slots - len(self.running)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The policy's plan for one step (docs/design.md §2 decide)."""
+
+    start: tuple[Job, ...] = ()
+    """Jobs to run now, already out of the queue, best first. A job on another
+    model than the loaded one starts alone, on an empty device (its swap)."""
+    stop: tuple[tuple[Job, Preemption], ...] = ()
+    """Running jobs to stop, and how."""
+    wake_at: float | None = None
+    """When to ask again with no event (a hold ending, a deadline, a slice)."""

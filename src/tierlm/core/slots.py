@@ -1,0 +1,137 @@
+"""Who holds each slot of a batched device: one plan per step (docs/design.md §4.7).
+
+A policy that knows how to rank one sequence at a time (``SlotRules``: the next
+job it would run, whether a running one should stop) gets its k-slot plan from
+``plan``, so that every policy, ours and the baselines, fills and empties slots
+by the same rules:
+
+- The running set is the best k of queue + running, all on the loaded model:
+  free slots are filled best first; a job on another model starts only on an
+  empty device (a swap empties every slot), and while it waits no new
+  sequence joins the batch, so the device drains to it.
+- A better job needs only one slot: when none is free, the lowest-ranked
+  running sequence that the policy would stop for it is stopped, one at a
+  time (a stop under way frees the next slot). A swap needs every slot: each
+  running sequence the policy would stop is stopped.
+- A job whose work drives the runner itself (``ctx.runner``) takes the whole
+  device: the others yield and none joins while it runs.
+- The chat latency guard: while a person's sequence (T0, T1) runs, the batch
+  is cut to the largest size whose step time stays within ``chat_slowdown`` of
+  one sequence's, by the runner's step-time curve; the sequences left out
+  yield (their KV kept, docs/design.md §2 slots) and rejoin when it ends.
+
+With one slot this is exactly the single-sequence shell: start the pick when
+the device is free, else ask whether the running job should stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from tierlm.core.classes import T1
+from tierlm.core.device import Decision, Device, Preemption
+from tierlm.core.jobs import Job
+
+__all__ = ["SlotRules", "guard_cap", "plan"]
+
+
+class SlotRules(Protocol):
+    """What a policy answers about one sequence at a time."""
+
+    def peek(self, now: float, loaded_model: str | None) -> Job | None:
+        """The job it would run next on a free slot (left in the queue), or None
+        (nothing queued, or waiting for a better moment)."""
+
+    def take(self, job: Job, now: float) -> None:
+        """``job`` (from ``peek``) leaves the queue and starts now."""
+
+    def should_preempt(
+        self, running: Job, now: float, loaded_model: str | None
+    ) -> Preemption | None:
+        """Whether to stop ``running`` for the best of the queue and it."""
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When the answers may change with no event."""
+
+    def tier(self, job: Job, now: float) -> int:
+        """The job's effective tier now."""
+
+
+def guard_cap(step_cost: Sequence[float], chat_slowdown: float | None, slots: int) -> int:
+    """The largest batch a person's sequence may share (docs/design.md §4.7
+    chat latency guard): its step time within ``chat_slowdown`` of one
+    sequence's. No curve (or no guard): every slot."""
+    if chat_slowdown is None or not step_cost:
+        return slots
+    alone = step_cost[0]
+    cap = 1
+    for n, cost in enumerate(step_cost[:slots], start=1):
+        if cost <= alone * chat_slowdown + 1e-12:
+            cap = n
+    return cap
+
+
+def plan(
+    rules: SlotRules, now: float, device: Device, chat_slowdown: float | None = None
+) -> Decision:
+    """The k-slot plan of the module docstring, from ``rules``' answers."""
+    loaded = device.loaded_model
+    staying = [j for j in device.running if j.id not in device.stopping]
+    starts: list[Job] = []
+    cap = guard_cap(device.step_cost, chat_slowdown, device.slots)
+
+    def person(jobs: Iterable[Job]) -> bool:
+        return any(rules.tier(j, now) <= T1 for j in jobs)
+
+    def room() -> int:
+        if device.whole:
+            return 0  # a job that drives the runner itself holds the whole device
+        in_batch = len(staying) + len(starts)
+        limit = cap if person(staying) or person(starts) else device.slots
+        return min(device.free - len(starts), limit - in_batch)
+
+    draining = False
+    while device.can_start and room() > 0:
+        job = rules.peek(now, loaded)
+        if job is None:
+            break
+        if job.model_id != loaded and (device.running or starts):
+            draining = True  # its swap waits for an empty device
+            break
+        rules.take(job, now)
+        starts.append(job)
+        if job.model_id != loaded:
+            break  # it swaps, alone
+
+    stops: list[tuple[Job, Preemption]] = []
+    # A yield under way is asked again: a person's preemption then cuts its
+    # prompt evaluation short (docs/design.md §4.6 preemption kinds).
+    for job in device.running:
+        yielding = device.stopping.get(job.id) is Preemption.YIELD
+        if yielding and rules.should_preempt(job, now, loaded) is Preemption.PREEMPT:
+            stops.append((job, Preemption.PREEMPT))
+    full = len(device.running) + len(starts) >= device.slots
+    if staying and (full or draining):
+        # Lowest-ranked first; among equals the latest started (it has the least sunk).
+        order = sorted(reversed(staying), key=lambda j: -rules.tier(j, now))
+        one_at_a_time = not draining
+        for job in order:
+            if one_at_a_time and (device.stopping or stops):
+                break  # a slot is already being freed
+            preemption = rules.should_preempt(job, now, loaded)
+            if preemption is not None:
+                stops.append((job, preemption))
+                staying.remove(job)
+    # A job that drives the runner itself takes the whole device: the others yield.
+    if device.whole:
+        stops.extend((job, Preemption.YIELD) for job in staying if job.id not in device.whole)
+        staying = [job for job in staying if job.id in device.whole]
+    # The chat latency guard cuts the batch around a person's sequence.
+    if person(staying) or person(starts):
+        over = len(staying) + len(starts) - cap
+        if over > 0:
+            background = [j for j in reversed(staying) if rules.tier(j, now) > T1]
+            background.sort(key=lambda j: -rules.tier(j, now))
+            stops.extend((job, Preemption.YIELD) for job in background[:over])
+    return Decision(tuple(starts), tuple(stops), rules.next_wakeup(now))

@@ -1,0 +1,197 @@
+"""A batched device through the real Scheduler, in virtual time
+(docs/design.md §2 slots, §4.7): counts of tokens and steps, never wall time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from tierlm import JobStarted, RunEnded, Scheduler, SchedulerConfig, SchedulerEvent
+from tierlm.runners import GenerationRequest, SimulatedRunner
+from tierlm.runners.simulated import LLAMA_CPP_CPU_BATCH_COST
+from tierlm.testing import run_virtual
+
+TOKEN = 0.05
+
+
+def device(slots: int, batch_cost: float = LLAMA_CPP_CPU_BATCH_COST) -> SimulatedRunner:
+    return SimulatedRunner(
+        token_interval=TOKEN,
+        swap_seconds=1.0,
+        initial_model="m1",
+        slots=slots,
+        batch_cost=batch_cost,
+    )
+
+
+def background(
+    sched: Scheduler, n: int, tokens: int, counts: Counter[int], producers: int | None = None
+) -> list[asyncio.Future[str]]:
+    handles: list[asyncio.Future[str]] = []
+    for i in range(n):
+        request = GenerationRequest(model_id="m1", prompt=f"stream {i}", max_tokens=tokens)
+
+        def count(_piece: str, i: int = i) -> None:
+            counts[i] += 1
+
+        producer = f"agent{i % producers}" if producers else f"agent{i}"
+        handles.append(sched.submit_generation("nataraj", request, count, producer=producer))
+    return handles
+
+
+def agents_seconds(slots: int) -> float:
+    """The agents workload: 16 agents, 300 tokens each, all at once."""
+
+    async def main() -> float:
+        async with Scheduler(device(slots)) as sched:
+            counts: Counter[int] = Counter()
+            start = sched.now()
+            await asyncio.gather(*background(sched, 16, 300, counts))
+            assert sum(counts.values()) == 16 * 300
+            return sched.now() - start
+
+    return run_virtual(main())
+
+
+def test_eight_slots_give_the_agents_workload_three_times_the_throughput_of_one() -> None:
+    one, eight = agents_seconds(1), agents_seconds(8)
+    assert one / eight >= 3.0, (one, eight)
+
+
+def test_slots_hold_only_one_model_and_a_swap_empties_every_slot() -> None:
+    async def main() -> None:
+        runner = SimulatedRunner(
+            token_interval=TOKEN, swap_seconds=1.0, initial_model="m1", models={"m1", "m2"}, slots=4
+        )
+        running: dict[int, str] = {}
+        mixed: list[set[str]] = []
+
+        def watch(event: SchedulerEvent) -> None:
+            if isinstance(event, JobStarted):
+                running[event.job.id] = event.job.model_id
+                mixed.append(set(running.values()))
+            elif isinstance(event, RunEnded):
+                running.pop(event.job.id, None)
+
+        async with Scheduler(runner) as sched:
+            sched.add_listener(watch)
+            jobs = []
+            for i in range(12):
+                model = "m1" if i % 3 else "m2"
+                request = GenerationRequest(model_id=model, prompt=f"p{i}", max_tokens=40)
+                jobs.append(sched.submit_generation("nataraj", request, lambda _p: None, f"a{i}"))
+            await asyncio.gather(*jobs)
+        assert mixed and all(len(models) == 1 for models in mixed), mixed
+        assert max(len(m) for m in mixed) == 1
+
+    run_virtual(main())
+
+
+def chat_among_background(slots: int, batch_cost: float) -> tuple[int, float, float]:
+    """(background tokens any stream made between the chat's submit and its
+    first token, the chat's tokens/s, the chat's tokens/s alone)."""
+
+    async def chat_rate(sched: Scheduler) -> tuple[float, float]:
+        submitted = sched.now()
+        first: float | None = None
+        tokens = 0
+        async for _piece in sched.generate(
+            "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=40
+        ):
+            tokens += 1
+            if first is None:
+                first = sched.now()
+        assert first is not None
+        return first - submitted, (tokens - 1) / (sched.now() - first)
+
+    async def main() -> tuple[int, float, float]:
+        async with Scheduler(device(1, batch_cost)) as alone_sched:
+            _wait, alone = await chat_rate(alone_sched)
+        async with Scheduler(device(slots, batch_cost)) as sched:
+            counts: Counter[int] = Counter()
+            handles = background(sched, 8, 2000, counts)
+            await asyncio.sleep(3.0)
+            before = Counter(counts)
+            seen: dict[int, int] = {}
+
+            def mark(_piece: str) -> None:
+                if not seen:
+                    seen.update({i: counts[i] - before[i] for i in counts})
+
+            submitted = sched.now()
+            first: float | None = None
+            tokens = 0
+            async for piece in sched.generate(
+                "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=40
+            ):
+                mark(piece)
+                tokens += 1
+                if first is None:
+                    first = sched.now()
+            assert first is not None and first > submitted
+            rate = (tokens - 1) / (sched.now() - first)
+            for handle in handles:
+                handle.cancel()
+            return max(seen.values()), rate, alone
+
+    return run_virtual(main())
+
+
+def test_a_chat_among_eight_streams_gets_its_first_token_within_two_steps() -> None:
+    steps, rate, alone = chat_among_background(8, LLAMA_CPP_CPU_BATCH_COST)
+    assert steps <= 2, steps
+    assert rate >= alone / SchedulerConfig().chat_slowdown, (rate, alone)
+
+
+def test_on_a_steep_curve_the_chat_runs_alone_at_full_speed() -> None:
+    """The 1-thread CPU curve (1 + 0.59 (n - 1)): any company slows a chat by
+    more than chat_slowdown, so the guard pauses every background sequence."""
+    steps, rate, alone = chat_among_background(8, 0.59)
+    assert steps <= 2, steps
+    assert rate >= alone / SchedulerConfig().chat_slowdown, (rate, alone)
+
+
+def test_two_producers_with_eight_streams_each_on_four_slots_get_half_each() -> None:
+    async def main() -> Counter[int]:
+        async with Scheduler(device(4, 0.0)) as sched:
+            counts: Counter[int] = Counter()
+            handles = background(sched, 16, 100_000, counts, producers=2)
+            await asyncio.sleep(120.0)
+            for handle in handles:
+                handle.cancel()
+            by_producer: Counter[int] = Counter()
+            for stream, tokens in counts.items():
+                by_producer[stream % 2] += tokens
+            return by_producer
+
+    tokens = run_virtual(main())
+    share = tokens[0] / (tokens[0] + tokens[1])
+    assert 0.45 <= share <= 0.55, tokens
+
+
+def test_a_producer_with_one_stream_gets_a_slot_every_step() -> None:
+    """Max-min fair: one stream can use no more than one slot, and gets it;
+    the other producer's eight streams share the rest."""
+
+    async def main() -> tuple[int, int]:
+        async with Scheduler(device(4, 0.0)) as sched:
+            counts: Counter[int] = Counter()
+            lone = background(sched, 1, 100_000, counts)
+            crowd_counts: Counter[int] = Counter()
+            crowd = []
+            for i in range(8):
+                request = GenerationRequest(model_id="m1", prompt=f"crowd {i}", max_tokens=100_000)
+
+                def count(_piece: str, i: int = i) -> None:
+                    crowd_counts[i] += 1
+
+                crowd.append(sched.submit_generation("nataraj", request, count, producer="crowd"))
+            await asyncio.sleep(60.0)
+            for handle in [*lone, *crowd]:
+                handle.cancel()
+            return counts[0], sum(crowd_counts.values())
+
+    lone, crowd = run_virtual(main())
+    steps = round(60.0 / TOKEN)
+    assert lone >= 0.9 * steps, (lone, steps)
+    assert crowd >= 0.9 * 3 * steps, crowd
