@@ -262,11 +262,22 @@ class _StateCollector(Collector):
             queued.add_metric([name], count)
         yield queued
         running = GaugeMetricFamily(
-            "tierlm_running", "1 for the class of the running job", labels=["class"]
+            "tierlm_running", "Running jobs (slots held) per class", labels=["class"]
         )
-        for name in self._classes:
-            running.add_metric([name], 1 if snap.running and snap.running.class_name == name else 0)
+        held = dict.fromkeys(self._classes, 0)
+        for info in snap.running_jobs:
+            held[info.class_name] = held.get(info.class_name, 0) + 1
+        for name, count in held.items():
+            running.add_metric([name], count)
         yield running
+        yield GaugeMetricFamily(
+            "tierlm_slots", "Sequences the device decodes at once", value=snap.slots
+        )
+        yield GaugeMetricFamily(
+            "tierlm_batch_size",
+            "Sequences in the batch now (slots in use)",
+            value=len(snap.running_jobs),
+        )
         share = GaugeMetricFamily(
             "tierlm_budget_share",
             "Share of busy device time in the budget window",

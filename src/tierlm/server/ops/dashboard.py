@@ -77,6 +77,8 @@ def dashboard_state(gateway: Gateway, since: int = 0) -> dict[str, Any]:
     running = None
     if snap.running is not None:
         running = {**_job(snap.running), "since": snap.running_since}
+    # Every slot's job, best-ranked first (the first is ``running``).
+    batch = [_job(info) for info in snap.running_jobs]
     vruntime = sorted(snap.vruntime.items(), key=lambda kv: kv[1])[:PRODUCERS]
     timeline = gateway.timeline
     fg = snap.foreground
@@ -87,6 +89,8 @@ def dashboard_state(gateway: Gateway, since: int = 0) -> dict[str, Any]:
         "models": gateway.model_ids,
         "loaded_model": snap.loaded_model,
         "swapping_to": snap.swapping_to,
+        "slots": snap.slots,
+        "batch": batch,
         "paused": snap.paused,
         "policy": snap.policy,
         "foreground": None if fg is None else {"class": fg.class_name, "subject": fg.subject},
