@@ -8,8 +8,10 @@
   server (streams that break, errors mid-stream) that no real server produces
   on demand.
 
-Tests are plain functions that call ``asyncio.run`` (``helpers.run``), so they
-need no pytest-asyncio configuration.
+Scheduling tests are ``async def`` tests on the virtual-time loop
+(``tierlm.testing.pytest_plugin``): every unmarked ``async def`` test here is
+marked ``virtual_time``. Real-backend tests are plain functions that call
+``asyncio.run`` (``helpers.run``), so they need no pytest-asyncio configuration.
 """
 
 from __future__ import annotations
@@ -37,6 +39,21 @@ from tierlm.testing.gguf_model import write_model_pair
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+pytest_plugins = ("tierlm.testing.pytest_plugin",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every ``async def`` test without an async marker of its own runs on the
+    virtual-time loop (docs/design.md §7)."""
+    import inspect
+
+    for item in items:
+        function = getattr(item, "obj", None)
+        if not inspect.iscoroutinefunction(function):
+            continue
+        if item.get_closest_marker("asyncio") is None:
+            item.add_marker(pytest.mark.virtual_time)
 
 
 @pytest.fixture(scope="session")

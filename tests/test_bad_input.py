@@ -92,28 +92,22 @@ BAD_SUBMITS: list[tuple[str, Callable[[Scheduler], Any], type[Exception], str]] 
     ("call", "error", "message"),
     [pytest.param(c, e, m, id=name) for name, c, e, m in BAD_SUBMITS],
 )
-def test_bad_input_is_rejected_clearly_and_scheduler_keeps_working(
+async def test_bad_input_is_rejected_clearly_and_scheduler_keeps_working(
     call: Callable[[Scheduler], Any], error: type[Exception], message: str
 ) -> None:
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            with pytest.raises(error, match=message):
-                call(sched)
-            assert sched.snapshot().queue_depth == 0
-            assert await sched.run("gana", "m1", work_for(1)) == 20
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        with pytest.raises(error, match=message):
+            call(sched)
+        assert sched.snapshot().queue_depth == 0
+        assert await sched.run("gana", "m1", work_for(1)) == 20
 
 
-def test_submit_after_aclose_is_a_clear_error() -> None:
-    async def main() -> None:
-        sched = Scheduler(runner())
-        async with sched:
-            pass
-        with pytest.raises(SchedulerClosedError, match="closed"):
-            sched.submit("gana", "m1", work_for(1))
-
-    run_virtual(main())
+async def test_submit_after_aclose_is_a_clear_error() -> None:
+    sched = Scheduler(runner())
+    async with sched:
+        pass
+    with pytest.raises(SchedulerClosedError, match="closed"):
+        sched.submit("gana", "m1", work_for(1))
 
 
 @pytest.mark.parametrize(

@@ -58,33 +58,30 @@ def test_eight_slots_give_the_agents_workload_three_times_the_throughput_of_one(
     assert one / eight >= 3.0, (one, eight)
 
 
-def test_slots_hold_only_one_model_and_a_swap_empties_every_slot() -> None:
-    async def main() -> None:
-        runner = SimulatedRunner(
-            token_interval=TOKEN, swap_seconds=1.0, initial_model="m1", models={"m1", "m2"}, slots=4
-        )
-        running: dict[int, str] = {}
-        mixed: list[set[str]] = []
+async def test_slots_hold_only_one_model_and_a_swap_empties_every_slot() -> None:
+    runner = SimulatedRunner(
+        token_interval=TOKEN, swap_seconds=1.0, initial_model="m1", models={"m1", "m2"}, slots=4
+    )
+    running: dict[int, str] = {}
+    mixed: list[set[str]] = []
 
-        def watch(event: SchedulerEvent) -> None:
-            if isinstance(event, JobStarted):
-                running[event.job.id] = event.job.model_id
-                mixed.append(set(running.values()))
-            elif isinstance(event, RunEnded):
-                running.pop(event.job.id, None)
+    def watch(event: SchedulerEvent) -> None:
+        if isinstance(event, JobStarted):
+            running[event.job.id] = event.job.model_id
+            mixed.append(set(running.values()))
+        elif isinstance(event, RunEnded):
+            running.pop(event.job.id, None)
 
-        async with Scheduler(runner) as sched:
-            sched.add_listener(watch)
-            jobs = []
-            for i in range(12):
-                model = "m1" if i % 3 else "m2"
-                request = GenerationRequest(model_id=model, prompt=f"p{i}", max_tokens=40)
-                jobs.append(sched.submit_generation("nataraj", request, lambda _p: None, f"a{i}"))
-            await asyncio.gather(*jobs)
-        assert mixed and all(len(models) == 1 for models in mixed), mixed
-        assert max(len(m) for m in mixed) == 1
-
-    run_virtual(main())
+    async with Scheduler(runner) as sched:
+        sched.add_listener(watch)
+        jobs = []
+        for i in range(12):
+            model = "m1" if i % 3 else "m2"
+            request = GenerationRequest(model_id=model, prompt=f"p{i}", max_tokens=40)
+            jobs.append(sched.submit_generation("nataraj", request, lambda _p: None, f"a{i}"))
+        await asyncio.gather(*jobs)
+    assert mixed and all(len(models) == 1 for models in mixed), mixed
+    assert max(len(m) for m in mixed) == 1
 
 
 def chat_among_background(slots: int, batch_cost: float) -> tuple[int, float, float]:

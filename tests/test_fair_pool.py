@@ -73,24 +73,21 @@ def share(rec: Recorder, producers: set[str], start: float, end: float) -> float
     return sum(v for p, v in busy.items() if p in producers) / total
 
 
-def test_a_past_deadline_buys_no_share_honest_peer_keeps_40_percent() -> None:
+async def test_a_past_deadline_buys_no_share_honest_peer_keeps_40_percent() -> None:
     """Row 1: a producer submits every job with a deadline already past (the
     gateway accepts ``X-Tierlm-Deadline: 0``). Today the honest peer in the
     same class got 0 % for 30 min; a deadline is a loan, granted only while the
     abuser is not ahead, so the peer keeps its half."""
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            keep_backlogged(sched, "gana", "abuser", 10, deadline=lambda: 0.0)
-            keep_backlogged(sched, "gana", "honest", 10)
-            await asyncio.sleep(1800)
-            honest = share(rec, {"honest"}, 0, 1800)
-            measured(1, f"honest peer {honest:.1%} of 30 min (today 0 %, must be >= 40 %)")
-            assert honest >= 0.40, honest
-            assert sched.snapshot().running is not None
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        keep_backlogged(sched, "gana", "abuser", 10, deadline=lambda: 0.0)
+        keep_backlogged(sched, "gana", "honest", 10)
+        await asyncio.sleep(1800)
+        honest = share(rec, {"honest"}, 0, 1800)
+        measured(1, f"honest peer {honest:.1%} of 30 min (today 0 %, must be >= 40 %)")
+        assert honest >= 0.40, honest
+        assert sched.snapshot().running is not None
 
 
 async def deck_against_overdue_flood(sched: Scheduler, class_name: str) -> Recorder:
@@ -111,21 +108,18 @@ async def deck_against_overdue_flood(sched: Scheduler, class_name: str) -> Recor
     return rec
 
 
-def test_overdue_cron_at_125_percent_leaves_the_pool_its_floor() -> None:
+async def test_overdue_cron_at_125_percent_leaves_the_pool_its_floor() -> None:
     """Row 2: cron work (Gana rounds) due as it arrives at 125 % load, and a
     backlogged Nataraj deck. Today the pool got 0 %; loans give the deck its
     class's half, and every 300 s window keeps at least the 10 % floor."""
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = await deck_against_overdue_flood(sched, "gana")
-            worst = min_window_share(rec, {"deck"}, 0, 1800)
-            overall = share(rec, {"deck"}, 0, 1800)
-            measured(2, f"pool (deck) {worst:.1%} in its worst 300 s window, {overall:.1%} overall")
-            assert worst >= 0.10, worst
-            assert overall >= 0.40
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = await deck_against_overdue_flood(sched, "gana")
+        worst = min_window_share(rec, {"deck"}, 0, 1800)
+        overall = share(rec, {"deck"}, 0, 1800)
+        measured(2, f"pool (deck) {worst:.1%} in its worst 300 s window, {overall:.1%} overall")
+        assert worst >= 0.10, worst
+        assert overall >= 0.40
 
 
 def test_pool_floor_holds_in_every_window_against_a_t3_class_flood() -> None:
@@ -148,102 +142,85 @@ def test_pool_floor_holds_in_every_window_against_a_t3_class_flood() -> None:
     run_virtual(main())
 
 
-def test_a_swarm_of_ids_shares_one_part_single_producer_keeps_45_percent() -> None:
+async def test_a_swarm_of_ids_shares_one_part_single_producer_keeps_45_percent() -> None:
     """Row 3: one kind uses 8 producer ids ``swarm/1`` .. ``swarm/8`` against one
     producer. Today the single producer got 11 %; the ids share the part of
     "swarm", so it gets half."""
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            for i in range(1, 9):
-                keep_backlogged(sched, "gana", f"swarm/{i}", 10)
-            keep_backlogged(sched, "gana", "solo", 10)
-            await asyncio.sleep(1200)
-            solo = share(rec, {"solo"}, 0, 1200)
-            measured(3, f"single producer {solo:.1%} (today 11 %, must be >= 45 %)")
-            assert solo >= 0.45, solo
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        for i in range(1, 9):
+            keep_backlogged(sched, "gana", f"swarm/{i}", 10)
+        keep_backlogged(sched, "gana", "solo", 10)
+        await asyncio.sleep(1200)
+        solo = share(rec, {"solo"}, 0, 1200)
+        measured(3, f"single producer {solo:.1%} (today 11 %, must be >= 45 %)")
+        assert solo >= 0.45, solo
 
 
-def test_a_class_keeps_its_part_nataraj_keeps_40_percent_against_4_ganas() -> None:
+async def test_a_class_keeps_its_part_nataraj_keeps_40_percent_against_4_ganas() -> None:
     """Row 4: four Ganas against one Nataraj deck, all backlogged. Today (flat
     per producer) Nataraj got 20 %; the pool is shared per class first."""
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            for i in range(4):
-                keep_backlogged(sched, "gana", f"gana:{i}", 10)
-            keep_backlogged(sched, "nataraj", "deck", 10)
-            await asyncio.sleep(1200)
-            deck = share(rec, {"deck"}, 0, 1200)
-            measured(4, f"Nataraj {deck:.1%} (today 20 %, must be >= 40 %)")
-            assert deck >= 0.40, deck
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        for i in range(4):
+            keep_backlogged(sched, "gana", f"gana:{i}", 10)
+        keep_backlogged(sched, "nataraj", "deck", 10)
+        await asyncio.sleep(1200)
+        deck = share(rec, {"deck"}, 0, 1200)
+        measured(4, f"Nataraj {deck:.1%} (today 20 %, must be >= 40 %)")
+        assert deck >= 0.40, deck
 
 
-def test_one_job_at_a_time_keeps_40_percent_against_a_backlogged_peer() -> None:
+async def test_one_job_at_a_time_keeps_40_percent_against_a_backlogged_peer() -> None:
     """Row 5: a producer that submits its next 5 s job only when the last one
     ends, against a peer backlogged with 20 s jobs. Today it got 20 % (each of
     its jobs waited out a whole 20 s job); with slices the peer yields after
     4 s to the eligible producer with the earlier deadline."""
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            keep_backlogged(sched, "gana", "steady", 5, depth=1)
-            keep_backlogged(sched, "gana", "bulk", 20)
-            await asyncio.sleep(1200)
-            steady = share(rec, {"steady"}, 0, 1200)
-            measured(5, f"one-at-a-time producer {steady:.1%} (today 20 %, must be >= 40 %)")
-            assert steady >= 0.40, steady
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        keep_backlogged(sched, "gana", "steady", 5, depth=1)
+        keep_backlogged(sched, "gana", "bulk", 20)
+        await asyncio.sleep(1200)
+        steady = share(rec, {"steady"}, 0, 1200)
+        measured(5, f"one-at-a-time producer {steady:.1%} (today 20 %, must be >= 40 %)")
+        assert steady >= 0.40, steady
 
 
-def test_two_backlogged_producers_stay_within_12_s_over_any_minute() -> None:
+async def test_two_backlogged_producers_stay_within_12_s_over_any_minute() -> None:
     """Row 6: 5 s jobs against 20 s jobs, both backlogged: the largest
     difference in device time over any 60 s window. Today 20 s (a whole job);
     slices bound it to about two slices."""
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            keep_backlogged(sched, "gana", "short", 5)
-            keep_backlogged(sched, "gana", "long", 20)
-            await asyncio.sleep(1200)
-            worst = max_window_difference(rec, "short", "long", 60.0, 0, 1200)
-            measured(6, f"max difference over any 60 s window {worst:.2f} s (today 20 s, <= 12 s)")
-            assert worst <= 12.0, worst
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        keep_backlogged(sched, "gana", "short", 5)
+        keep_backlogged(sched, "gana", "long", 20)
+        await asyncio.sleep(1200)
+        worst = max_window_difference(rec, "short", "long", 60.0, 0, 1200)
+        measured(6, f"max difference over any 60 s window {worst:.2f} s (today 20 s, <= 12 s)")
+        assert worst <= 12.0, worst
 
 
-def test_chat_page_left_open_does_not_hold_other_work_forever() -> None:
+async def test_chat_page_left_open_does_not_hold_other_work_forever() -> None:
     """Row 7: the chat page stays open and nobody types for an hour while a job
     waits on another model. Today it waited forever with the device idle; the
     hold lasts chat_idle at most, capped by ski rental (3 x the 10 s swap)."""
 
-    async def main() -> None:
-        async with Scheduler(runner("X")) as sched:
-            rec = Recorder.attach(sched)
-            await sched.run("chat", "X", work_for(1))
-            sched.set_foreground("chat")
-            waiting = sched.submit("gana", "Y", work_for(5))
-            submitted = sched.now()
-            await asyncio.sleep(3600)
-            assert waiting.done()
-            started = rec.starts(waiting.id)[0]
-            measured(
-                7, f"the other model's job starts after {started - submitted:.1f} s (<= 200 s)"
-            )
-            assert started - submitted <= 200
-            assert started - submitted == pytest.approx(30.0)  # 3 x the 10 s swap estimate
-
-    run_virtual(main())
+    async with Scheduler(runner("X")) as sched:
+        rec = Recorder.attach(sched)
+        await sched.run("chat", "X", work_for(1))
+        sched.set_foreground("chat")
+        waiting = sched.submit("gana", "Y", work_for(5))
+        submitted = sched.now()
+        await asyncio.sleep(3600)
+        assert waiting.done()
+        started = rec.starts(waiting.id)[0]
+        measured(7, f"the other model's job starts after {started - submitted:.1f} s (<= 200 s)")
+        assert started - submitted <= 200
+        assert started - submitted == pytest.approx(30.0)  # 3 x the 10 s swap estimate
 
 
 # -- weights, due times, slices after a swap ---------------------------------------
@@ -294,41 +271,35 @@ def test_bad_fair_pool_settings_name_the_field(config: Callable[[], object], mes
         config()
 
 
-def test_a_deadline_already_past_counts_as_its_submission_time() -> None:
+async def test_a_deadline_already_past_counts_as_its_submission_time() -> None:
     """docs/design.md §4: "due at t=0" submitted at t=50 is due at 50, so it
     does not jump ahead of work that really was due at 40."""
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            blocker = sched.submit("extract", "m1", work_for(60))
-            await asyncio.sleep(10)
-            honest = sched.submit("gana", "m1", work_for(1), "cron", deadline=40.0)
-            await asyncio.sleep(40)
-            claims = sched.submit("gana", "m1", work_for(1), "eager", deadline=0.0)
-            await asyncio.gather(blocker, honest, claims)
-            assert rec.starts(honest.id)[0] < rec.starts(claims.id)[0]
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        blocker = sched.submit("extract", "m1", work_for(60))
+        await asyncio.sleep(10)
+        honest = sched.submit("gana", "m1", work_for(1), "cron", deadline=40.0)
+        await asyncio.sleep(40)
+        claims = sched.submit("gana", "m1", work_for(1), "eager", deadline=0.0)
+        await asyncio.gather(blocker, honest, claims)
+        assert rec.starts(honest.id)[0] < rec.starts(claims.id)[0]
 
 
-def test_a_slice_starts_after_the_swap_it_paid_for() -> None:
+async def test_a_slice_starts_after_the_swap_it_paid_for() -> None:
     """A pool job that needed a 10 s swap is charged for it ("you ran, you
     pay") but still gets a whole slice of tokens before it yields to the
     producer it now trails (docs/design.md §4 preemption inside the pool)."""
 
-    async def main() -> None:
-        async with Scheduler(runner("m1")) as sched:
-            rec = Recorder.attach(sched)
-            first = sched.submit("gana", "m2", resumable_work_for(20), "a")
-            keep_backlogged(sched, "gana", "b", 20, model="m2")
-            await asyncio.sleep(60)
-            swap_end = rec.kinds(SwapFinished)[0].time
-            run = rec.runs[0]
-            assert run.job_id == first.id and run.start < swap_end
-            assert run.end is not None and run.end - swap_end >= 4.0
-
-    run_virtual(main())
+    async with Scheduler(runner("m1")) as sched:
+        rec = Recorder.attach(sched)
+        first = sched.submit("gana", "m2", resumable_work_for(20), "a")
+        keep_backlogged(sched, "gana", "b", 20, model="m2")
+        await asyncio.sleep(60)
+        swap_end = rec.kinds(SwapFinished)[0].time
+        run = rec.runs[0]
+        assert run.job_id == first.id and run.start < swap_end
+        assert run.end is not None and run.end - swap_end >= 4.0
 
 
 # -- 100 000 distinct producers --------------------------------------------------

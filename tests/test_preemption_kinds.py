@@ -257,20 +257,17 @@ def test_a_callers_cancel_stops_an_evaluation_at_once(yielding: bool) -> None:
     scenario(body)
 
 
-def test_shutdown_stops_an_evaluation_at_once() -> None:
-    async def main() -> None:
-        device = Device()
-        sched = Scheduler(device.runner)
-        async with sched:
-            a = sched.submit_generation("gana", background("a"), ignore, producer="a")
-            await asyncio.sleep(3)
-        assert sched.now() == 3.0
-        with pytest.raises(Cancelled) as caught:
-            await a
-        assert caught.value.reason is CancelReason.SHUTDOWN
-        assert device.of("a")[0].tokens == 0
-
-    run_virtual(main())
+async def test_shutdown_stops_an_evaluation_at_once() -> None:
+    device = Device()
+    sched = Scheduler(device.runner)
+    async with sched:
+        a = sched.submit_generation("gana", background("a"), ignore, producer="a")
+        await asyncio.sleep(3)
+    assert sched.now() == 3.0
+    with pytest.raises(Cancelled) as caught:
+        await a
+    assert caught.value.reason is CancelReason.SHUTDOWN
+    assert device.of("a")[0].tokens == 0
 
 
 def test_pause_stops_an_evaluation_at_once() -> None:
@@ -305,84 +302,75 @@ async def _run_once(
 
 
 @pytest.mark.parametrize("how", ["per token", "batched", "complete"])
-def test_the_simulated_device_yields_after_one_token_and_keeps_finished_batches(
+async def test_the_simulated_device_yields_after_one_token_and_keeps_finished_batches(
     how: str,
 ) -> None:
     """1 500 prompt tokens (15 s). A yield at 5 s: the evaluation finishes, one
     token, stop. A preemption at 11 s: 1 100 tokens done, two 512-token
     batches kept, and the resume restores them and evaluates the other 476."""
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        calls: list[SimulatedCall] = []
-        runner = SimulatedRunner(
-            token_interval=TOKEN, prefill_per_token=PREFILL, initial_model="m1", resume="restore"
-        )
-        runner.on_call = calls.append
-        yielding = CancelToken()
-        loop.call_later(5.0, yielding.cancel, CancelReason.YIELD)
-        request = background("y", prompt_tokens=1500)
-        assert await _run_once(runner, request, yielding, how) == 1
-        assert loop.time() == pytest.approx(15.0 + TOKEN)
+    loop = asyncio.get_running_loop()
+    calls: list[SimulatedCall] = []
+    runner = SimulatedRunner(
+        token_interval=TOKEN, prefill_per_token=PREFILL, initial_model="m1", resume="restore"
+    )
+    runner.on_call = calls.append
+    yielding = CancelToken()
+    loop.call_later(5.0, yielding.cancel, CancelReason.YIELD)
+    request = background("y", prompt_tokens=1500)
+    assert await _run_once(runner, request, yielding, how) == 1
+    assert loop.time() == pytest.approx(15.0 + TOKEN)
 
-        start = loop.time()
-        cut = CancelToken()
-        loop.call_later(11.0, cut.cancel, CancelReason.PREEMPTED)
-        request = background("p", prompt_tokens=1500)
-        assert await _run_once(runner, request, cut, how) == 0
-        assert loop.time() - start == pytest.approx(11.0)
-        assert calls[-1].kept_seconds == pytest.approx(1024 * PREFILL)
-        start = loop.time()
-        assert await _run_once(runner, request, CancelToken(), how) == 200
-        resumed = calls[-1]
-        assert resumed.ready == "restore"
-        assert resumed.prompt_seconds == pytest.approx(runner.restore_seconds + 476 * PREFILL)
-        assert resumed.resume_seconds == pytest.approx(runner.restore_seconds)
-
-    run_virtual(main())
+    start = loop.time()
+    cut = CancelToken()
+    loop.call_later(11.0, cut.cancel, CancelReason.PREEMPTED)
+    request = background("p", prompt_tokens=1500)
+    assert await _run_once(runner, request, cut, how) == 0
+    assert loop.time() - start == pytest.approx(11.0)
+    assert calls[-1].kept_seconds == pytest.approx(1024 * PREFILL)
+    start = loop.time()
+    assert await _run_once(runner, request, CancelToken(), how) == 200
+    resumed = calls[-1]
+    assert resumed.ready == "restore"
+    assert resumed.prompt_seconds == pytest.approx(runner.restore_seconds + 476 * PREFILL)
+    assert resumed.resume_seconds == pytest.approx(runner.restore_seconds)
 
 
-def test_a_device_without_snapshots_loses_a_cut_evaluation() -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        calls: list[SimulatedCall] = []
-        runner = SimulatedRunner(TOKEN, PREFILL, initial_model="m1")  # no snapshots
-        runner.on_call = calls.append
-        cut = CancelToken()
-        loop.call_later(11.0, cut.cancel, CancelReason.PREEMPTED)
-        request = background("p", prompt_tokens=1500)
-        assert await runner.complete(request, cut) == SimulatedOutcome(0, None, 11.0, True)
-        assert calls[-1].kept_seconds == 0.0
-        await runner.complete(request, CancelToken())
-        assert calls[-1].ready == "fresh" and calls[-1].prompt_seconds == pytest.approx(15.0)
-
-    run_virtual(main())
+async def test_a_device_without_snapshots_loses_a_cut_evaluation() -> None:
+    loop = asyncio.get_running_loop()
+    calls: list[SimulatedCall] = []
+    runner = SimulatedRunner(TOKEN, PREFILL, initial_model="m1")  # no snapshots
+    runner.on_call = calls.append
+    cut = CancelToken()
+    loop.call_later(11.0, cut.cancel, CancelReason.PREEMPTED)
+    request = background("p", prompt_tokens=1500)
+    assert await runner.complete(request, cut) == SimulatedOutcome(0, None, 11.0, True)
+    assert calls[-1].kept_seconds == 0.0
+    await runner.complete(request, CancelToken())
+    assert calls[-1].ready == "fresh" and calls[-1].prompt_seconds == pytest.approx(15.0)
 
 
-def test_kept_batches_whose_state_was_evicted_are_evaluated_again_as_waste() -> None:
+async def test_kept_batches_whose_state_was_evicted_are_evaluated_again_as_waste() -> None:
     """The pool holds 1 100 tokens of state: a second cut evaluation evicts
     the first one's; its resume evaluates everything, and the 1 024 tokens it
     had kept count as work redone (docs/design.md §8 wasted device time)."""
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        calls: list[SimulatedCall] = []
-        runner = SimulatedRunner(
-            TOKEN, PREFILL, initial_model="m1", resume="restore",
-            kv_bytes_per_token=1000, snapshot_pool_bytes=1_100_000,
-        )  # fmt: skip
-        runner.on_call = calls.append
-        for name in ("p", "q"):
-            cut = CancelToken()
-            loop.call_later(11.0, cut.cancel, CancelReason.PREEMPTED)
-            await runner.complete(background(name, prompt_tokens=1500), cut)
-            assert calls[-1].kept_seconds == pytest.approx(1024 * PREFILL)
-        await runner.complete(background("p", prompt_tokens=1500), CancelToken())
-        again = calls[-1]
-        assert again.ready == "re-evaluate" and again.prompt_seconds == pytest.approx(15.0)
-        assert again.resume_seconds == pytest.approx(1024 * PREFILL)
-
-    run_virtual(main())
+    loop = asyncio.get_running_loop()
+    calls: list[SimulatedCall] = []
+    runner = SimulatedRunner(
+        TOKEN, PREFILL, initial_model="m1", resume="restore",
+        kv_bytes_per_token=1000, snapshot_pool_bytes=1_100_000,
+    )  # fmt: skip
+    runner.on_call = calls.append
+    for name in ("p", "q"):
+        cut = CancelToken()
+        loop.call_later(11.0, cut.cancel, CancelReason.PREEMPTED)
+        await runner.complete(background(name, prompt_tokens=1500), cut)
+        assert calls[-1].kept_seconds == pytest.approx(1024 * PREFILL)
+    await runner.complete(background("p", prompt_tokens=1500), CancelToken())
+    again = calls[-1]
+    assert again.ready == "re-evaluate" and again.prompt_seconds == pytest.approx(15.0)
+    assert again.resume_seconds == pytest.approx(1024 * PREFILL)
 
 
 def test_work_that_drives_the_runner_itself_is_never_cut_by_a_slice() -> None:

@@ -88,23 +88,20 @@ def test_pool_positions_take_turns_and_are_exact_for_one_slice_jobs() -> None:
     run_virtual(main())
 
 
-def test_positions_are_cached_until_the_next_event() -> None:
-    async def main() -> None:
-        async with Scheduler(runner("m1")) as sched:
-            handles = await mixed_queue(sched)
-            first = sched.queue_positions()
-            assert sched.queue_positions() is first  # nothing happened: cached
-            sched.resume()  # an event: the first job starts
-            after = sched.queue_positions()
-            assert after is not first
-            assert len(after) == len(first) - 1
-            assert sorted(p for _t, p in after.values()) == list(range(1, len(after) + 1))
-            assert all(
-                after[job_id][1] < position
-                for job_id, (_tier, position) in first.items()
-                if job_id in after
-            )
-            await asyncio.gather(*handles)
-            assert sched.queue_positions() == {}
-
-    run_virtual(main())
+async def test_positions_are_cached_until_the_next_event() -> None:
+    async with Scheduler(runner("m1")) as sched:
+        handles = await mixed_queue(sched)
+        first = sched.queue_positions()
+        assert sched.queue_positions() is first  # nothing happened: cached
+        sched.resume()  # an event: the first job starts
+        after = sched.queue_positions()
+        assert after is not first
+        assert len(after) == len(first) - 1
+        assert sorted(p for _t, p in after.values()) == list(range(1, len(after) + 1))
+        assert all(
+            after[job_id][1] < position
+            for job_id, (_tier, position) in first.items()
+            if job_id in after
+        )
+        await asyncio.gather(*handles)
+        assert sched.queue_positions() == {}

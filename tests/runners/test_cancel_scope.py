@@ -14,13 +14,10 @@ from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.testing import run_virtual
 
 
-def test_the_result_when_not_cancelled() -> None:
-    async def main() -> None:
-        token = CancelToken()
-        assert await until_cancelled(token, asyncio.sleep(1, result="done")) == "done"
-        assert not token.cancelled
-
-    run_virtual(main())
+async def test_the_result_when_not_cancelled() -> None:
+    token = CancelToken()
+    assert await until_cancelled(token, asyncio.sleep(1, result="done")) == "done"
+    assert not token.cancelled
 
 
 def test_a_cancel_stops_the_wait_and_the_token_keeps_the_reason() -> None:
@@ -45,27 +42,24 @@ def test_a_cancel_stops_the_wait_and_the_token_keeps_the_reason() -> None:
     run_virtual(main())
 
 
-def test_level_triggered_an_earlier_cancel_is_never_missed() -> None:
-    async def main() -> None:
-        token = CancelToken()
-        token.cancel()
-        started = False
+async def test_level_triggered_an_earlier_cancel_is_never_missed() -> None:
+    token = CancelToken()
+    token.cancel()
+    started = False
 
-        async def work() -> None:
-            nonlocal started
-            started = True
+    async def work() -> None:
+        nonlocal started
+        started = True
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no "coroutine was never awaited"
-            assert await until_cancelled(token, work()) is None
-        assert not started
-        # A scope entered after the cancel is cancelled at its first wait, every time.
-        for _ in range(2):
-            with cancelled_by(token) as scope:
-                await asyncio.sleep(100)
-            assert scope.cancelled_caught
-
-    run_virtual(main())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "coroutine was never awaited"
+        assert await until_cancelled(token, work()) is None
+    assert not started
+    # A scope entered after the cancel is cancelled at its first wait, every time.
+    for _ in range(2):
+        with cancelled_by(token) as scope:
+            await asyncio.sleep(100)
+        assert scope.cancelled_caught
 
 
 def test_a_cancel_from_another_thread_wakes_the_loop() -> None:
@@ -82,24 +76,18 @@ def test_a_cancel_from_another_thread_wakes_the_loop() -> None:
     asyncio.run(main())
 
 
-def test_an_outer_cancel_is_not_swallowed() -> None:
-    async def main() -> None:
-        token = CancelToken()
-        task = asyncio.ensure_future(until_cancelled(token, asyncio.sleep(100)))
-        await asyncio.sleep(1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert not token.cancelled
-
-    run_virtual(main())
+async def test_an_outer_cancel_is_not_swallowed() -> None:
+    token = CancelToken()
+    task = asyncio.ensure_future(until_cancelled(token, asyncio.sleep(100)))
+    await asyncio.sleep(1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not token.cancelled
 
 
-def test_the_callback_is_removed_when_the_scope_ends() -> None:
-    async def main() -> None:
-        token = CancelToken()
-        for _ in range(3):
-            assert await until_cancelled(token, asyncio.sleep(0, result=1)) == 1
-        assert token._callbacks == []
-
-    run_virtual(main())
+async def test_the_callback_is_removed_when_the_scope_ends() -> None:
+    token = CancelToken()
+    for _ in range(3):
+        assert await until_cancelled(token, asyncio.sleep(0, result=1)) == 1
+    assert token._callbacks == []

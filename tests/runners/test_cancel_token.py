@@ -10,7 +10,6 @@ import pytest
 
 from tierlm.runners.cancel_scope import until_cancelled
 from tierlm.runners.cancellation import CancelReason, CancelToken
-from tierlm.testing import run_virtual
 
 YIELD, PREEMPTED = CancelReason.YIELD, CancelReason.PREEMPTED
 CALLER, SHUTDOWN = CancelReason.CALLER, CancelReason.SHUTDOWN
@@ -85,21 +84,16 @@ def test_a_call_that_begins_after_a_yield_starts_nothing() -> None:
     assert token.for_call(lambda: 0).cancelled
 
 
-def test_a_race_against_a_call_lets_a_yield_wait_and_an_upgrade_cut() -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        token = CancelToken()
-        call = token.for_call(lambda: 0)
-        loop.call_later(1, token.cancel, YIELD)
-        # Awaiting the first token (an HTTP read, a prompt's evaluation):
-        # the yield does not cut it.
-        assert await until_cancelled(call, asyncio.sleep(3, result="first token")) == (
-            "first token"
-        )
-        assert loop.time() == 3
-        loop.call_later(1, token.cancel, PREEMPTED)
-        assert await until_cancelled(call, asyncio.sleep(10)) is None
-        assert loop.time() == 4
-        assert await call.wait(5) is True  # level-triggered: at once
-
-    run_virtual(main())
+async def test_a_race_against_a_call_lets_a_yield_wait_and_an_upgrade_cut() -> None:
+    loop = asyncio.get_running_loop()
+    token = CancelToken()
+    call = token.for_call(lambda: 0)
+    loop.call_later(1, token.cancel, YIELD)
+    # Awaiting the first token (an HTTP read, a prompt's evaluation):
+    # the yield does not cut it.
+    assert await until_cancelled(call, asyncio.sleep(3, result="first token")) == ("first token")
+    assert loop.time() == 3
+    loop.call_later(1, token.cancel, PREEMPTED)
+    assert await until_cancelled(call, asyncio.sleep(10)) is None
+    assert loop.time() == 4
+    assert await call.wait(5) is True  # level-triggered: at once
