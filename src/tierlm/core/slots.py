@@ -111,7 +111,7 @@ def plan(
         yielding = device.stopping.get(job.id) is Preemption.YIELD
         if yielding and rules.should_preempt(job, now, loaded) is Preemption.PREEMPT:
             stops.append((job, Preemption.PREEMPT))
-    full = len(device.running) + len(starts) >= device.slots
+    full = bool(device.whole) or len(device.running) + len(starts) >= device.slots
     if staying and (full or draining):
         # Lowest-ranked first; among equals the latest started (it has the least sunk).
         order = sorted(reversed(staying), key=lambda j: -rules.tier(j, now))

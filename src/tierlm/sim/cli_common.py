@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from tierlm.runners.simulated import DEFAULT_RESTORE_SECONDS
+from tierlm.runners.simulated import DEFAULT_RESTORE_SECONDS, LLAMA_CPP_CPU_BATCH_COST
 from tierlm.sim.charts import CDF_FILE, TIMELINE_FILE, chat_cdf, timeline
 from tierlm.sim.compare import Comparison, PolicyProgress, compare
 from tierlm.sim.device import (
@@ -32,6 +32,7 @@ __all__ = [
     "add_quiet_argument",
     "device_from_args",
     "positive_float",
+    "positive_int",
     "run_comparison",
     "sim_progress",
 ]
@@ -44,6 +45,16 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value
 
 
@@ -95,6 +106,14 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"seconds to save and restore one KV snapshot (default {DEFAULT_RESTORE_SECONDS:g})",
     )
+    group.add_argument(
+        "--slots",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="sequences the device decodes at once, a batch whose step costs "
+        f"1 + {LLAMA_CPP_CPU_BATCH_COST:g} (k - 1) of one's (the llama.cpp CPU curve; default 1)",
+    )
 
 
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +131,7 @@ def device_from_args(args: argparse.Namespace) -> DeviceModel:
         swap_seconds=args.swap_seconds,
         resume=args.resume,
         restore_seconds=args.restore_seconds,
+        slots=args.slots,
     )
 
 

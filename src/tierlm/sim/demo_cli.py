@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from tierlm.sim.batched_demo import batched_rows, batched_table
 from tierlm.sim.cli_common import (
     add_device_arguments,
     add_quiet_argument,
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.no_cases:
         return 0
+    console.print(batched_table(batched_rows()))
     started = time.perf_counter()
     with sim_progress(args.quiet) as bars:
         summary = run_summary(device, args.seed, bars)

@@ -11,6 +11,7 @@ from tierlm.runners.simulated import (
     DEFAULT_N_BATCH,
     DEFAULT_RESTORE_SECONDS,
     DEFAULT_SNAPSHOT_POOL_BYTES,
+    LLAMA_CPP_CPU_BATCH_COST,
     SimulatedRunner,
 )
 
@@ -55,6 +56,10 @@ class DeviceModel:
     snapshot_pool_bytes: int = DEFAULT_SNAPSHOT_POOL_BYTES
     kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
     n_batch: int = DEFAULT_N_BATCH
+    slots: int = 1
+    """Sequences decoded at once (docs/design.md §4.7)."""
+    batch_cost: float = LLAMA_CPP_CPU_BATCH_COST
+    """With ``slots`` > 1: a step of n costs ``1 + batch_cost (n - 1)`` of one's."""
 
     def __post_init__(self) -> None:
         for name in ("decode_tps", "prefill_tps"):
@@ -70,6 +75,10 @@ class DeviceModel:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"device.{name}: must be a number >= 0, got {value!r}")
+        if not isinstance(self.slots, int) or self.slots < 1:
+            raise ValueError(f"device.slots: must be an int >= 1, got {self.slots!r}")
+        if not math.isfinite(self.batch_cost) or self.batch_cost < 0:
+            raise ValueError(f"device.batch_cost: must be a number >= 0, got {self.batch_cost!r}")
         if not isinstance(self.n_batch, int) or self.n_batch < 1:
             raise ValueError(f"device.n_batch: must be an int >= 1, got {self.n_batch!r}")
         if self.resume not in RESUME_COSTS:
@@ -109,6 +118,8 @@ class DeviceModel:
             kv_bytes_per_token=self.kv_bytes_per_token,
             n_batch=self.n_batch,
             per_token=False,
+            slots=self.slots,
+            batch_cost=self.batch_cost,
         )
 
     def to_dict(self) -> dict[str, Any]:
