@@ -18,6 +18,7 @@ import heapq
 from tierlm.core.fairness import FairPool
 from tierlm.core.jobs import Job
 from tierlm.core.queues import Live, ModelQueue
+from tierlm.core.turns import ChatTurns
 
 __all__ = ["JobBook"]
 
@@ -25,10 +26,22 @@ __all__ = ["JobBook"]
 class JobBook:
     """The queue's jobs and indexes (see the module doc)."""
 
-    __slots__ = ("_pending", "_version", "fair", "fresh", "jobs", "live", "models", "overdue")
+    __slots__ = (
+        "_pending",
+        "_version",
+        "fair",
+        "fresh",
+        "jobs",
+        "live",
+        "models",
+        "overdue",
+        "turns",
+    )
 
     def __init__(self, fair: FairPool) -> None:
         self.fair = fair
+        self.turns = ChatTurns()
+        """Chat producers' last turns (docs/design.md §4.2 persons in turn)."""
         self.jobs: dict[int, Job] = {}
         self.live: Live = {}
         self._version = 0
@@ -49,7 +62,7 @@ class JobBook:
         self.live[job.id] = version
         model = self.models.get(job.model_id)
         if model is None:
-            model = self.models[job.model_id] = ModelQueue(self.live)
+            model = self.models[job.model_id] = ModelQueue(self.live, self.turns)
         model.queue_for(job.task_class).add(job, version)
         model.count += 1
         if job.task_class.fair:

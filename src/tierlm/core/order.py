@@ -12,7 +12,7 @@ not in which order. O(n log n), off the dispatch path.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tierlm.core.classes import Tier
@@ -20,7 +20,7 @@ from tierlm.core.jobs import Job
 
 __all__ = ["dispatch_order"]
 
-_T1, _T3, _T4 = int(Tier.T1), int(Tier.T3), int(Tier.T4)
+_T0, _T1, _T3, _T4 = int(Tier.T0), int(Tier.T1), int(Tier.T3), int(Tier.T4)
 
 
 def dispatch_order(
@@ -33,6 +33,7 @@ def dispatch_order(
     pool_order: Sequence[int],
     pool_model_order: Callable[[str], Sequence[int]],
     max_affinity_wait: float,
+    chat_order: Mapping[int, int] | None = None,
 ) -> list[Job]:
     """``jobs`` in dispatch order (see the module doc).
 
@@ -40,6 +41,7 @@ def dispatch_order(
     the pool floor ranks 5). ``skipped``: over budget, so it runs only when
     nothing else can. ``pool_order``: queued pool job ids in turn order;
     ``pool_model_order(model)``: the same among the jobs on one model.
+    ``chat_order``: queued T0 job id -> its place, persons in turn.
     """
     pool_position = {job_id: i for i, job_id in enumerate(pool_order)}
     by_model: dict[str, list[tuple[Any, ...]]] = {}
@@ -49,6 +51,8 @@ def dispatch_order(
             key: tuple[Any, ...] = (pool_position.get(job.id, len(pool_position)), job.id)
         elif job_rank in (_T3, _T3 + 2):
             key = (job.due if job.due is not None else math.inf, job.id)
+        elif job_rank == _T0 and chat_order is not None and job.id in chat_order:
+            key = (chat_order[job.id],)  # persons in turn (docs/design.md §4.2)
         else:
             key = (job.id,)
         phase = 1 if skipped(job, job_rank) else 0

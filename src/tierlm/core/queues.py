@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.jobs import Foreground, Job, Subject
+from tierlm.core.turns import ChatTurns
 
 __all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue"]
 
@@ -62,12 +63,17 @@ class ClassQueue:
         "fifo",
         "live",
         "name",
+        "people",
         "subjects",
         "task_class",
+        "turns",
     )
 
-    def __init__(self, task_class: TaskClass, live: Live) -> None:
+    def __init__(self, task_class: TaskClass, live: Live, turns: ChatTurns) -> None:
         self.task_class = task_class
+        self.turns = turns
+        # T0: each producer's jobs in submit order (persons in turn, docs/design.md §4.2).
+        self.people: dict[str, list[_FifoEntry]] = {}
         self.name = task_class.name
         self.base = int(task_class.tier)
         self.live = live
@@ -87,6 +93,8 @@ class ClassQueue:
         heapq.heappush(self.fifo, entry)
         if job.subject is not None:
             heapq.heappush(self.subjects.setdefault(job.subject, []), entry)
+        if self.base == T0:
+            heapq.heappush(self.people.setdefault(job.producer, []), entry)
         self.count += 1
         if self.task_class.tier == Tier.T3:
             due = job.due if job.due is not None else math.inf
@@ -101,6 +109,7 @@ class ClassQueue:
             self.fifo.clear()
             self.subjects.clear()
             self.deadlines.clear()
+            self.people.clear()
 
     def oldest(self) -> int | None:
         _clean(self.fifo, self.live)
@@ -121,9 +130,27 @@ class ClassQueue:
         _clean(heap, self.live)
         return (heap[0][0], heap[0][1]) if heap else None
 
+    def next_person(self) -> Candidate | None:
+        """T0: the oldest job of the producer served least recently (docs/design.md
+        §4.2 persons in turn); key (its producer's last turn, the job's id)."""
+        best: Candidate | None = None
+        for producer, heap in list(self.people.items()):
+            _clean(heap, self.live)
+            if not heap:
+                del self.people[producer]
+                continue
+            head = heap[0][0]
+            candidate = (T0, (self.turns.turn(producer), head), head)
+            if best is None or candidate < best:
+                best = candidate
+        return best
+
     def base_candidate(self) -> Candidate | None:
-        """The best job at the class's own tier (FIFO, or EDF for T3), cached:
-        one event changes one class queue."""
+        """The best job at the class's own tier (persons in turn for T0, FIFO,
+        or EDF for T3), cached: one event changes one class queue (not for T0:
+        a chat starting anywhere changes the turns)."""
+        if self.base == T0:
+            return self.next_person()
         if self.cache_ok:
             return self.cached
         candidate: Candidate | None = None
@@ -141,17 +168,18 @@ class ClassQueue:
 class ModelQueue:
     """The queued jobs of one model, by class."""
 
-    __slots__ = ("by_class", "count", "live")
+    __slots__ = ("by_class", "count", "live", "turns")
 
-    def __init__(self, live: Live) -> None:
+    def __init__(self, live: Live, turns: ChatTurns) -> None:
         self.live = live
+        self.turns = turns
         self.by_class: dict[str, ClassQueue] = {}
         self.count = 0
 
     def queue_for(self, task_class: TaskClass) -> ClassQueue:
         queue = self.by_class.get(task_class.name)
         if queue is None:
-            queue = self.by_class[task_class.name] = ClassQueue(task_class, self.live)
+            queue = self.by_class[task_class.name] = ClassQueue(task_class, self.live, self.turns)
         return queue
 
     def best(

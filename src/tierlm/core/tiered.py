@@ -25,6 +25,7 @@ from tierlm.core.order import dispatch_order
 from tierlm.core.pool_order import turn_order
 from tierlm.core.queues import T3_AFTER_POOL, Candidate
 from tierlm.core.slots import plan
+from tierlm.core.turns import chat_order
 
 __all__ = ["TieredPolicy"]
 
@@ -100,6 +101,8 @@ class TieredPolicy:
 
     def _started(self, job: Job, now: float) -> None:
         self._running[job.id] = job
+        if job.task_class.tier == Tier.T0:
+            self._book.turns.served(job.producer)  # docs/design.md §4.2 persons in turn
         # A job that needs a swap starts its slice when the swap ends (swapped).
         self._slice_start[job.id] = now if job.model_id == self._loaded_at_pick else None
         self.holds.busy()
@@ -483,6 +486,7 @@ class TieredPolicy:
             pool_order=turn_order(self.fair, ahead=[j.id for j in ahead], after=after),
             pool_model_order=model_turns,
             max_affinity_wait=self.config.max_affinity_wait,
+            chat_order=chat_order(self._jobs.values(), self._book.turns),
         )
 
 

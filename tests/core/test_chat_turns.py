@@ -1,0 +1,67 @@
+"""Persons in turn (docs/design.md §4.2): chat is first come, first served per
+person, not across people."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from tierlm import Scheduler
+from tierlm.core.classes import default_classes
+from tierlm.core.config import SchedulerConfig
+from tierlm.core.jobs import Job
+from tierlm.core.tiered import TieredPolicy
+from tierlm.runners import SimulatedRunner
+from tierlm.testing import next_start
+
+CLASSES = default_classes()
+
+
+def test_the_queue_order_is_the_order_chats_start_round_robin_by_person() -> None:
+    policy = TieredPolicy(CLASSES, SchedulerConfig())
+    ids = itertools.count(1)
+    flood = [Job(next(ids), CLASSES["chat"], "m1", "alice", None, None, 0.0) for _ in range(5)]
+    others = [Job(next(ids), CLASSES["chat"], "m1", f"p{i}", None, None, 0.0) for i in range(3)]
+    for job in (*flood, *others):
+        policy.submit(job, 0.0)
+    expected = [job.id for job in policy.queue_order(0.0, "m1")]
+    started = []
+    now = 0.0
+    while len(policy):
+        job = next_start(policy, now, "m1")
+        assert job is not None
+        started.append(job.id)
+        now += 1.0
+        policy.finished(job, now)
+    assert started == expected
+    # Alice's first, then each other person once, before Alice's second.
+    assert started[:5] == [flood[0].id, *(o.id for o in others), flood[1].id]
+
+
+async def test_one_persons_twenty_chats_delay_nine_others_by_one_answer_at_most() -> None:
+    runner = SimulatedRunner(token_interval=0.05, initial_model="m1")
+    async with Scheduler(runner) as sched:
+
+        async def chat(person: str) -> float:
+            submitted = sched.now()
+            first = None
+            async for _piece in sched.generate(
+                "chat",
+                model_id="m1",
+                producer=person,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=100,
+            ):
+                if first is None:
+                    first = sched.now()
+            assert first is not None
+            return first - submitted
+
+        flood = [asyncio.create_task(chat("alice")) for _ in range(20)]
+        await asyncio.sleep(0)
+        waits = await asyncio.gather(*(chat(f"person{i}") for i in range(9)))
+        await asyncio.gather(*flood)
+    answer = 100 * 0.05
+    # FCFS across people made them wait 19-20 answers (95-100 s); in turn, each
+    # waits for Alice's one answer under way and the persons ahead of it.
+    assert max(waits) <= 10 * answer + 0.5, waits
