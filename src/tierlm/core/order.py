@@ -16,9 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tierlm.core.classes import Tier
+from tierlm.core.fairness import FairPool
 from tierlm.core.jobs import Job
+from tierlm.core.pool_order import turn_order
 
-__all__ = ["dispatch_order"]
+__all__ = ["dispatch_order", "policy_order"]
 
 _T0, _T1, _T3, _T4 = int(Tier.T0), int(Tier.T1), int(Tier.T3), int(Tier.T4)
 
@@ -87,3 +89,49 @@ def dispatch_order(
         if heads[take] == len(by_model[take]):
             del heads[take]
     return order
+
+
+def policy_order(
+    jobs: Sequence[Job],
+    now: float,
+    loaded_model: str | None,
+    *,
+    rank: Callable[[Job], int],
+    skipped: Callable[[Job, int], bool],
+    fair: FairPool,
+    max_affinity_wait: float,
+    chat_order: Mapping[int, int],
+) -> list[Job]:
+    """The tiered policy's ``queue_order``: ``dispatch_order`` with the pool's
+    turns (``pool_order.turn_order``, each charged one slice).
+
+    Pool jobs ranked apart from the pool's turns: the foreground's and loans'
+    run first, and are charged first; those waiting for the floor run after
+    (docs/design.md §4.5), and only take no turn. On one model's turns, only
+    those that run before its pool work are charged: its own, and a person's
+    (T1 swaps at once); affinity keeps the others waiting."""
+    ahead: list[Job] = []
+    after: list[int] = []
+    for job in jobs:
+        if job.task_class.fair:
+            job_rank = rank(job)
+            if job_rank < _T4:
+                ahead.append(job)
+            elif job_rank > _T4:
+                after.append(job.id)
+
+    def model_turns(model: str) -> list[int]:
+        first = [j.id for j in ahead if j.model_id == model or rank(j) <= _T1]
+        return turn_order(fair, model, first, after)
+
+    return dispatch_order(
+        jobs,
+        now,
+        loaded_model,
+        rank=rank,
+        skipped=skipped,
+        pool_order=turn_order(fair, ahead=[j.id for j in ahead], after=after),
+        pool_model_order=model_turns,
+        max_affinity_wait=max_affinity_wait,
+        chat_order=chat_order,
+    )

@@ -21,8 +21,7 @@ from tierlm.core.fairness import FairPool
 from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
-from tierlm.core.order import dispatch_order
-from tierlm.core.pool_order import turn_order
+from tierlm.core.order import policy_order
 from tierlm.core.queues import T3_AFTER_POOL, Candidate
 from tierlm.core.slots import plan
 from tierlm.core.turns import chat_order
@@ -78,6 +77,9 @@ class TieredPolicy:
         # Times at which this decision's answers would change by themselves: set
         # by each choice while ``decide`` runs, read by its ``wake_at``.
         self._wake: list[float] = []
+        # The surface the person just left, and until when its running
+        # evaluation is not cut for the new one (docs/design.md §4.6).
+        self._left: tuple[Foreground, float] | None = None
 
     # -- events ---------------------------------------------------------------
 
@@ -97,6 +99,10 @@ class TieredPolicy:
 
     def set_foreground(self, foreground: Foreground | None, now: float) -> None:
         self._book.advance(now)
+        if foreground != self.foreground and self.foreground is not None:
+            # docs/design.md §4.6 foreground flapping: for a slice, the surface
+            # the person just left keeps its running evaluation.
+            self._left = (self.foreground, now + self.config.slice)
         self.foreground = foreground
 
     def _started(self, job: Job, now: float) -> None:
@@ -389,6 +395,10 @@ class TieredPolicy:
             return None
         if best_rank < (T3 if run_rank == _T3_AFTER_POOL else run_rank):
             # A higher tier (waiting for the floor leaves overdue work T3).
+            if best_rank == T1 and self._just_left(running, now):
+                # Foreground flapping (docs/design.md §4.6): the new surface
+                # does not cut the evaluation of the one the person just left.
+                return Preemption.YIELD
             return Preemption.PREEMPT if best_rank <= T1 else Preemption.YIELD
         # Fairness preempts only what goes back to the queue and loses nothing
         # there: a job that would start over, cut at every slice, could never
@@ -400,6 +410,10 @@ class TieredPolicy:
         if run_rank == best_rank == T4 and not in_slice:
             return Preemption.YIELD
         return None
+
+    def _just_left(self, job: Job, now: float) -> bool:
+        left = self._left
+        return left is not None and now < left[1] and left[0].matches(job)
 
     def next_wakeup(self, now: float) -> float | None:
         """When the last decision may change with no event.
@@ -458,33 +472,13 @@ class TieredPolicy:
         holds and deadlines still ahead are ignored. A query: it changes
         nothing (docs/design.md §2 queue positions)."""
         skip = self._over_budget(now) if self._meters else _NO_SKIP
-        # Pool jobs ranked apart from the pool's turns: the foreground's and
-        # loans' run first, and are charged first; those waiting for the floor
-        # run after (docs/design.md §4), and only take no turn. On one model's
-        # turns, only those that run before its pool work are charged: its own,
-        # and a person's (T1 swaps at once); affinity keeps the others waiting.
-        ahead: list[Job] = []
-        after: list[int] = []
-        for job in self._jobs.values():
-            if job.task_class.fair:
-                job_rank = self._rank(job, now)
-                if job_rank < T4:
-                    ahead.append(job)
-                elif job_rank > T4:
-                    after.append(job.id)
-
-        def model_turns(model: str) -> list[int]:
-            first = [j.id for j in ahead if j.model_id == model or self._rank(j, now) <= T1]
-            return turn_order(self.fair, model, first, after)
-
-        return dispatch_order(
+        return policy_order(
             list(self._jobs.values()),
             now,
             loaded_model,
             rank=lambda job: self._rank(job, now),
             skipped=lambda job, rank: rank >= T2 and job.class_name in skip,
-            pool_order=turn_order(self.fair, ahead=[j.id for j in ahead], after=after),
-            pool_model_order=model_turns,
+            fair=self.fair,
             max_affinity_wait=self.config.max_affinity_wait,
             chat_order=chat_order(self._jobs.values(), self._book.turns),
         )
