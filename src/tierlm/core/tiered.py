@@ -247,6 +247,11 @@ class TieredPolicy:
     # -- decisions ------------------------------------------------------------
 
     def _over_budget(self, now: float) -> frozenset[str]:
+        if self.floor.active:
+            # docs/design.md §4.3: while the backlogged pool is owed its floor,
+            # budgeted work waits as overdue work does, within its cap or not
+            # (a chat's share would otherwise leave the pool nothing).
+            return frozenset(self._meters)
         over = [name for name, meter in self._meters.items() if meter.share(now) > self._caps[name]]
         return frozenset(over) if over else _NO_SKIP
 
