@@ -29,7 +29,7 @@ error line; ``missing`` does not exist. Every other name is a fine model.
 The same app serves ``/v1/chat/completions`` and ``/v1/completions`` (SSE) with
 the same models, for the OpenAI runner's failure cases, plus ``nodone``: a
 stream that just stops after half its ``max_tokens``, without ``finish_reason``
-or ``[DONE]``.
+or ``[DONE]``; and ``flood``: one token, then a 64 MiB line without a newline.
 """
 
 from __future__ import annotations
@@ -167,6 +167,12 @@ def make_app(state: FakeState) -> Starlette:
             return f"data: {json.dumps({'model': model, 'choices': [choice]})}\n\n".encode()
 
         async def stream() -> AsyncIterator[bytes]:
+            if model == "flood":
+                # One endless line: 64 MiB without a newline (a hostile upstream).
+                yield event("t0 ", None)
+                for _ in range(1024):
+                    yield b"x" * (64 << 10)
+                return
             i = 0
             async for text in tokens(model, start, count):
                 if model == "erroring" and i == 2:

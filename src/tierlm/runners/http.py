@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
@@ -55,6 +55,15 @@ LIST_TIMEOUT = 5.0
 # a token's time on any device that is still working (a phone-class device makes
 # a token in ~0.1 s), short enough that the chats waiting behind notice little.
 DEFAULT_STALL_TIMEOUT = 30.0
+
+MAX_LINE_BYTES = 1 << 20
+"""Longest line of an upstream's stream (an SSE line, an NDJSON object): 1 MiB.
+A streamed token's event is a few hundred bytes; a line past this is a broken
+or hostile upstream, and reading it whole would grow the gateway's memory
+without bound (one 64 MiB line without a newline grew it by 68 MiB)."""
+MAX_ERROR_BYTES = 64 << 10
+"""How much of an upstream's error body is read (64 KiB): its message is in the
+first few hundred bytes."""
 
 _T = TypeVar("_T")
 
@@ -216,7 +225,7 @@ async def post_stream(
             return
         try:
             if response.status_code >= 400:
-                detail = await wait(response.aread())
+                detail = await wait(_read_at_most(response, MAX_ERROR_BYTES))
                 if detail is None:
                     return
                 raise UpstreamError(
@@ -224,7 +233,7 @@ async def post_stream(
                     f"{http_error_message(response.status_code, detail)}",
                     model_id=model_id,
                 )
-            lines = response.aiter_lines()
+            lines = bounded_lines(response, MAX_LINE_BYTES, model_id, url)
             # Each read races the token, never the yield (docs/design.md §2 cancel).
             while (line := await wait(anext(lines, None))) is not None:
                 yield line
@@ -245,6 +254,40 @@ async def post_stream(
             f"model {model_id!r}: cannot reach {url}: {describe_exception(exc)}",
             model_id=model_id,
         ) from exc
+
+
+async def bounded_lines(
+    response: httpx.Response, limit: int, model_id: str, url: str
+) -> AsyncIterator[str]:
+    """The response's lines (``\n``, ``\r\n``), none longer than ``limit``
+    bytes: a longer one fails the job (``UpstreamError``, a 502) before it is
+    read whole (``MAX_LINE_BYTES``)."""
+    buffer = bytearray()
+    async for chunk in response.aiter_bytes():
+        searched = len(buffer)
+        buffer += chunk
+        while (end := buffer.find(b"\n", searched)) >= 0:
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            searched = 0
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+        if len(buffer) > limit:
+            raise UpstreamError(
+                f"model {model_id!r}: {url} sent a line longer than {limit} bytes "
+                "(MAX_LINE_BYTES); the stream was closed",
+                model_id=model_id,
+            )
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
+
+
+async def _read_at_most(response: httpx.Response, limit: int) -> bytes:
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= limit:
+            break
+    return bytes(body[:limit])
 
 
 async def list_names(client: httpx.AsyncClient, url: str, items: str, name: str) -> list[str]:

@@ -1,0 +1,50 @@
+"""What a broken or hostile upstream can do to the gateway: one line without
+end must fail that job only, not grow the gateway's memory without bound
+(``tierlm.runners.http.MAX_LINE_BYTES``)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.runners.helpers import run
+from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.http import MAX_LINE_BYTES, UpstreamError
+from tierlm.runners.openai_compat import OpenAIRunner
+from tierlm.runners.requests import GenerationRequest
+
+if TYPE_CHECKING:
+    from tests.runners.helpers import FakeServer
+
+
+def chat(model: str) -> GenerationRequest:
+    return GenerationRequest(model_id=model, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_a_line_without_end_fails_its_job_within_the_line_limit(fake: FakeServer) -> None:
+    async def main() -> tuple[list[str], int]:
+        async with OpenAIRunner(fake.url) as runner:
+            pieces: list[str] = []
+
+            async def read() -> None:
+                async for piece in runner.generate(chat("flood"), CancelToken()):
+                    pieces.append(piece)
+
+            tracemalloc.start()
+            try:
+                with pytest.raises(UpstreamError, match="longer than"):
+                    await read()
+                _now, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            # The next request is served as usual.
+            after = [p async for p in runner.generate(chat("fine"), CancelToken())]
+            assert after
+            return pieces, peak
+
+    pieces, peak = run(main())
+    assert pieces == ["t0 "]  # what came before the flood reached the client
+    # 64 MiB were sent; what was held stays within a few times the limit.
+    assert peak < 8 * MAX_LINE_BYTES, peak
