@@ -130,7 +130,7 @@ def _file_backend(config: str | None) -> dict[str, object]:
     try:
         with open(config, "rb") as file:
             table = tomllib.load(file).get("backend", {})
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, ValueError, RecursionError):  # not UTF-8, not TOML, too deep
         return {}
     return table if isinstance(table, dict) else {}
 

@@ -165,6 +165,10 @@ class KeySettings(Schema):
         return secret
 
 
+def _sendable(key: str) -> bool:
+    return bool(key) and all("!" <= c <= "~" for c in key)
+
+
 def resolve_keys(
     tables: Sequence[KeySettings], classes: Mapping[str, TaskClass]
 ) -> tuple[ApiKey, ...]:
@@ -174,6 +178,16 @@ def resolve_keys(
     names: set[str] = set()
     for i, table in enumerate(tables):
         secret = table.secret()
+        if not _sendable(secret):
+            # Sent as "Authorization: Bearer KEY": HTTP strips the value's
+            # surrounding blanks, so a key with spaces or controls can never match.
+            where = "key_env" if table.key_env else "key"
+            raise FieldError(
+                "must be printable ASCII without spaces (it is sent in the Authorization header)",
+                "keys",
+                i,
+                where,
+            )
         if secret in seen:
             raise FieldError("the same key is configured twice", "keys", i, "key")
         seen.add(secret)

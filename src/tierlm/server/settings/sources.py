@@ -131,10 +131,18 @@ def _read_file(path: Path) -> tuple[dict[str, Any], Path]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"--config: cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); TOML files are UTF-8"
+        ) from None
     try:
         return tomllib.loads(text), path.resolve().parent
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError:
+        # tomllib recurses per nesting level: a file nested thousands deep is
+        # no configuration, and must not be a traceback.
+        raise ConfigError(f"{path}: nested too deep to be a configuration") from None
 
 
 def _environment() -> tuple[dict[str, Any], dict[Loc, str]]:
