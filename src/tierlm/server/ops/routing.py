@@ -39,7 +39,7 @@ from tierlm.server.gateway.gateway import Gateway
 from tierlm.shell.events import JobStarted, RunEnded, SchedulerEvent, SwapFinished, SwapStarted
 from tierlm.shell.scheduler import Scheduler
 
-__all__ = ["RoutingStats", "routes", "routing_stats"]
+__all__ = ["RoutingStats", "mount", "routes", "routing_stats"]
 
 # Each gateway's stats, made on first use (the gateway lives as long as its app).
 _attached: weakref.WeakKeyDictionary[Gateway, RoutingStats] = weakref.WeakKeyDictionary()
@@ -183,6 +183,21 @@ def routing_stats(gateway: Gateway) -> RoutingStats:
             stats.seed(scheduler)
             scheduler.add_listener(stats.on_event)
         _attached[gateway] = stats
+    return stats
+
+
+def mount(gateway: Gateway) -> RoutingStats:
+    """Keep the gateway's routing stats from its start, and serve the series
+    routers read on ``/metrics`` from them (``Metrics.serve_routers``)."""
+    stats = routing_stats(gateway)
+
+    def read() -> dict[str, Any]:
+        try:
+            return stats.read()
+        except RuntimeError:  # the gateway is not started: nothing to report
+            return {}
+
+    gateway.metrics.serve_routers(read, vllm_compat=gateway.settings.metrics.vllm_compat)
     return stats
 
 
