@@ -8,8 +8,8 @@ placed by ``TierlmRequestRouter``) and answers with the gateway's SSE and JSON
 (``JobStream``, ``JobResult``, ``Answer``) over a ``RemoteJob`` fed by the
 replica's stream.
 
-- A replica that refuses (429: its class is full) sends the request to the
-  next; when the router offers one already tried, every replica was: 429 with
+- A replica that refuses (429: its class is full; 503: it drains) sends the
+  request to the next; when the router offers one already tried, every replica was: 429 with
   the smallest Retry-After.
 - A replica that dies before the request streamed anything (queued there,
   or running without a token yet) loses nothing the client saw: the request
@@ -197,7 +197,7 @@ class TierlmIngress:
             if replica in tried:
                 break  # the router offered one already tried: all were
             tried.add(replica)
-            if first.get("status") != 429:
+            if first.get("status") not in (429, 503):  # full, or draining: the next
                 raise _api_error(first["status"], first["error"], {})
             if first.get("retry_after") is not None:
                 retry_after.append(int(first["retry_after"]))
@@ -219,6 +219,8 @@ class TierlmIngress:
                 try:
                     async for item in stream:
                         if "pieces" in item:
+                            if job.first_token_at is None:
+                                job.first_token_at = time.time()  # the clock of submitted_at
                             job.produced.extend(item["pieces"])
                             job.wake.set()
                         elif "failed" in item:

@@ -29,6 +29,7 @@ from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.openai.job_errors import job_error
+from tierlm.server.openai.routes import counted
 from tierlm.server.ops.routing import RoutingStats, routing_stats
 from tierlm.server.settings.sources import settings_from_dict
 
@@ -77,6 +78,9 @@ class TierlmReplica:
         ``class_name`` and ``exclude`` are for the router."""
         gateway = await self._ready()
         try:
+            # As the gateway's own route: the exact prompt size when the runner
+            # counts it (a prompt its model cannot serve is a 400 now).
+            request = await counted(gateway, request)
             job = await gateway.submit(JobMeta(**meta), request)
         except APIError as exc:
             retry = exc.headers.get("Retry-After")
