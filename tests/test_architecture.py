@@ -150,6 +150,24 @@ def test_the_error_root_imports_nothing_of_tierlm() -> None:
     assert import_graph()["tierlm.errors"] == set()
 
 
+def test_the_cluster_rule_is_pure() -> None:
+    """docs/distributed.md: the placement rule is a pure function of routing
+    stats; it imports nothing of tierlm (the error root aside)."""
+    assert layer("tierlm.cluster"), "tierlm.cluster is a package"
+    assert imports_outside(layer("tierlm.cluster"), ("tierlm.cluster", "tierlm.errors")) == {}
+
+
+def test_nothing_imports_the_ray_layer() -> None:
+    """tierlm.ray sits on top, behind the [ray] extra: no other layer needs Ray."""
+    graph = import_graph()
+    users = {
+        m: sorted(t for t in targets if t.startswith("tierlm.ray"))
+        for m, targets in graph.items()
+        if not m.startswith("tierlm.ray")
+    }
+    assert {m: ts for m, ts in users.items() if ts} == {}
+
+
 def test_runners_import_only_runners() -> None:
     """docs/design.md §1: runners know no policy; they import their own protocol
     (and the error root)."""

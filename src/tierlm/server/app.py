@@ -41,7 +41,7 @@ from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive, keep_alive_seconds
 from tierlm.server.openai import embeddings, routes
-from tierlm.server.ops import dashboard, health, openapi, scheduler_api
+from tierlm.server.ops import dashboard, health, openapi, routing, scheduler_api
 from tierlm.server.settings.sources import ServerSettings
 
 __all__ = ["create_app"]
@@ -51,7 +51,8 @@ logger = logging.getLogger("tierlm.server")
 
 async def metrics_endpoint(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
-    gateway.keys.authenticate(request, admin=True)
+    if not gateway.settings.metrics.public:  # [metrics] public: a scraper without a key
+        gateway.keys.authenticate(request, admin=True)
     from prometheus_client import CONTENT_TYPE_LATEST
 
     return Response(gateway.metrics.render(), media_type=CONTENT_TYPE_LATEST)
@@ -117,6 +118,7 @@ def create_app(
     settings = settings or ServerSettings()
     service = EmbeddingService.from_settings(settings, embedder)
     gateway = Gateway(settings, runner)
+    routing.mount(gateway)  # the routing stats, and the series routers read on /metrics
     if service is not None:
         service.mount(gateway)
 

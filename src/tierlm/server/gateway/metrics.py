@@ -23,6 +23,22 @@ Series (all prefixed ``tierlm_``):
 - with a llama-cpp worker: ``worker_pid`` and ``worker_restarts_total`` (read
   from the runner at scrape time).
 
+For routers that place requests by the model server's metrics (llm-d's
+endpoint picker; ``serve_routers``), from the routing stats, cheap enough to
+scrape every 50 ms (counters and one pass over the queue, no snapshot):
+
+- ``requests_waiting`` and ``requests_running``: unlabeled totals (a router's
+  metric spec selects ONE series);
+- ``models_info{running_lora_adapters, waiting_lora_adapters, max_lora}``: the
+  model the device holds (or loads), the other models with queued work, and
+  ``max_lora="1"`` (one model at a time), read by llm-d's
+  ``lora-affinity-scorer``; its value is the Unix time this label set first
+  showed, as vLLM's ``lora_requests_info`` (the router reads the newest);
+- with ``vllm_compat``, the same under vLLM's names too
+  (``vllm:num_requests_waiting``, ``vllm:num_requests_running``,
+  ``vllm:lora_requests_info``) and ``vllm:kv_cache_usage_perc`` = 0 (tierlm
+  reports no KV pressure: a router's KV scorer then sees every replica alike).
+
 With embeddings on, the embedding lane's ``embedding_*`` series too
 (``LaneMetrics``): its queue and counts read from ``lane.stats()`` at scrape
 time, and two histograms (batch size, latency) fed batch by batch through the
@@ -184,6 +200,13 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def serve_routers(
+        self, routing: Callable[[], Mapping[str, Any]], *, vllm_compat: bool = False
+    ) -> None:
+        """Register the series routers read (module docstring); ``routing``
+        returns the routing stats (``tierlm.server.ops.routing``)."""
+        self.registry.register(_RouterCollector(routing, vllm_compat))
 
     def embedding_lane(self, stats: Callable[[], LaneStats | None], max_batch: int) -> LaneMetrics:
         """Register an embedding lane's series; the result is its ``BatchObserver``."""
@@ -375,3 +398,52 @@ class _LaneCollector(Collector):
             "Texts cut to embeddings.max_chars (overlong = truncate)",
             value=s.truncated,
         )
+
+
+class _RouterCollector(Collector):
+    """What llm-d's endpoint picker reads (module docstring), from the routing
+    stats: counters, no snapshot."""
+
+    def __init__(self, routing: Callable[[], Mapping[str, Any]], vllm_compat: bool) -> None:
+        self._routing = routing
+        self._vllm = vllm_compat
+        self._models: tuple[tuple[str, str], float] | None = None
+        """The last models_info label values, and the Unix time they first showed."""
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # dynamic: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._routing()
+        if not stats:
+            return  # not started
+        waiting = sum(stats.get("queued_by_class", {}).values())
+        running = sum(stats.get("running", {}).values())
+        active = stats.get("swapping_to") or stats.get("loaded_model") or ""
+        queued = sorted(m for m, n in stats.get("queued_by_model", {}).items() if n and m != active)
+        labels = (active, ",".join(queued))
+        if self._models is None or self._models[0] != labels:
+            self._models = (labels, float(stats.get("at") or 0.0))
+        since = self._models[1]
+        names = [("tierlm_", "requests_waiting", "requests_running", "models_info")]
+        if self._vllm:
+            names.append(
+                ("vllm:", "num_requests_waiting", "num_requests_running", "lora_requests_info")
+            )
+        for prefix, waiting_name, running_name, info_name in names:
+            yield GaugeMetricFamily(
+                prefix + waiting_name, "Requests queued, all classes", value=waiting
+            )
+            yield GaugeMetricFamily(prefix + running_name, "Requests generating now", value=running)
+            info = GaugeMetricFamily(
+                prefix + info_name,
+                "The model the device holds and the models waiting for it (one at a "
+                "time: max_lora 1); the value is when this set first showed (Unix time)",
+                labels=["running_lora_adapters", "waiting_lora_adapters", "max_lora"],
+            )
+            info.add_metric([labels[0], labels[1], "1"], since)
+            yield info
+        if self._vllm:
+            yield GaugeMetricFamily(
+                "vllm:kv_cache_usage_perc", "Not measured by tierlm: always 0", value=0.0
+            )

@@ -81,6 +81,10 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         nullable=True,
     ),
     ("GET", "/v1/scheduler/state"): Operation("The scheduler's state.", auth="admin"),
+    ("GET", "/v1/scheduler/routing"): Operation(
+        "The routing stats a router in front of many gateways places requests by.",
+        auth="admin",
+    ),
     ("POST", "/v1/scheduler/pause"): Operation(
         "Stop dispatching; preempt a running background job.",
         auth="admin",

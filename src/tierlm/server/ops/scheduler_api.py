@@ -7,6 +7,8 @@ requests wait for. Without keys (loopback only) anyone local may call them.
   (subject optional), or ``null`` / ``{"class": null}`` to clear;
 - ``GET /v1/scheduler/state``: the scheduler snapshot as JSON, plus the gateway's
   view (models, queue limits, recently finished jobs and why they ended);
+- ``GET /v1/scheduler/routing``: the routing stats a router places requests
+  by (``routing.py``);
 - ``POST /v1/scheduler/pause`` (``?wait=true`` returns once the device is idle)
   and ``POST /v1/scheduler/resume``.
 """
@@ -24,6 +26,7 @@ from starlette.routing import BaseRoute, Route
 from tierlm.server.edge.body import read_json
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.openai.requests import parse
+from tierlm.server.ops import routing
 from tierlm.server.settings.schema import Expect, FieldError, Schema
 from tierlm.server.settings.validation import json_type
 
@@ -118,4 +121,5 @@ def routes() -> list[BaseRoute]:
         Route("/v1/scheduler/state", get_state, methods=["GET"]),
         Route("/v1/scheduler/pause", pause, methods=["POST"]),
         Route("/v1/scheduler/resume", resume, methods=["POST"]),
+        *routing.routes(),
     ]

@@ -21,6 +21,7 @@ an unknown field is an error too, with a suggestion.
     [classes.NAME]  tier, fair, requeue, budget = {share, window} | false, queue_limit
     [[keys]]        key | key_env, name, classes, default_class, admin, producer,
                     queue_limit, allow_deadline
+    [metrics]       public, vllm_compat
     [embeddings]    backend = "minilm" | "llama-cpp" | "sim" | "none", model, ... (embedders.py)
 """
 
@@ -48,6 +49,7 @@ from tierlm.server.settings.schema import Expect, FieldError, Flag, Schema
 __all__ = [
     "ConfigError",
     "LimitSettings",
+    "MetricsSettings",
     "SchedulerSettings",
     "ServerSection",
     "ServerSettings",
@@ -241,6 +243,20 @@ class SchedulerSettings(Schema):
         return SchedulerConfig(**self.model_dump(exclude={"default_classes"}, exclude_none=True))
 
 
+class MetricsSettings(Schema):
+    """``[metrics]``: who may read ``/metrics``, and in which names."""
+
+    public: bool = False
+    """Serve ``/metrics`` without a key even when keys are configured: for a
+    scraper that sends no credentials (llm-d's endpoint picker). Its series
+    name models, classes and producers (keys' names): open them only on a
+    network you trust."""
+    vllm_compat: bool = False
+    """Also emit the queue, running and LoRA-info series under vLLM's names
+    (``vllm:num_requests_waiting``...), so a router's built-in vLLM engine
+    config reads tierlm unchanged (docs/distributed.md "llm-d")."""
+
+
 class ServerSettings(Schema):
     """Everything ``create_app`` needs: the TOML file's sections.
 
@@ -269,6 +285,8 @@ class ServerSettings(Schema):
     """Task classes changed or added, by name."""
     key_tables: tuple[KeySettings, ...] = Field(default=(), alias="keys")
     """API keys; without any, the gateway binds loopback only."""
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    """``/metrics``: without a key, vLLM's names (docs/distributed.md)."""
     embeddings: AnyEmbeddings = Field(default_factory=SimEmbeddings)
     """``/v1/embeddings``, on the embedding lane: ``backend`` = minilm, llama-cpp,
     sim or none (unset: sim with the sim backend, none otherwise)."""

@@ -1,0 +1,153 @@
+"""The virtual cluster: R real Schedulers on simulated devices behind a router.
+
+Runs tests/cluster/virtual_cluster.py's cluster (one virtual-time loop,
+deterministic) with tierlm's router (``tierlm.cluster.rank`` on routing stats
+polled every 10 s, as Ray Serve polls them) and with Ray Serve's default
+router (power of two choices on the live queue lengths, model-blind), and
+records:
+
+- swaps over 10 minutes at 60 % load for 1..2R models (at most R models at
+  once: two waves when there are more), and with 2R models all at once
+  (where any router must rotate models on a device);
+- a chat's first-token wait on m0 under a 170 % background flood with queues
+  capped at 30 per class, and the requests refused (429);
+- refusals while some replica still had room (should be none);
+- a replica removed at t = 300 s: the jobs lost against its queue then.
+
+    python bench/cluster.py [--replicas 3] [--seed 1]
+
+Writes bench/results/cluster.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.cluster.virtual_cluster
+sys.path.insert(0, str(ROOT / "src"))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from tests.cluster.virtual_cluster import background, chats, run_cluster  # noqa: E402
+
+from tierlm.testing import run_virtual  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "cluster.json"
+ROUTERS = ("tierlm", "p2c")
+DURATION = 600.0
+
+
+def swaps(replicas: int, seed: int, waves: bool) -> list[dict[str, Any]]:
+    rows = []
+    models_range = range(1, 2 * replicas + 1) if waves else range(replicas + 1, 2 * replicas + 1)
+    for models in models_range:
+        arrivals = background(models, replicas, load=0.6, duration=DURATION, seed=seed, waves=waves)
+        row: dict[str, Any] = {"models": models, "jobs": len(arrivals), "bound": models + 2}
+        for router in ROUTERS:
+            result = run_virtual(
+                run_cluster(arrivals, replicas=replicas, router=router, until=900.0, seed=seed)
+            )
+            row[router] = result.swaps
+        rows.append(row)
+    return rows
+
+
+def flood(replicas: int, seed: int) -> dict[str, Any]:
+    arrivals = background(replicas, replicas, load=1.7, duration=DURATION, seed=seed) + chats(
+        "m0", every=20.0, duration=DURATION
+    )
+    out: dict[str, Any] = {"background_load": 1.7, "queue_limit": 30, "chats": 30}
+    for router in ROUTERS:
+        result = run_virtual(
+            run_cluster(
+                arrivals, replicas=replicas, router=router, until=700.0, queue_limit=30, seed=seed
+            )
+        )
+        waits = result.waits("chat")
+        out[router] = {
+            "chat_first_token_p50_s": round(statistics.median(waits), 3),
+            "chat_first_token_max_s": round(max(waits), 3),
+            "chats_refused": sum(1 for a in result.refused if a.class_name == "chat"),
+            "background_refused": sum(1 for a in result.refused if a.class_name != "chat"),
+            "refused_while_a_replica_had_room": result.refused_while_open,
+            "swaps": result.swaps,
+        }
+    return out
+
+
+def lost_replica(replicas: int, seed: int) -> dict[str, Any]:
+    arrivals = background(replicas, replicas, load=1.0, duration=DURATION, seed=seed)
+    out: dict[str, Any] = {"removed": "r1", "at_s": 300.0, "load": 1.0}
+    for router in ROUTERS:
+        result = run_virtual(
+            run_cluster(
+                arrivals,
+                replicas=replicas,
+                router=router,
+                until=1500.0,
+                remove=(300.0, "r1"),
+                seed=seed,
+            )
+        )
+        out[router] = {
+            "its_queue_then": result.lost_expected,
+            "lost": result.lost,
+            "others_failed": result.others_failed,
+            "unfinished": result.unfinished,
+            "swaps": result.swaps,
+        }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    data = {
+        "what": __doc__.split("\n\n")[0],
+        "replicas": args.replicas,
+        "seed": args.seed,
+        "device": {"token_interval_s": 0.05, "swap_s": 10.0, "job_tokens": 40},
+        "stats_period_s": 10.0,
+        "routers": {
+            "tierlm": "tierlm.cluster.rank on polled routing stats + placements since",
+            "p2c": "power of two choices on live queue length (Ray Serve's default router)",
+        },
+        "swaps_vs_models_at_most_R_active": swaps(args.replicas, args.seed, waves=True),
+        "swaps_vs_models_all_active": swaps(args.replicas, args.seed, waves=False),
+        "chat_under_flood": flood(args.replicas, args.seed),
+        "lost_replica": lost_replica(args.replicas, args.seed),
+        "python": platform.python_version(),
+    }
+    data["wall_seconds"] = round(time.perf_counter() - started, 1)
+    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    console = Console()
+    table = Table(title=f"swaps in 10 min, {args.replicas} replicas, 60 % load")
+    for column in ("models", "active at once", "tierlm", "p2c (Ray default)", "bound M+2"):
+        table.add_column(column)
+    for key, label in (
+        ("swaps_vs_models_at_most_R_active", "<= R"),
+        ("swaps_vs_models_all_active", "all"),
+    ):
+        for row in data[key]:
+            table.add_row(
+                str(row["models"]), label, str(row["tierlm"]), str(row["p2c"]), str(row["bound"])
+            )
+    console.print(table)
+    console.print_json(json.dumps({k: data[k] for k in ("chat_under_flood", "lost_replica")}))
+    console.print(f"written {RESULTS.relative_to(ROOT)} in {data['wall_seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,264 @@
+"""``TierlmIngress``: the one OpenAI-compatible endpoint in front of the replicas.
+
+It does what the gateway's own routes do before a request is queued, with
+the gateway's code: the keys (``KeyRing``), the body and its limits
+(``read_json``, ``parse_chat`` / ``parse_completion``), the scheduling headers
+(``job_meta``); then it asks a replica to queue it (``TierlmReplica.generate``,
+placed by ``TierlmRequestRouter``) and answers with the gateway's SSE and JSON
+(``JobStream``, ``JobResult``, ``Answer``) over a ``RemoteJob`` fed by the
+replica's stream.
+
+- A replica that refuses (429: its class is full; 503: it drains) sends the
+  request to the next; when the router offers one already tried, every replica was: 429 with
+  the smallest Retry-After.
+- A replica that dies before the request streamed anything (queued there,
+  or running without a token yet) loses nothing the client saw: the request
+  is queued again on another. Once a token was sent, it fails (502): a
+  stream cannot be resumed on another device here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
+
+from ray import serve
+from ray.exceptions import RayActorError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tierlm.server.edge.body import read_json
+from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.auth import KeyRing
+from tierlm.server.gateway.gateway import GatewayJob
+from tierlm.server.gateway.metadata import JobMeta, job_meta
+from tierlm.server.openai.answers import Answer, Params
+from tierlm.server.openai.routes import parse_chat, parse_completion
+from tierlm.server.openai.streaming import JobResult, JobStream
+from tierlm.server.settings.sources import settings_from_dict
+
+__all__ = ["RemoteJob", "TierlmIngress"]
+
+logger = logging.getLogger("tierlm.ray")
+
+# Attempts at most per request (each a replica not tried before, or a retry
+# after a replica died): a bound, whatever the cluster does.
+MAX_ATTEMPTS = 16
+
+
+class _NoChanges:
+    """The scheduler's change feed, which a remote job has not: its stream is
+    woken by its own pieces only (no queue positions across the cluster)."""
+
+    def watch(self, wake: asyncio.Event) -> None:
+        pass
+
+    def unwatch(self, wake: asyncio.Event) -> None:
+        pass
+
+
+@dataclass
+class _Host:
+    changes: _NoChanges = field(default_factory=_NoChanges)
+
+
+@dataclass
+class _JobInfo:
+    producer: str
+    submitted_at: float
+
+
+@dataclass
+class _Handle:
+    job: _JobInfo
+
+
+class RemoteJob:
+    """A request queued on a replica, as ``JobStream`` and ``Answer`` read a
+    ``GatewayJob``: its pieces, whether it is done, its error."""
+
+    def __init__(self, meta: JobMeta) -> None:
+        self.meta = meta
+        self.gateway = _Host()
+        self.wake = asyncio.Event()
+        self.id = 0
+        self.replica: str | None = None
+        self.produced: list[str] = []
+        self.first_token_at: float | None = None
+        self.done = False
+        self.error: APIError | None = None
+        self.handle = _Handle(_JobInfo(meta.producer or meta.class_name, time.time()))
+        self.feeding: asyncio.Task[None] | None = None
+
+    def note(self) -> str | None:
+        if not self.produced and self.replica is not None:
+            return f"tierlm queued job={self.id} replica={self.replica}"
+        return None
+
+    def disconnect(self) -> None:
+        """The client went away: stop reading the replica (it cancels the job)."""
+        if self.feeding is not None:
+            self.feeding.cancel()
+
+    def finish(self, error: APIError | None = None) -> None:
+        self.done = True
+        self.error = error
+        self.wake.set()
+
+
+def _error_of(job: GatewayJob) -> APIError | None:
+    return cast(RemoteJob, job).error
+
+
+class TierlmIngress:
+    """The OpenAI-compatible ingress (module docstring). ``replicas`` is the
+    replica deployment's handle; ``settings`` the gateway's (keys, limits,
+    classes, models)."""
+
+    def __init__(self, replicas: Any, settings: Mapping[str, Any]) -> None:
+        self.replicas = replicas
+        self.settings = settings_from_dict(dict(settings))
+        s = self.settings
+        self.keys = KeyRing(s.keys, s.classes, s.anonymous_class(), s.limits.key_queue_limit)
+        self.models = s.backend.model_ids()
+
+    async def __call__(self, request: Request) -> Response:
+        try:
+            return await self._route(request)
+        except APIError as exc:
+            return exc.response()
+
+    async def _route(self, request: Request) -> Response:
+        path = request.url.path.rstrip("/")
+        if request.method == "GET" and path == "/v1/models":
+            self.keys.authenticate(request)
+            data = [{"id": m, "object": "model", "owned_by": "tierlm"} for m in self.models]
+            return JSONResponse({"object": "list", "data": data})
+        if request.method == "GET" and path in ("/health", "/ready"):
+            return JSONResponse({"status": "ok"})
+        if request.method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            return await self._generate(
+                request, "chat" if path.endswith("chat/completions") else ""
+            )
+        raise APIError(404, f"{request.method} {path}: not served by the tierlm ingress")
+
+    async def _generate(self, request: Request, endpoint: str) -> Response:
+        principal = self.keys.authenticate(request)
+        limits = self.settings.limits
+        body = await read_json(request, limits.max_body_bytes)
+        parse = parse_chat if endpoint == "chat" else parse_completion
+        params = parse(body, limits, self.settings.backend.kind)
+        if params.model not in self.models:
+            raise APIError(
+                404,
+                f"model {params.model!r}: not served here (models: {', '.join(self.models)})",
+                param="model",
+                code="model_not_found",
+            )
+        meta = job_meta(request.headers, principal, self.settings.classes)
+        job = RemoteJob(meta)
+        stream = await self._place(job, params)
+        job.feeding = asyncio.ensure_future(self._feed(job, params, stream))
+        answer = Answer(params)
+        gateway_job = cast(GatewayJob, job)
+        if params.stream:
+            return JobStream(gateway_job, answer, _error_of, self.settings.server.sse_heartbeat)
+        return JobResult(gateway_job, answer.render, _error_of)
+
+    def _call(self, params: Params, meta: JobMeta, exclude: set[str]) -> Any:
+        return self.replicas.options(stream=True).generate.remote(
+            model=params.model,
+            class_name=meta.class_name,
+            meta=asdict(meta),
+            request=params.request,
+            exclude=tuple(sorted(exclude)),
+        )
+
+    async def _place(self, job: RemoteJob, params: Params) -> AsyncIterator[dict[str, Any]]:
+        """Queue the request on the best replica that takes it; its stream."""
+        tried: set[str] = set()
+        retry_after: list[int] = []
+        for _ in range(MAX_ATTEMPTS):
+            stream = self._call(params, job.meta, tried)
+            try:
+                first = await stream.__anext__()
+            except RayActorError as exc:  # died before answering: try another
+                logger.warning("a replica died before it answered: %s", exc)
+                continue
+            replica = first.get("accepted") or first.get("refused")
+            if "accepted" in first:
+                job.replica, job.id = replica, int(first["job"])
+                return cast(AsyncIterator[dict[str, Any]], stream)
+            if replica in tried:
+                break  # the router offered one already tried: all were
+            tried.add(replica)
+            if first.get("status") not in (429, 503):  # full, or draining: the next
+                raise _api_error(first["status"], first["error"], {})
+            if first.get("retry_after") is not None:
+                retry_after.append(int(first["retry_after"]))
+        retry = min(retry_after) if retry_after else 1
+        raise APIError(
+            429,
+            f"every replica's queue for class {job.meta.class_name!r} is full; "
+            f"retry in about {retry} s",
+            code="queue_full",
+            reason="queue_full",
+            headers={"Retry-After": str(retry)},
+        )
+
+    async def _feed(
+        self, job: RemoteJob, params: Params, stream: AsyncIterator[dict[str, Any]]
+    ) -> None:
+        try:
+            for _ in range(MAX_ATTEMPTS):
+                try:
+                    async for item in stream:
+                        if "pieces" in item:
+                            if job.first_token_at is None:
+                                job.first_token_at = time.time()  # the clock of submitted_at
+                            job.produced.extend(item["pieces"])
+                            job.wake.set()
+                        elif "failed" in item:
+                            job.finish(_api_error(item["failed"], item["error"], item["headers"]))
+                            return
+                        elif item.get("done"):
+                            job.finish()
+                            return
+                    job.finish(APIError(502, "the replica ended the stream early"))
+                    return
+                except RayActorError:
+                    if job.produced:
+                        job.finish(APIError(502, f"replica {job.replica} died while generating"))
+                        return
+                    logger.warning("replica %s died; queuing job again elsewhere", job.replica)
+                    stream = await self._place(job, params)
+            job.finish(APIError(502, "the request's replicas kept dying"))
+        except APIError as exc:
+            job.finish(exc)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                cast(Any, stream).cancel()  # the client left: the replica cancels the job
+            job.finish(APIError(499, "the client went away"))
+            raise
+
+
+def _api_error(status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> APIError:
+    error = body.get("error", {}) if isinstance(body, Mapping) else {}
+    return APIError(
+        int(status),
+        str(error.get("message", "the replica failed")),
+        param=error.get("param"),
+        code=error.get("code"),
+        headers=dict(headers),
+    )
+
+
+def ingress_deployment() -> Any:
+    """The ingress as a Serve deployment class (``serve.deployment`` applied here,
+    so that importing this module does not need a running Ray)."""
+    return serve.deployment(TierlmIngress)

@@ -1,0 +1,74 @@
+"""``TierlmRequestRouter``: Ray Serve's request router, ranking by ``tierlm.cluster``.
+
+Ray Serve asks ``choose_replicas(candidates, pending_request)`` for ranks,
+best first, and tries the replicas of each rank that have room under
+``max_ongoing_requests`` (the lowest queue first within a rank). This router
+returns one replica per rank, in ``tierlm.cluster.rank``'s order over the
+replicas' routing stats (``TierlmReplica.record_routing_stats``, polled every
+``request_routing_stats_period_s``), counting what it placed since each poll
+(``on_request_routed``). The request's model and class come from the
+replica call's keyword arguments (``model``, ``class_name``), and
+``exclude`` lists replicas the ingress already tried (a 429, a replica that
+died): they come last, so that a repeat tells the ingress every replica was
+tried. Replicas the ranking leaves out (full or draining at the last poll)
+come after the ranked ones: they may have room now, and answer 429 if not.
+
+No FIFO mixin: each routing task fulfils the request it ranked for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from tierlm.cluster import PlacementLog, rank
+
+__all__ = ["TierlmRequestRouter", "replica_name"]
+
+
+def replica_name(replica_id: ReplicaID) -> str:
+    """The name a replica goes by in the stats and the ranking."""
+    return str(replica_id.unique_id)
+
+
+def _request_fields(pending: PendingRequest | None) -> tuple[str, str, Sequence[str]]:
+    kwargs: dict[str, Any] = dict(pending.kwargs) if pending is not None else {}
+    return (
+        str(kwargs.get("model", "")),
+        str(kwargs.get("class_name", "")),
+        tuple(kwargs.get("exclude", ()) or ()),
+    )
+
+
+class TierlmRequestRouter(RequestRouter):
+    """Ranks replicas with ``tierlm.cluster.rank`` (module docstring)."""
+
+    def initialize_state(self, **kwargs: Any) -> None:
+        self.placements = PlacementLog()
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        by_name = {replica_name(r.replica_id): r for r in candidate_replicas}
+        stats = {name: (r.routing_stats or None) for name, r in by_name.items()}
+        model, class_name, exclude = _request_fields(pending_request)
+        placed = self.placements.since(stats)
+        order = rank(stats, model, class_name, time.time(), placed=placed)
+        order += sorted(set(by_name) - set(order))
+        tried = set(exclude)
+        order = [n for n in order if n not in tried] + [n for n in order if n in tried]
+        return [[by_name[name]] for name in order]
+
+    def on_request_routed(
+        self,
+        pending_request: PendingRequest,
+        replica_id: ReplicaID,
+        result: Any,
+    ) -> None:
+        model, class_name, _ = _request_fields(pending_request)
+        self.placements.record(replica_name(replica_id), model, class_name, time.time())
