@@ -113,6 +113,11 @@ class Scheduler:
             raise RuntimeError("Scheduler: used from a different event loop than it started on")
         return loop
 
+    @property
+    def slots(self) -> int:
+        """Sequences the device decodes at once (``Runner.slots``; docs/design.md §2 slots)."""
+        return self._dispatch.slots
+
     def now(self) -> float:
         """The scheduler's clock: the event loop's time, in seconds."""
         return self._bind_loop().time()

@@ -113,10 +113,7 @@ class RoutingStats:
     def read(self) -> dict[str, Any]:
         """The routing dict (module docstring)."""
         scheduler = self._scheduler()
-        runner = scheduler.runner
-        # Runner.slots is being added to the runner protocol; until then a
-        # runner without it runs one generation at a time. Read here only.
-        slots = int(getattr(runner, "slots", 1))
+        slots = scheduler.slots
         chat_classes = sorted(n for n, c in scheduler.classes.items() if c.tier == 0)
         by_class: Counter[str] = Counter()
         by_model: Counter[str] = Counter()
