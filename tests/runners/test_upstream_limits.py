@@ -48,3 +48,18 @@ def test_a_line_without_end_fails_its_job_within_the_line_limit(fake: FakeServer
     assert pieces == ["t0 "]  # what came before the flood reached the client
     # 64 MiB were sent; what was held stays within a few times the limit.
     assert peak < 8 * MAX_LINE_BYTES, peak
+
+
+def test_an_upstreams_error_text_reaches_the_client_summarized() -> None:
+    from tierlm.runners.http import SUMMARY_CHARS, http_error_message
+
+    body = b'{"error": {"message": "failed to open /srv/models/private/q.gguf: no such file"}}'
+    assert (
+        http_error_message(500, body)
+        == "500 Internal Server Error: failed to open <path>: no such file"
+    )
+    long = http_error_message(400, b'{"error": "' + b"word " * 500 + b'"}')
+    assert len(long.split(": ", 1)[1]) == SUMMARY_CHARS
+    # What a client needs to act on stays.
+    missing = b'{"error": {"message": "The model `x` does not exist"}}'
+    assert http_error_message(404, missing) == "404 Not Found: The model `x` does not exist"

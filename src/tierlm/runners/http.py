@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -325,9 +326,24 @@ def http_error_message(status: int, body: bytes) -> str:
                 if key in value:
                     message = error_text(value[key])
                     break
-    if len(message) > 500:
-        message = message[:500] + "..."
+    message = summarize(message)
     return f"{status} {reason}: {message}" if message else f"{status} {reason}"
+
+
+# A file system path of two parts or more (``/srv/models/x.gguf``, ``C:\\m\\x``).
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
+SUMMARY_CHARS = 200
+"""An upstream's own error message as a client sees it: its first 200
+characters, enough for "model 'x' not found" or a context-length complaint."""
+
+
+def summarize(message: str) -> str:
+    """An upstream's error text fit for a client: one line, paths replaced by
+    ``<path>`` (they tell a client the upstream's layout), at most
+    ``SUMMARY_CHARS`` characters."""
+    line = " ".join(message.split())
+    line = _PATH.sub("<path>", line)
+    return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 3] + "..."
 
 
 def describe_exception(exc: BaseException) -> str:
