@@ -78,6 +78,11 @@ WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 3
 # queue that took a minute to drain.
 EMBED_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
+PRODUCER_SERIES = 50
+"""Producers with a ``tierlm_vruntime_seconds`` series of their own, the most
+served first: a dashboard's worth. 5 000 invented ids made /metrics 1 MB."""
+OTHER_PRODUCERS = "other"
+
 REJECT_REASONS = (
     "invalid_request",
     "invalid_json",
@@ -317,9 +322,20 @@ class _StateCollector(Collector):
         vr = GaugeMetricFamily(
             "tierlm_vruntime_seconds", "Fair-pool virtual runtime per producer", labels=["producer"]
         )
-        for producer, value in sorted(snap.vruntime.items()):
+        # Producer ids are the client's choice: a series each would let any
+        # client grow /metrics without bound. The most served keep theirs;
+        # the rest share "other" (their largest value).
+        ranked = sorted(snap.vruntime.items(), key=lambda kv: (-kv[1], kv[0]))
+        for producer, value in sorted(ranked[:PRODUCER_SERIES]):
             vr.add_metric([producer], value)
+        if len(ranked) > PRODUCER_SERIES:
+            vr.add_metric([OTHER_PRODUCERS], ranked[PRODUCER_SERIES][1])
         yield vr
+        yield GaugeMetricFamily(
+            "tierlm_fair_producers",
+            "Producers the fair pool remembers (active, or away less than idle_reset)",
+            value=len(ranked),
+        )
         loaded = GaugeMetricFamily(
             "tierlm_loaded_model", "1 for the model the device holds", labels=["model"]
         )
