@@ -55,6 +55,9 @@ class Device:
     whole: frozenset[int] = frozenset()
     """Running jobs whose work drives the runner itself (``ctx.runner``): each
     takes the whole device (docs/design.md §4.7)."""
+    swap_estimate: float | None = None
+    """The runner's own estimate of a swap's seconds before any is measured
+    (``Runner.swap_estimate``; the ski-rental cap reads it, docs/design.md §4.8)."""
     step_cost: Sequence[float] = ()
     """The runner's step time with n sequences, relative to one (index n - 1):
     ``(1.0, 1.1, 1.3, ...)``. Empty: unknown, taken as flat. The chat latency

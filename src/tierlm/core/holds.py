@@ -34,6 +34,7 @@ class SwapHolds:
         "_last_swap",
         "_swaps",
         "chat_grace",
+        "runner_estimate",
         "chat_idle",
         "grace_factor",
     )
@@ -46,6 +47,9 @@ class SwapHolds:
         self._swaps: dict[str, float] = {}
         self._last_swap: float | None = None
         self._held_since: float | None = None
+        self.runner_estimate: float | None = None
+        """The runner's own swap estimate (``Device.swap_estimate``), used until
+        a swap is measured."""
 
     def chat_ended(self, model_id: str, now: float) -> None:
         self._last_chat[model_id] = now
@@ -57,9 +61,11 @@ class SwapHolds:
 
     def swap_estimate(self, model_id: str) -> float:
         """The last measured swap to ``model_id``; else the last swap measured;
-        else the seed's figure."""
+        else the runner's estimate; else the seed's figure."""
         known = self._swaps.get(model_id, self._last_swap)
-        return known if known is not None else DEFAULT_SWAP_ESTIMATE
+        if known is not None:
+            return known
+        return self.runner_estimate if self.runner_estimate is not None else DEFAULT_SWAP_ESTIMATE
 
     def hold_end(
         self, now: float, loaded_model: str, target_model: str, *, chat_open: bool, idle: bool

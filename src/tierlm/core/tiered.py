@@ -340,6 +340,7 @@ class TieredPolicy:
         """docs/design.md §2 decide: this step's plan, by the k-slot rules of
         §4.7 (``slots.plan``) over this policy's one-sequence answers."""
         self._wake = []
+        self.holds.runner_estimate = device.swap_estimate
         decision = plan(self, now, device, self.config.chat_slowdown)
         self._wake = []
         return decision

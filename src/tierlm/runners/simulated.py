@@ -104,13 +104,9 @@ DEFAULT_RESTORE_SECONDS = 0.03
 # the llama.cpp runner's (LlamaModelSpec.n_batch). An aborted evaluation keeps
 # the batches it finished.
 DEFAULT_N_BATCH = 512
-# The batched-decode curve of llama.cpp on these machines (SmolLM2-135M Q4_1,
-# 2 CPU cores, k sequences in one llama_batch; shared/FACTS.md "Batching"):
-# with the thread count following the batch, aggregate 80 tokens/s alone
-# (1 thread) and 33, 59, 96, 142, 192 tokens/s for k = 1, 2, 4, 8, 16 on 2
-# threads. A step of k then costs 1 + c (k - 1) of one sequence's step; the
-# least-squares fit of the 2-thread points gives c = 0.12 (8 sequences: 4.3x
-# the tokens of one). The 1-thread fit is 0.59 (8 sequences: 1.6x).
+# llama.cpp's batched-decode curve on 2 CPU cores (SmolLM2-135M Q4_1, k in one
+# llama_batch: 33, 59, 96, 142, 192 tokens/s for k = 1..16 on 2 threads): a step
+# of k costs 1 + c (k - 1) of one's, least-squares c = 0.12 (1 thread: 0.59).
 LLAMA_CPP_CPU_BATCH_COST = 0.12
 
 
@@ -244,6 +240,11 @@ class SimulatedRunner:
     async def unload(self) -> None:
         """Free the simulated device (instant: nothing is held)."""
         self.loaded_model = None
+
+    @property
+    def swap_estimate(self) -> float:
+        """A swap's seconds, known before any (docs/design.md §4.8 ski rental)."""
+        return self.swap_seconds
 
     @property
     def step_cost(self) -> tuple[float, ...]:

@@ -125,6 +125,9 @@ class Dispatcher:
         # Runners written before slots decode one sequence (docs/design.md §2 slots).
         self.slots: int = int(getattr(runner, "slots", 1))
         self.step_cost: tuple[float, ...] = tuple(getattr(runner, "step_cost", ()))
+        # What the runner knows of its swaps before one is measured (docs/design.md §4.8).
+        estimate = getattr(runner, "swap_estimate", None)
+        self.swap_estimate: float | None = float(estimate) if estimate is not None else None
         self.model: str | None = runner.loaded_model
         """The model the device holds, or is swapping to."""
         self.swapping_to: str | None = None
@@ -275,6 +278,7 @@ class Dispatcher:
             stopping,
             can_start=not (self.paused or self.held or self.swapping_to is not None),
             whole=frozenset(j for j, e in self.running.items() if not e.job.resumable),
+            swap_estimate=self.swap_estimate,
             step_cost=self.step_cost,
         )
         decision = self.policy.decide(now, device)
