@@ -115,9 +115,9 @@ def test_grammar_and_logit_bias_stay_per_request_inside_a_batch(smollm2: Path) -
 def test_a_yielded_sequence_resumes_in_its_slot_redoing_no_token(smollm2: Path) -> None:
     """A generation yields after 5 tokens while another keeps decoding; its
     resume (same prompt + the text so far) finds its KV in its sequence id and
-    evaluates one token: the one it had sampled but not yet decoded. Nothing
-    of its prompt or output is evaluated again, and the text is the text of
-    the uninterrupted run."""
+    evaluates one token: its last (the logits of the last position are not
+    in the KV; or it was sampled and never decoded). No prompt token is
+    evaluated again, and the text is the text of the uninterrupted run."""
     story = ask(QUESTIONS[1], max_tokens=24, extra=NO_END)
 
     async def main() -> None:
@@ -144,6 +144,38 @@ def test_a_yielded_sequence_resumes_in_its_slot_redoing_no_token(smollm2: Path) 
         assert "".join(first + rest) == whole
         assert not background.done()
         await background
+        await runner.aclose()
+
+    run(main())
+
+
+def test_a_paused_sequence_whose_id_is_needed_moves_to_the_pool_and_back(
+    smollm2: Path,
+) -> None:
+    """Two generations need both sequence ids while one is paused: its KV goes
+    to the snapshot pool, and its resume restores it instead of evaluating."""
+    story = ask(QUESTIONS[1], max_tokens=20, extra=NO_END)
+
+    async def main() -> None:
+        runner = runner_for(smollm2, slots=2)
+        await runner.load(MODEL)
+        whole = await text(runner, story)
+        token = CancelToken()
+        first: list[str] = []
+        async for piece in runner.generate(story, token):
+            first.append(piece)
+            if len(first) == 5:
+                token.cancel(CancelReason.PREEMPTED)
+        others = [ask(q, max_tokens=8) for q in (QUESTIONS[0], QUESTIONS[2])]
+        await asyncio.gather(*(text(runner, r) for r in others))
+        resumed = replace(story, resume_text="".join(first), max_tokens=story.max_tokens - 5)
+        rest = [piece async for piece in runner.generate(resumed, CancelToken())]
+        stats = runner.last_stats
+        assert stats is not None
+        assert stats.evaluated_tokens == 1
+        assert stats.restored_tokens == stats.prompt_tokens - 1
+        assert stats.resumed_from == "snapshot"
+        assert "".join(first + rest) == whole
         await runner.aclose()
 
     run(main())

@@ -18,9 +18,10 @@ KV reuse. A sequence id keeps the KV of what ran in it last. A new generation
 goes to the free id sharing the longest prefix with its tokens (as
 llama-server's slot prompt cache does), so a generation paused by a yield or a
 preemption and resumed (same prompt + ``resume_text``) finds all of its KV and
-evaluates only the one token it had sampled but not yet decoded: 0 tokens
-redone. When that id is needed by another generation first, the paused one's
-KV moves to the snapshot pool (``kv_pool.py``) and comes back from there.
+evaluates one token, its last (sampled and never decoded, or decoded once
+more because the KV holds no logits): no prompt token is evaluated again.
+When that id is needed by another generation first, the paused one's KV moves
+to the snapshot pool (``kv_pool.py``) and comes back from there.
 """
 
 from __future__ import annotations
@@ -159,15 +160,26 @@ class BatchEngine:
         tokens = plan.tokens
         free = [i for i, cell in enumerate(self._cells) if not cell.busy]
         shared = {i: common_prefix(self._cells[i].tokens, tokens) for i in free}
+        # A paused generation's KV is kept while any other id is free (its
+        # resume comes back for it); then the longest prefix, then the LRU.
         seq = max(
-            free, key=lambda i: (shared[i], self._cells[i].paused is None, -self._cells[i].used)
+            free,
+            key=lambda i: (
+                self._cells[i].paused in (None, plan.source),
+                shared[i],
+                -self._cells[i].used,
+            ),
         )
         cell, reused = self._cells[seq], shared[seq]
         if cell.paused is not None and cell.paused is not plan.source:
             self._move_out(seq)
         cell.paused = None
         best = self._pool.best_prefix(self.model.key, tokens)
-        if best is not None and best[1] >= reused + snapshots.MIN_GAIN:
+        # Its own paused KV comes back whatever it spares (a copy into one id
+        # costs less than evaluating a token); another's only past MIN_GAIN.
+        if best is not None and best[1] >= reused + (
+            1 if best[0] is plan.source else snapshots.MIN_GAIN
+        ):
             restored = self._restore(seq, best[0])
             if restored:
                 reused = plan.restored = min(best[1], len(cell.tokens))
@@ -177,6 +189,7 @@ class BatchEngine:
         llama_cpp.llama_memory_seq_rm(self._mem, seq, reused, -1)
         del cell.tokens[reused:]
         plan.reused = reused
+        plan.restored = min(plan.restored, reused)
         return seq, reused
 
     def _move_out(self, seq: int) -> None:
