@@ -221,6 +221,41 @@ def test_a_long_prompt_is_evaluated_in_chunks_between_running_tokens(smollm2: Pa
     run(main())
 
 
+def test_a_sequence_that_fills_its_context_ends_alone_and_poisons_nothing(
+    smollm2: Path,
+) -> None:
+    """Each sequence has its own n_ctx: one that fills it ends as context_full
+    while its neighbour goes on, and later generations still produce tokens
+    (issue 18 item 1 is the one-slot path's; the batch must not share it)."""
+
+    async def main() -> None:
+        runner = LlamaCppRunner({MODEL: LlamaModelSpec(smollm2, n_ctx=256, n_threads=1)}, slots=2)
+        await runner.load(MODEL)
+        n_ctx = runner.last_load.n_ctx if runner.last_load is not None else 0
+        filler = ask(QUESTIONS[1], max_tokens=2 * n_ctx, extra=NO_END)
+        neighbour = ask(QUESTIONS[3], max_tokens=40, extra=NO_END)
+
+        async def stats_of(request: GenerationRequest) -> tuple[int, str]:
+            pieces = await text_pieces(runner, request)
+            assert runner.last_stats is not None
+            return len(pieces), runner.last_stats.ended
+
+        (filled, ended), (near, near_ended) = await asyncio.gather(
+            stats_of(filler), stats_of(neighbour)
+        )
+        assert ended == "context_full" and filled < n_ctx
+        assert (near, near_ended) == (40, "max_tokens")
+        after = await text_pieces(runner, ask(QUESTIONS[0], max_tokens=8, extra=NO_END))
+        assert len(after) == 8
+        await runner.aclose()
+
+    run(main())
+
+
+async def text_pieces(runner: LlamaCppRunner, request: GenerationRequest) -> list[str]:
+    return [piece async for piece in runner.generate(request, CancelToken())]
+
+
 def test_a_crash_mid_batch_fails_each_generation_in_it_and_the_next_succeeds(
     smollm2: Path,
 ) -> None:

@@ -35,7 +35,7 @@ from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp import snapshots
 from tierlm.runners.llama_cpp.batch_seq import Sequence
 from tierlm.runners.llama_cpp.kv_pool import Snapshot, common_prefix
-from tierlm.runners.llama_cpp.messages import Failed, GenerationStats, Reply
+from tierlm.runners.llama_cpp.messages import Failed, GenerationStats, Reply, Step
 from tierlm.runners.llama_cpp.sampling import build_sampler, resumed_tokens
 
 if TYPE_CHECKING:
@@ -112,6 +112,8 @@ class BatchEngine:
         self._running: list[Sequence] = []
         self._threads = model.spec.threads
         self._threads_now = 0
+        self._out: list[Any] | None = None
+        """While a step runs: what it sends, sent as one ``Step`` at its end."""
         self.steps = 0
         self.evaluated = 0
         """Tokens fed to llama_decode since the load (tests count re-evaluation)."""
@@ -235,11 +237,22 @@ class BatchEngine:
 
     def step(self) -> None:
         """One decode step of every running sequence; a failure fails them all."""
+        self._out = []
         try:
             self._step()
         except Exception as exc:
             logger.exception("the batched decode failed")
             self.fail_all(f"generation failed: {exc}")
+        finally:
+            out, self._out = self._out, None
+            if out:
+                self._send(Step(tuple(out)))
+
+    def _emit(self, event: Any) -> None:
+        if self._out is not None:
+            self._out.append(event)
+        else:
+            self._send(event)
 
     def _step(self) -> None:
         import llama_cpp
@@ -298,7 +311,7 @@ class BatchEngine:
             if row < 0:
                 continue
             token = llama_cpp.llama_sampler_sample(seq.sampler.sampler, self._ctx, row)
-            ended = seq.take(token, row, self._send)
+            ended = seq.take(token, row, self._emit)
             if ended is not None:
                 self._end(seq, ended)
 
@@ -318,7 +331,7 @@ class BatchEngine:
         self._running.remove(seq)
         cell = self._cells[seq.seq]
         cell.busy, cell.used = False, self.steps
-        stats = seq.finish(ended, self._send)
+        stats = seq.finish(ended, self._emit)
         source = seq.plan.source
         if reason is not None and reason.preempts:
             # docs/design.md §4 zero-loss preemption: the KV stays in its id;
@@ -342,7 +355,7 @@ class BatchEngine:
                 llama_cpp.llama_memory_seq_rm(self._mem, seq.seq, -1, -1)
                 cell.tokens = []
         stats.pool = self._pool.stats()
-        self._send(Reply(seq.command.call_id, stats))
+        self._emit(Reply(seq.command.call_id, stats))
 
     def fail_all(self, message: str) -> None:
         """Fail every running generation and forget every cell's KV."""
@@ -351,7 +364,7 @@ class BatchEngine:
         running, self._running = self._running, []
         for seq in running:
             model_id = seq.request.model_id
-            self._send(Failed(seq.command.call_id, f"model {model_id!r}: {message}", model_id))
+            self._emit(Failed(seq.command.call_id, f"model {model_id!r}: {message}", model_id))
         llama_cpp.llama_memory_clear(self._mem, True)
         for cell in self._cells:
             cell.tokens, cell.busy, cell.paused = [], False, None

@@ -234,7 +234,8 @@ def _verify_applied(
         "n_ctx": spec.n_ctx,  # per sequence; llama.cpp rounds it up: at least this
         "n_threads": threads,
         "n_threads_batch": spec.n_threads_batch or threads,
-        "n_batch": min(spec.n_batch, spec.n_ctx),  # llama-cpp-python caps it at n_ctx
+        # llama-cpp-python caps it at the context's n_ctx (all sequences')
+        "n_batch": min(spec.n_batch, spec.n_ctx * slots),
         "n_gpu_layers": _ALL_LAYERS if spec.n_gpu_layers == -1 else spec.n_gpu_layers,
         "use_extra_bufts": extra_bufts,
         "flash_attn": bool(spec.flash_attn),

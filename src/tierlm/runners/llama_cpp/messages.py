@@ -41,6 +41,7 @@ __all__ = [
     "RenderPrompt",
     "Reply",
     "Shutdown",
+    "Step",
     "Unload",
 ]
 
@@ -215,4 +216,13 @@ class Log:
     message: str
 
 
-Event = Piece | Reply | Failed | Progress | Log
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Everything one step of a batched decode sent (``batch.py``), in order, as
+    one message: one pickle, one write and one wake-up of the runner's event
+    loop a step, not one per sequence (k sequences make k pieces a step)."""
+
+    events: tuple[Piece | Reply | Failed, ...]
+
+
+Event = Piece | Reply | Failed | Progress | Log | Step

@@ -75,6 +75,10 @@ class LlamaCppRunner:
         })
         await runner.load("qwen")
 
+    ``slots=k`` > 1 decodes up to k concurrent ``generate`` calls together,
+    one ``llama_batch`` per step (``batch.py``; ``DEFAULT_SLOTS`` is the
+    measured choice for a batched deployment); 1 runs one at a time.
+
     What a gateway can show: ``worker_pid``, ``restarts``, ``last_crash``,
     ``loaded_model``, ``last_load`` (the options llama.cpp really applied),
     ``extra_bufts_off`` (models the start-up probe had to load without
