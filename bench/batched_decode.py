@@ -43,6 +43,7 @@ from tierlm.runners.llama_cpp.loader import open_vocab
 from tierlm.runners.requests import GenerationRequest
 
 RESULTS = Path(__file__).parent / "results" / "batched_decode.json"
+PARTIAL = Path("/tmp/batched_decode.partial.json")  # rows so far, if a run is cut short
 MODEL = "smollm2"
 TOPICS = ["dragons", "the sea", "a city", "a robot", "the moon", "a forest", "a ship", "a king"]
 
@@ -109,6 +110,7 @@ async def measure(ks: list[int], threads: list[int], repeats: int, tokens: int) 
                 "runner_vs_raw": round(statistics.median(ratios), 3),
             }  # fmt: skip
             print(rows[f"threads={t} k={k}"], flush=True)
+            PARTIAL.write_text(json.dumps(list(rows.values())) + "\n")  # noqa: ASYNC240
     return rows
 
 
@@ -125,6 +127,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--ks", default="1,2,4,8,16")
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
@@ -139,8 +142,8 @@ def main() -> None:
             f"{row['runner_tokens_per_s']:.1f}", f"{row['runner_vs_raw']:.2f}x",
         )  # fmt: skip
     Console().print(table)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(
         json.dumps(
             {
                 "machine": platform.processor() or platform.machine(),

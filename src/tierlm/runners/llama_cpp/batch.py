@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.loader import LoadedModel
     from tierlm.runners.llama_cpp.messages import Ended, Event, Generate
 
-__all__ = ["PREFILL_CHUNK", "BatchEngine", "step_threads"]
+__all__ = ["DEFAULT_SLOTS", "PREFILL_CHUNK", "BatchEngine"]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
 
@@ -57,16 +57,15 @@ prefill, docs/design.md §1 runners). Small enough that a step with a chunk
 costs a few plain decode steps on a small CPU, so running sequences keep
 streaming while a long background prompt is read; large enough that a
 2 000-token prompt takes ~30 steps, not 2 000."""
-BATCH_THREADS_FROM = 8
-"""Steps of at least this many tokens use all of the spec's threads, smaller
-ones one thread: one sequence decodes fastest on 1 thread, a batch of 8+ on 2
-(shared/FACTS.md, batching; bench/results/batched_decode.json)."""
+DEFAULT_SLOTS = 8
+"""The slots to deploy llama.cpp with when batching (docs/design.md §2): the
+last doubling of k that still gains >= 1.4x aggregate tokens/s at the default
+thread count on the quiet-machine curve (shared/FACTS.md: 2 threads 96 -> 142
+tokens/s for k = 4 -> 8, 1.48x; 8 -> 16 gains 1.35x for twice the KV memory),
+and what bench/results/batched_decode.json shows here. ``LlamaCppRunner``'s
+own default stays 1 (one at a time) until the shell runs several generations
+at once."""
 _RUN_AHEAD_POLL = 0.001
-
-
-def step_threads(n_tokens: int, threads: int) -> int:
-    """Threads for a step of ``n_tokens`` tokens, at most ``threads``."""
-    return threads if n_tokens >= BATCH_THREADS_FROM else 1
 
 
 @dataclass(slots=True)
@@ -110,8 +109,6 @@ class BatchEngine:
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._cells = [_Cell() for _ in range(slots)]
         self._running: list[Sequence] = []
-        self._threads = model.spec.threads
-        self._threads_now = 0
         self._out: list[Any] | None = None
         """While a step runs: what it sends, sent as one ``Step`` at its end."""
         self.steps = 0
@@ -295,10 +292,6 @@ class BatchEngine:
             time.sleep(_RUN_AHEAD_POLL)  # every sequence is ahead of its reader
             return
         batch.n_tokens = n
-        threads = step_threads(n, self._threads)
-        if threads != self._threads_now:
-            llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
-            self._threads_now = threads
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")
