@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from tierlm.runners.cancellation import CancelToken
     from tierlm.runners.requests import GenerationRequest
 
-__all__ = ["PromptCounter", "Runner", "Unloadable", "aclosing_stream"]
+__all__ = ["Batched", "PromptCounter", "Runner", "Unloadable", "aclosing_stream", "runner_slots"]
 
 
 @contextlib.asynccontextmanager
@@ -48,6 +48,11 @@ class Runner(Protocol):
     token to know why it ended). A prompt evaluation is aborted only for a
     reason that ``aborts_prompt``; a yield stops the call once it has produced
     a token (``cancel.for_call``, docs/design.md §4 preemption kinds).
+
+    ``slots`` (``Batched``, read with ``runner_slots``) is how many sequences
+    the runner decodes at once: the shell may run up to ``slots`` ``generate``
+    calls concurrently, and they decode together (one batch per step). 1, and
+    a runner without the attribute, is one generation at a time.
     """
 
     loaded_model: str | None
@@ -55,6 +60,22 @@ class Runner(Protocol):
     async def load(self, model_id: str) -> None: ...
 
     def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]: ...
+
+
+@runtime_checkable
+class Batched(Protocol):
+    """A runner that decodes ``slots`` sequences at once (docs/design.md §2).
+
+    Its own protocol until every runner has the attribute: ``Runner`` is
+    checked with ``isinstance`` and a member added there would refuse every
+    runner that predates it."""
+
+    slots: int
+
+
+def runner_slots(runner: object) -> int:
+    """How many ``generate`` calls ``runner`` decodes at once (1 without ``slots``)."""
+    return runner.slots if isinstance(runner, Batched) else 1
 
 
 @runtime_checkable

@@ -7,12 +7,15 @@
   process and how the runner talks to it;
 - ``service``, ``loader``, ``decode``, ``snapshots``: what runs where the
   model lives (one decode thread, loading, the token loop, KV reuse);
+- ``batch``, ``batch_seq``, ``lanes``, ``cpu_flags``: ``slots`` > 1, continuous
+  batching (one ``llama_batch`` per step) and the AMX check it needs;
 - ``faults``: fault injection, for tests only.
 
 Importing this package does not import llama_cpp: that happens where the
 model is loaded.
 """
 
+from tierlm.runners.llama_cpp.batch import DEFAULT_SLOTS, PREFILL_CHUNK
 from tierlm.runners.llama_cpp.decode import RUN_AHEAD
 from tierlm.runners.llama_cpp.default_model import (
     DEFAULT_CHAT_MODEL_ID,
@@ -34,8 +37,10 @@ __all__ = [
     "DEFAULT_CHAT_MODEL_ID",
     "DEFAULT_N_BATCH",
     "DEFAULT_N_CTX",
+    "DEFAULT_SLOTS",
     "DEFAULT_SYSTEM_PROMPT",
     "ISOLATIONS",
+    "PREFILL_CHUNK",
     "RUN_AHEAD",
     "GenerationStats",
     "Isolation",

@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
-from tierlm.runners.llama_cpp.messages import Failed, Log, Piece, Progress, Reply
+from tierlm.runners.llama_cpp.messages import Failed, Log, Piece, Progress, Reply, Step
 from tierlm.runners.requests import TokenPiece
 
 if TYPE_CHECKING:
@@ -73,12 +73,16 @@ class Call:
             self.loop.call_soon_threadsafe(self._settle, outcome)
 
     def piece(self, event: Piece) -> None:
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.put, event)
+
+    def put(self, event: Piece) -> None:
+        """On the call's loop."""
         assert self.pieces is not None
         text = event.text
         if event.logprobs is not None:
             text = TokenPiece(text, *event.logprobs)
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self.pieces.put_nowait, text)
+        self.pieces.put_nowait(text)
 
     async def result(self) -> Any:
         """The reply, raising a failure; shielded: a cancelled awaiter leaves
@@ -113,7 +117,9 @@ class Calls:
 
     def on_event(self, event: Event) -> None:
         """The transport's reader thread: route one event."""
-        if isinstance(event, Piece):
+        if isinstance(event, Step):
+            self._on_step(event)
+        elif isinstance(event, Piece):
             call = self._streams.get(event.gen_id)
             if call is not None:
                 call.piece(event)
@@ -132,6 +138,27 @@ class Calls:
         elif isinstance(event, Log):
             logger.log(event.level, "worker: %s", event.message)
 
+    def _on_step(self, step: Step) -> None:
+        """A batched step's pieces, handed to each loop in one call; a reply
+        after the pieces before it (a generation's last piece comes first)."""
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[Call, Piece]]] = {}
+
+        def flush() -> None:
+            for loop, items in batches.items():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_put_all, items)
+            batches.clear()
+
+        for event in step.events:
+            if isinstance(event, Piece):
+                call = self._streams.get(event.gen_id)
+                if call is not None:
+                    batches.setdefault(call.loop, []).append((call, event))
+            else:
+                flush()
+                self.on_event(event)
+        flush()
+
     def on_exit(self, code: int) -> None:
         """The worker is gone: fail what it still owed."""
         with self._lock:
@@ -139,3 +166,8 @@ class Calls:
             calls, self._calls, self._streams = list(self._calls.values()), {}, {}
         for call in calls:
             call.settle(WorkerCrashed(code))
+
+
+def _put_all(items: list[tuple[Call, Piece]]) -> None:
+    for call, event in items:
+        call.put(event)

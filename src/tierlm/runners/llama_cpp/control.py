@@ -8,6 +8,10 @@ every token and between graph nodes (``llama_set_abort_callback``). The same
 block carries how many pieces the reader has taken, which bounds how far the
 decode loop runs ahead of it (``RUN_AHEAD``).
 
+A runner with ``slots`` > 1 runs that many generations at once
+(docs/design.md §1 runners, batched decode): each holds a *lane*, its own pair
+of words; lane 0 is the only one of a runner with one slot.
+
 Each word packs a generation number with its value, so one aligned 64-bit
 store updates both at once and a stale word (an earlier generation's) is told
 apart without a lock.
@@ -23,9 +27,12 @@ import tempfile
 
 from tierlm.runners.cancellation import CancelReason
 
-__all__ = ["ControlBlock", "StopReason"]
+__all__ = ["MAX_LANES", "ControlBlock", "StopReason"]
 
-_SIZE = 64
+MAX_LANES = 64
+"""The most generations a worker runs at once (``LlamaCppRunner(slots=...)``)."""
+_WORDS_PER_LANE = 2
+_SIZE = MAX_LANES * _WORDS_PER_LANE * 8
 _CANCEL, _CONSUMED = 0, 1
 _SHIFT = 32
 
@@ -68,7 +75,7 @@ class StopReason(enum.IntEnum):
 
 
 class ControlBlock:
-    """Shared words: ``cancel`` = (generation, reason), ``consumed`` =
+    """Shared words, per lane: ``cancel`` = (generation, reason), ``consumed`` =
     (generation, pieces taken by the reader)."""
 
     def __init__(self, fd: int | None = None) -> None:
@@ -92,9 +99,9 @@ class ControlBlock:
             os.close(self.fd)
             self.fd = -1
 
-    def cancel(self, gen_id: int, reason: StopReason) -> None:
+    def cancel(self, gen_id: int, reason: StopReason, lane: int = 0) -> None:
         if reason is StopReason.READER_LEFT:
-            current = self.stop_reason(gen_id)
+            current = self.stop_reason(gen_id, lane)
             if current is StopReason.YIELD:
                 # Nobody takes the first token a yield waits for: stop at once,
                 # still as a preemption (its KV snapshot).
@@ -103,17 +110,17 @@ class ControlBlock:
                 # The reader leaves after every cancel: keep the reason it left
                 # for (a preemption's KV snapshot depends on it).
                 return
-        self._words[_CANCEL] = (gen_id << _SHIFT) | int(reason)
+        self._words[lane * _WORDS_PER_LANE + _CANCEL] = (gen_id << _SHIFT) | int(reason)
 
-    def stop_reason(self, gen_id: int) -> StopReason | None:
-        word = self._words[_CANCEL]
+    def stop_reason(self, gen_id: int, lane: int = 0) -> StopReason | None:
+        word = self._words[lane * _WORDS_PER_LANE + _CANCEL]
         if word >> _SHIFT != gen_id:
             return None
         return StopReason(word & 0xFF)
 
-    def set_consumed(self, gen_id: int, pieces: int) -> None:
-        self._words[_CONSUMED] = (gen_id << _SHIFT) | pieces
+    def set_consumed(self, gen_id: int, pieces: int, lane: int = 0) -> None:
+        self._words[lane * _WORDS_PER_LANE + _CONSUMED] = (gen_id << _SHIFT) | pieces
 
-    def consumed(self, gen_id: int) -> int:
-        word = self._words[_CONSUMED]
+    def consumed(self, gen_id: int, lane: int = 0) -> int:
+        word = self._words[lane * _WORDS_PER_LANE + _CONSUMED]
         return word & 0xFFFFFFFF if word >> _SHIFT == gen_id else 0

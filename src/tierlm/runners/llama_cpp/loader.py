@@ -181,30 +181,49 @@ def _import(model_id: str) -> Any:
     return llama_cpp
 
 
-def _construct(llama_cpp: Any, path: str, kwargs: dict[str, Any], extra_bufts: bool) -> Any:
-    """``Llama(path, **kwargs)`` with the model parameter ``use_extra_bufts`` set.
+def _construct(
+    llama_cpp: Any, path: str, kwargs: dict[str, Any], extra_bufts: bool, slots: int = 1
+) -> Any:
+    """``Llama(path, **kwargs)`` with the model parameter ``use_extra_bufts`` set,
+    and, for ``slots`` > 1, a context of that many sequence ids.
 
-    ``Llama()`` has no argument for it (an unknown keyword would be ignored), so
-    llama_model_default_params, which ``Llama()`` calls to build the model
-    parameters, is wrapped for the duration of the call, under a lock.
+    ``Llama()`` has no argument for them (an unknown keyword would be ignored),
+    so llama_model_default_params and llama_context_default_params, which
+    ``Llama()`` calls to build its parameters, are wrapped for the duration of
+    the call, under a lock. The KV cache is split per sequence
+    (``kv_unified`` off): each sequence attends over its own cells only, which
+    llama.cpp's own header recommends "when the sequences do not share a large
+    prefix" (the agents of docs/design.md §1 runners, batched decode).
     """
     module = llama_cpp.llama_cpp
     with _construct_lock:
         default = module.llama_model_default_params
+        default_context = module.llama_context_default_params
 
         def params() -> Any:
             p = default()
             p.use_extra_bufts = extra_bufts
             return p
 
+        def context_params() -> Any:
+            p = default_context()
+            if slots > 1:
+                p.n_seq_max = slots
+                p.kv_unified = False
+            return p
+
         module.llama_model_default_params = params
+        module.llama_context_default_params = context_params
         try:
             return llama_cpp.Llama(model_path=path, **kwargs)
         finally:
             module.llama_model_default_params = default
+            module.llama_context_default_params = default_context
 
 
-def _verify_applied(model_id: str, spec: LlamaModelSpec, llm: Any, extra_bufts: bool) -> None:
+def _verify_applied(
+    model_id: str, spec: LlamaModelSpec, llm: Any, extra_bufts: bool, slots: int = 1
+) -> None:
     """Read every option back from llama.cpp's context, or from the parameter
     structs llama-cpp-python handed it; raise if one was not applied."""
     import llama_cpp
@@ -212,22 +231,25 @@ def _verify_applied(model_id: str, spec: LlamaModelSpec, llm: Any, extra_bufts: 
     ctx = llm._ctx.ctx
     threads = spec.threads
     wanted: dict[str, object] = {
-        "n_ctx": spec.n_ctx,  # llama.cpp rounds it up: at least this
+        "n_ctx": spec.n_ctx,  # per sequence; llama.cpp rounds it up: at least this
         "n_threads": threads,
         "n_threads_batch": spec.n_threads_batch or threads,
-        "n_batch": min(spec.n_batch, spec.n_ctx),  # llama-cpp-python caps it at n_ctx
+        # llama-cpp-python caps it at the context's n_ctx (all sequences')
+        "n_batch": min(spec.n_batch, spec.n_ctx * slots),
         "n_gpu_layers": _ALL_LAYERS if spec.n_gpu_layers == -1 else spec.n_gpu_layers,
         "use_extra_bufts": extra_bufts,
         "flash_attn": bool(spec.flash_attn),
+        "n_seq_max": slots,
     }
     got: dict[str, object] = {
-        "n_ctx": llama_cpp.llama_n_ctx(ctx),
+        "n_ctx": llama_cpp.llama_n_ctx_seq(ctx),
         "n_threads": llama_cpp.llama_n_threads(ctx),
         "n_threads_batch": llama_cpp.llama_n_threads_batch(ctx),
         "n_batch": llama_cpp.llama_n_batch(ctx),
         "n_gpu_layers": llm.model_params.n_gpu_layers,
         "use_extra_bufts": bool(llm.model_params.use_extra_bufts),
         "flash_attn": llm.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        "n_seq_max": llama_cpp.llama_n_seq_max(ctx),
     }
     for name, value in wanted.items():
         ok = got[name] >= value if name == "n_ctx" else got[name] == value  # type: ignore[operator]
@@ -246,8 +268,13 @@ def default_extra_bufts() -> bool:
     return bool(llama_cpp.llama_model_default_params().use_extra_bufts)
 
 
-def open_model(model_id: str, spec: LlamaModelSpec, *, probed: bool = False) -> LoadedModel:
-    """Load ``spec`` or raise a ``RunnerError`` that names the model and the cause."""
+def open_model(
+    model_id: str, spec: LlamaModelSpec, *, probed: bool = False, slots: int = 1
+) -> LoadedModel:
+    """Load ``spec`` or raise a ``RunnerError`` that names the model and the cause.
+
+    With ``slots`` > 1 the context holds ``slots`` sequences of ``spec.n_ctx``
+    tokens each (as ``llama-server -c`` = per-slot context x ``-np``)."""
     started = time.perf_counter()
     path = _check_file(model_id, spec)
     llama_cpp = _import(model_id)
@@ -257,23 +284,26 @@ def open_model(model_id: str, spec: LlamaModelSpec, *, probed: bool = False) -> 
         raise RunnerError(f"model {model_id!r}: {exc}", model_id=model_id) from None
     extra_bufts = default_extra_bufts() if spec.use_extra_bufts is None else spec.use_extra_bufts
     try:
-        llm = _construct(llama_cpp, path, spec.llama_kwargs(), extra_bufts)
+        kwargs = spec.llama_kwargs()
+        kwargs["n_ctx"] = spec.n_ctx * slots
+        llm = _construct(llama_cpp, path, kwargs, extra_bufts, slots)
     except Exception as exc:
         raise RunnerError(
             f"model {model_id!r}: llama.cpp could not load {path!r}: {exc}", model_id=model_id
         ) from exc
     try:
-        _verify_applied(model_id, spec, llm, extra_bufts)
+        _verify_applied(model_id, spec, llm, extra_bufts, slots)
     except RunnerError:
         llm.close()
         raise
     info = LoadInfo(
         model_id=model_id,
         seconds=time.perf_counter() - started,
-        n_ctx=llm.n_ctx(),
+        n_ctx=llama_cpp.llama_n_ctx_seq(llm._ctx.ctx),
         n_threads=llama_cpp.llama_n_threads(llm._ctx.ctx),
         use_extra_bufts=extra_bufts,
         probed=probed,
+        slots=slots,
     )
     loaded = LoadedModel(model_id, spec, llm, _Text.of(llm._model, spec), info)
 

@@ -36,13 +36,14 @@ class Logprobs:
             return None
         return cls(llm, int(request.extra.get("top_logprobs") or 0))
 
-    def of_token(self, token: int) -> TokenLogprobs:
+    def of_token(self, token: int, index: int = -1) -> TokenLogprobs:
+        """``index``: the logits' row in the last batch (-1: its last row)."""
         import llama_cpp
         import numpy as np
 
         llm = self.llm
         n_vocab = llm.n_vocab()
-        pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        pointer = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, index)
         logits = np.ctypeslib.as_array(pointer, shape=(n_vocab,)).astype(np.float64)
         peak = logits.max()
         logprobs = logits - peak - np.log(np.exp(logits - peak).sum())

@@ -41,6 +41,7 @@ __all__ = [
     "RenderPrompt",
     "Reply",
     "Shutdown",
+    "Step",
     "Unload",
 ]
 
@@ -92,6 +93,8 @@ class LoadInfo:
     n_threads: int
     use_extra_bufts: bool
     probed: bool
+    slots: int = 1
+    """Sequence ids of the context; ``n_ctx`` is each one's."""
 
     def summary(self) -> dict[str, object]:
         """What llama.cpp applied, as a gateway shows it."""
@@ -99,6 +102,7 @@ class LoadInfo:
             "n_ctx": self.n_ctx,
             "n_threads": self.n_threads,
             "use_extra_bufts": self.use_extra_bufts,
+            "slots": self.slots,
             "load_seconds": round(self.seconds, 3),
         }
 
@@ -112,6 +116,9 @@ class Configure:
 
     call_id: int
     kv_pool_bytes: int
+    slots: int = 1
+    """Sequences decoded at once (docs/design.md §1 runners, batched decode):
+    each later load makes a context with that many sequence ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +143,8 @@ class Generate:
     request: GenerationRequest
     label: str
     """How errors name it: ``job 12`` or ``model 'm'``."""
+    lane: int = 0
+    """Its words in the control block (one lane per slot; ``control.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,4 +216,13 @@ class Log:
     message: str
 
 
-Event = Piece | Reply | Failed | Progress | Log
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Everything one step of a batched decode sent (``batch.py``), in order, as
+    one message: one pickle, one write and one wake-up of the runner's event
+    loop a step, not one per sequence (k sequences make k pieces a step)."""
+
+    events: tuple[Piece | Reply | Failed, ...]
+
+
+Event = Piece | Reply | Failed | Progress | Log | Step

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Literal
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.errors import RunnerError, unknown_model
 from tierlm.runners.llama_cpp.calls import Call, Calls, WorkerCrashed
-from tierlm.runners.llama_cpp.control import StopReason
+from tierlm.runners.llama_cpp.control import MAX_LANES, StopReason
+from tierlm.runners.llama_cpp.cpu_flags import extra_bufts_for_slots
 from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES, PoolStats
+from tierlm.runners.llama_cpp.lanes import Lanes
 from tierlm.runners.llama_cpp.messages import (
     Configure,
     Generate,
@@ -73,6 +75,10 @@ class LlamaCppRunner:
         })
         await runner.load("qwen")
 
+    ``slots=k`` > 1 decodes up to k concurrent ``generate`` calls together,
+    one ``llama_batch`` per step (``batch.py``; ``DEFAULT_SLOTS`` is the
+    measured choice for a batched deployment); 1 runs one at a time.
+
     What a gateway can show: ``worker_pid``, ``restarts``, ``last_crash``,
     ``loaded_model``, ``last_load`` (the options llama.cpp really applied),
     ``extra_bufts_off`` (models the start-up probe had to load without
@@ -88,7 +94,10 @@ class LlamaCppRunner:
         isolation: Isolation = "process",
         probe: bool = True,
         kv_pool_bytes: int = DEFAULT_KV_POOL_BYTES,
+        slots: int = 1,
     ) -> None:
+        if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_LANES:
+            raise ValueError(f"slots: must be an int from 1 to {MAX_LANES}, got {slots!r}")
         if not isinstance(kv_pool_bytes, int) or kv_pool_bytes < 0:
             raise ValueError(f"kv_pool_bytes: must be an int >= 0, got {kv_pool_bytes!r}")
         if isolation not in ISOLATIONS:
@@ -100,6 +109,11 @@ class LlamaCppRunner:
             for model_id, spec in models.items()
         }
         self.isolation: Isolation = isolation
+        self.slots = slots
+        """Sequences decoded at once (docs/design.md §1 runners, batched decode):
+        up to ``slots`` concurrent ``generate`` calls decode together, one
+        ``llama_batch`` per step; 1 = one generation at a time."""
+        self._lanes = Lanes(slots)
         self.kv_pool_bytes = kv_pool_bytes
         """Bytes of KV state the worker keeps for preempted generations and long
         prefixes (docs/design.md §4 zero-loss preemption); 0 keeps none (resumes
@@ -149,6 +163,10 @@ class LlamaCppRunner:
         spec = self.spec(model_id)
         if model_id in self.extra_bufts_off:
             return replace(spec, use_extra_bufts=False)
+        # Every step of a batch is a batched decode: the AMX crash (cpu_flags.py).
+        extra_bufts = extra_bufts_for_slots(spec.use_extra_bufts, self.slots)
+        if extra_bufts != spec.use_extra_bufts:
+            return replace(spec, use_extra_bufts=extra_bufts)
         return spec
 
     # -- the worker ---------------------------------------------------------
@@ -159,7 +177,7 @@ class LlamaCppRunner:
         worker: Worker = kind(calls.on_event, calls.on_exit)
         self._worker, self._calls = worker, calls
         weakref.finalize(self, _stop_worker, worker)
-        worker.send(Configure(next(self._ids), self.kv_pool_bytes))
+        worker.send(Configure(next(self._ids), self.kv_pool_bytes, self.slots))
         fault = self.fault_injection
         if fault is not None and fault.every_worker:
             worker.send(InjectFault(next(self._ids), fault))
@@ -302,7 +320,8 @@ class LlamaCppRunner:
         self.loaded_model = None
         if worker is not None:
             for gen_id in self._calls.generations():
-                worker.control.cancel(gen_id, StopReason.SHUTDOWN)
+                lane = self._lanes.held.get(gen_id, 0)
+                worker.control.cancel(gen_id, StopReason.SHUTDOWN, lane)
             await asyncio.to_thread(worker.shutdown)
 
     # -- tokens --------------------------------------------------------------
@@ -360,22 +379,27 @@ class LlamaCppRunner:
         stop = cancel.for_call(lambda: yielded)  # a yield: after the first token
         label = f"job {request.job_id}" if request.job_id is not None else "a request"
         gen_id = next(self._ids)
-        worker, call = await self._call(
-            Generate(next(self._ids), gen_id, request, label), gen_id=gen_id
-        )
+        lane = await self._lanes.acquire(gen_id)
+        try:
+            worker, call = await self._call(
+                Generate(next(self._ids), gen_id, request, label, lane), gen_id=gen_id
+            )
+        except BaseException:
+            self._lanes.release(gen_id)
+            raise
         control = worker.control
 
         def on_cancel(token: CancelToken) -> None:
             # Called again when a stronger reason replaces the first (a yield
             # cut short by a person's preemption): the worker reads the latest.
-            control.cancel(gen_id, StopReason.of(token.reason))
+            control.cancel(gen_id, StopReason.of(token.reason), lane)
 
         remove = cancel.add_callback(on_cancel)
         assert call.pieces is not None
         try:
             while (text := await call.pieces.get()) is not None:
                 taken += 1
-                control.set_consumed(gen_id, taken)
+                control.set_consumed(gen_id, taken, lane)
                 if stop.cancelled:
                     return
                 yielded += 1
@@ -391,11 +415,12 @@ class LlamaCppRunner:
             ) from None
         finally:
             remove()
-            control.cancel(gen_id, StopReason.READER_LEFT)  # no-op if it has ended
+            control.cancel(gen_id, StopReason.READER_LEFT, lane)  # no-op if it has ended
             # Return only once the device is free: the worker is at most one
             # token (or one aborted prompt batch) away from its reply.
             with contextlib.suppress(Exception):
                 await call.result()
+            self._lanes.release(gen_id)
             if call.done.done() and call.done.exception() is None:
                 self.last_stats = call.done.result()
                 self.kv_pool = self.last_stats.pool

@@ -8,6 +8,11 @@ the calling (command) thread, also while a generation runs, from a
 tokenizer-only copy of the model (``loader.open_vocab``), so a swap on the
 decode thread never frees what a count is reading.
 
+With ``slots`` > 1 (``Configure``), generations do not run one after the
+other: the decode thread admits each ``Generate`` into a ``BatchEngine``
+(``batch.py``) and steps it, taking new commands between steps; a load or an
+unload waits until the generations running have ended.
+
 The same class runs inside the worker process (``worker.py``) and, with
 ``isolation="thread"``, inside the runner's own process.
 """
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.llama_cpp import snapshots
+from tierlm.runners.llama_cpp.batch import BatchEngine
 from tierlm.runners.llama_cpp.decode import decode
 from tierlm.runners.llama_cpp.kv_pool import KvPool
 from tierlm.runners.llama_cpp.loader import LoadedModel, Vocab, open_model, open_vocab
@@ -69,6 +75,9 @@ class DecodeService:
         self._vocabs: dict[tuple[str, str, str | None, str | None], Vocab] = {}
         self._faults: list[FaultInjection] = []
         self._pool = KvPool()
+        self._slots = 1
+        self._engine: BatchEngine | None = None
+        """With slots > 1: the running generations of the loaded model."""
 
     def start(self) -> None:
         self._thread.start()
@@ -92,26 +101,51 @@ class DecodeService:
 
     def _run(self) -> None:
         while True:
-            command = self._queue.get()
+            command = self._next()
             if command is None:
                 self._unload()
                 return
+            self._attempt(command)
+
+    def _next(self) -> Command | None:
+        """The next command to run; while generations run in the batch, new
+        ones join it between steps and anything else waits for it to empty."""
+        engine = self._engine
+        while engine is not None and engine.busy:
             try:
-                self._send(Reply(command.call_id, self._execute(command)))
-            except InvalidRequest as exc:
-                model_id = getattr(command, "model_id", None) or getattr(
-                    getattr(command, "request", None), "model_id", None
-                )
-                self._send(_invalid(command.call_id, exc, model_id))
-            except RunnerError as exc:
-                self._send(Failed(command.call_id, str(exc), exc.model_id))
-            except Exception as exc:
-                logger.exception("the llama.cpp worker failed on %s", type(command).__name__)
-                self._send(Failed(command.call_id, f"llama.cpp worker error: {exc!r}"))
+                command = self._queue.get_nowait()
+            except queue.Empty:
+                engine.step()
+                continue
+            if not isinstance(command, Generate):
+                engine.drain()
+                return command
+            self._attempt(command)
+        return self._queue.get()
+
+    def _attempt(self, command: Command) -> None:
+        """Run one command; a failure is its reply."""
+        try:
+            if isinstance(command, Generate) and self._engine is not None:
+                self._check_loaded(command)
+                self._engine.admit(command)  # replies when it ends
+                return
+            self._send(Reply(command.call_id, self._execute(command)))
+        except InvalidRequest as exc:
+            model_id = getattr(command, "model_id", None) or getattr(
+                getattr(command, "request", None), "model_id", None
+            )
+            self._send(_invalid(command.call_id, exc, model_id))
+        except RunnerError as exc:
+            self._send(Failed(command.call_id, str(exc), exc.model_id))
+        except Exception as exc:
+            logger.exception("the llama.cpp worker failed on %s", type(command).__name__)
+            self._send(Failed(command.call_id, f"llama.cpp worker error: {exc!r}"))
 
     def _execute(self, command: Command) -> object:
         if isinstance(command, Configure):
             self._pool = KvPool(command.kv_pool_bytes)
+            self._slots = command.slots
             return None
         if isinstance(command, Load):
             return self._load(command)
@@ -129,17 +163,25 @@ class DecodeService:
         return None
 
     def _unload(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
         model, self._model = self._model, None
         if model is not None:
             model.close()
 
     def _load(self, command: Load) -> object:
         self._unload()
-        model = open_model(command.model_id, command.spec, probed=command.probe)
+        model = open_model(command.model_id, command.spec, probed=command.probe, slots=self._slots)
         self._model = model
         if command.probe:
             self._send(Progress(command.call_id, "probing"))
             self._probe(model)
+        if self._slots > 1:
+            self._engine = BatchEngine(
+                model, self._slots, self.control, self._send, self._pool,
+                lambda: self._fault("token"),
+            )  # fmt: skip
         return model.info
 
     def _probe(self, model: LoadedModel) -> None:
@@ -154,7 +196,7 @@ class DecodeService:
             if n == PROBE_TOKENS:
                 break
 
-    def _generate(self, command: Generate) -> GenerationStats:
+    def _check_loaded(self, command: Generate) -> LoadedModel:
         request = command.request
         model = self._model
         if model is None or model.model_id != request.model_id:
@@ -163,6 +205,11 @@ class DecodeService:
                 f"model {request.model_id!r}: not loaded (loaded: {loaded!r})",
                 model_id=request.model_id,
             )
+        return model
+
+    def _generate(self, command: Generate) -> GenerationStats:
+        request = command.request
+        model = self._check_loaded(command)
         stats = GenerationStats()
         if self.control.stop_reason(command.gen_id) is not None:
             stats.ended = "cancelled"

