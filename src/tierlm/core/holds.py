@@ -34,9 +34,9 @@ class SwapHolds:
         "_last_swap",
         "_swaps",
         "chat_grace",
-        "runner_estimate",
         "chat_idle",
         "grace_factor",
+        "runner_estimate",
     )
 
     def __init__(self, chat_grace: float, chat_idle: float, grace_factor: float) -> None:

@@ -23,7 +23,7 @@ from tierlm.core.jobs import Job
 from tierlm.core.policy import Device, Policy, Preemption
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError
-from tierlm.runners.protocol import Runner, Unloadable
+from tierlm.runners.protocol import Runner, Unloadable, runner_slots
 from tierlm.shell.events import (
     JobCancelled,
     JobCompleted,
@@ -123,7 +123,7 @@ class Dispatcher:
         self.running: dict[int, Entry[Any]] = {}
         """The jobs holding a slot, by id, in the order they started."""
         # Runners written before slots decode one sequence (docs/design.md §2 slots).
-        self.slots: int = int(getattr(runner, "slots", 1))
+        self.slots: int = runner_slots(runner)
         self.step_cost: tuple[float, ...] = tuple(getattr(runner, "step_cost", ()))
         # What the runner knows of its swaps before one is measured (docs/design.md §4.8).
         estimate = getattr(runner, "swap_estimate", None)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.loader import LoadedModel
     from tierlm.runners.llama_cpp.messages import Ended, Event, Generate
 
-__all__ = ["DEFAULT_SLOTS", "PREFILL_CHUNK", "BatchEngine"]
+__all__ = ["CPU_STEP_COST", "DEFAULT_SLOTS", "PREFILL_CHUNK", "BatchEngine"]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
 
@@ -66,6 +66,30 @@ and what bench/results/batched_decode.json shows here. ``LlamaCppRunner``'s
 own default stays 1 (one at a time) until the shell runs several generations
 at once."""
 _RUN_AHEAD_POLL = 0.001
+
+
+def _step_cost(aggregate: dict[int, float], slots: int) -> tuple[float, ...]:
+    """Relative step time for n = 1..slots from aggregate tokens/s at some k,
+    interpolated linearly in between (and extrapolated past the last k)."""
+    points = sorted(aggregate.items())
+    costs = []
+    for n in range(1, slots + 1):
+        lo = max((p for p in points if p[0] <= n), default=points[0])
+        hi = min((p for p in points if p[0] >= n), default=points[-1])
+        if hi[0] == lo[0]:
+            rate = lo[1] if n <= points[-1][0] else points[-1][1]
+        else:
+            rate = lo[1] + (hi[1] - lo[1]) * (n - lo[0]) / (hi[0] - lo[0])
+        costs.append(n * aggregate[1] / rate)
+    return tuple(costs)
+
+
+CPU_STEP_COST = _step_cost({1: 33.0, 2: 59.0, 4: 96.0, 8: 142.0, 16: 192.0}, 256)
+"""The step time of n sequences relative to one on these machines' CPUs (2
+threads, SmolLM2-135M Q4_1, shared/FACTS.md "Batching": 33, 59, 96, 142, 192
+tokens/s for k = 1, 2, 4, 8, 16): 1.0, 1.12, 1.38, 1.86, 2.75. The chat
+latency guard reads it (docs/design.md §4.7); a GPU's curve is flatter, so on
+one the guard cuts more than it must, never less."""
 
 
 @dataclass(slots=True)

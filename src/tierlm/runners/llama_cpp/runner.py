@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.errors import RunnerError, unknown_model
+from tierlm.runners.llama_cpp.batch import CPU_STEP_COST
 from tierlm.runners.llama_cpp.calls import Call, Calls, WorkerCrashed
 from tierlm.runners.llama_cpp.control import MAX_LANES, StopReason
 from tierlm.runners.llama_cpp.cpu_flags import extra_bufts_for_slots
@@ -114,6 +115,9 @@ class LlamaCppRunner:
         up to ``slots`` concurrent ``generate`` calls decode together, one
         ``llama_batch`` per step; 1 = one generation at a time."""
         self._lanes = Lanes(slots)
+        self.step_cost = CPU_STEP_COST[:slots]
+        """A step's time with n sequences relative to one, for the shell's chat
+        latency guard (docs/design.md §4.7): the curve measured on these CPUs."""
         self.kv_pool_bytes = kv_pool_bytes
         """Bytes of KV state the worker keeps for preempted generations and long
         prefixes (docs/design.md §4 zero-loss preemption); 0 keeps none (resumes

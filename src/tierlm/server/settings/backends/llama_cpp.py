@@ -191,6 +191,7 @@ class LlamaCppBackend(BackendSettings):
                 for model_id, model in self.models.items()
             },
             kv_pool_bytes=self.kv_pool_bytes,
+            slots=self.slots,
         )
 
     def runner_state(self, runner: Runner) -> Mapping[str, Any]:
