@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from tierlm.runners.requests import GenerationRequest, TokenLogprob, TokenPiece
 from tierlm.server.gateway.gateway import GatewayJob
+from tierlm.server.openai.schema_check import schema_errors
 from tierlm.server.openai.tools import Arguments, Call, Content, Event, ToolCallParser
 
 __all__ = ["Answer", "Endpoint", "Params"]
@@ -61,6 +62,7 @@ class Answer:
         self.parser = ToolCallParser() if params.tool_calls else None
         """The streamed answer's parser (a non-streamed one parses the whole text)."""
         self._offset = 0  # legacy completions logprobs: characters so far
+        self._text = ""  # the streamed text so far (without a parser)
 
     def usage(self, job: GatewayJob) -> dict[str, int]:
         prompt = self.params.request.approx_prompt_tokens()
@@ -71,11 +73,22 @@ class Answer:
             "total_tokens": prompt + completion,
         }
 
-    def finish_reason(self, job: GatewayJob, calls: bool) -> str:
+    def cut(self, job: GatewayJob) -> bool:
         # Runners yield one piece per token: as many pieces as max_tokens = cut short.
-        if len(job.produced) >= self.params.request.max_tokens:
+        return len(job.produced) >= self.params.request.max_tokens
+
+    def finish_reason(self, job: GatewayJob, calls: bool) -> str:
+        if self.cut(job):
             return "length"
         return "tool_calls" if calls else "stop"
+
+    def schema_errors(self, reason: str, content: str | None, calls: list[Call]) -> Any:
+        """The output's violations of its schemas (``schema_check``); None when
+        it was cut (``length``: not a whole value) or asked for no schema."""
+        if reason == "length" or self.params.endpoint != "chat":
+            return None
+        done = [(call.name, call.arguments) for call in calls]
+        return schema_errors(self.params.request.extra, content, done) or None
 
     def _base(self, obj: str) -> dict[str, Any]:
         return {
@@ -97,19 +110,22 @@ class Answer:
             if self.params.tool_calls:
                 parser = ToolCallParser()
                 parser.feed(text)
-                parser.finish()
+                parser.finish(cut=self.cut(job))
                 calls = parser.calls
                 message["content"] = parser.content or (None if calls else "")
                 if calls:
                     message["tool_calls"] = [call.as_openai() for call in calls]
+            reason = self.finish_reason(job, bool(calls))
+            errors = self.schema_errors(reason, message["content"], calls)
             choice: dict[str, Any] = {
                 "index": 0,
                 "message": message,
-                "finish_reason": self.finish_reason(job, bool(calls)),
+                "finish_reason": reason,
                 "logprobs": logprobs,
             }
         else:
             reason = self.finish_reason(job, False)
+            errors = None
             choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": logprobs}
         snap = job.handle.job
         return {
@@ -124,6 +140,7 @@ class Answer:
                 "time_to_first_token": (
                     None if job.first_token_at is None else job.first_token_at - snap.submitted_at
                 ),
+                **({"schema_errors": errors} if errors else {}),
             },
         }
 
@@ -152,6 +169,7 @@ class Answer:
         if self.parser is not None:
             return [self._event(event) for event in self.parser.feed(text)]
         logprobs = self._logprobs([text]) if self.params.logprobs else None
+        self._text += text
         delta = {"content": text} if self.params.endpoint == "chat" else text
         return [self._chunk(delta, None, logprobs)]
 
@@ -168,12 +186,18 @@ class Answer:
 
     def end(self, job: GatewayJob) -> list[Mapping[str, Any]]:
         chunks: list[Mapping[str, Any]] = []
-        calls = False
+        calls: list[Call] = []
+        content = self._text
         if self.parser is not None:
-            chunks += [self._event(event) for event in self.parser.finish()]
-            calls = bool(self.parser.calls)
+            chunks += [self._event(event) for event in self.parser.finish(self.cut(job))]
+            calls, content = self.parser.calls, self.parser.content
         empty: dict[str, Any] | str = {} if self.params.endpoint == "chat" else ""
-        chunks.append(self._chunk(empty, self.finish_reason(job, calls)))
+        reason = self.finish_reason(job, bool(calls))
+        last = self._chunk(empty, reason)
+        errors = self.schema_errors(reason, content, calls)
+        if errors:
+            last["tierlm"] = {"schema_errors": errors}
+        chunks.append(last)
         if self.params.include_usage:
             obj = "chat.completion.chunk" if self.params.endpoint == "chat" else "text_completion"
             chunks.append({**self._base(obj), "choices": [], "usage": self.usage(job)})
