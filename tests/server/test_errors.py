@@ -196,11 +196,6 @@ def test_rejections_are_counted(gw: Gateway) -> None:
         ({"logprobs": True}, "logprobs", "not supported by the sim backend"),
         ({"functions": [TOOL["function"]]}, "functions", "use tools and tool_choice"),
         (
-            {"messages": [{"role": "user", "content": "hi", "name": "ann"}]},
-            "messages[0].name",
-            "message names are not supported",
-        ),
-        (
             {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
             "messages[0].content[0]",
             "only text parts are supported, got 'image_url'",

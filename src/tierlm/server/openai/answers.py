@@ -38,6 +38,8 @@ class Params:
     request: GenerationRequest
     stream: bool
     include_usage: bool
+    user: str | None = None
+    metadata: Mapping[str, str] | None = None
 
     @property
     def tool_calls(self) -> bool:

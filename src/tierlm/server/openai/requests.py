@@ -152,11 +152,22 @@ class GenerationFields(Schema):
     mirostat_tau: Annotated[float | None, Field(gt=0)] = None
     mirostat_eta: Annotated[float | None, Field(gt=0)] = None
     user: str | None = None
-    """An end user's id, for OpenAI's abuse monitoring; it changes no output and
-    tierlm keeps it nowhere."""
+    """An end user's id: the request's fair-pool producer when no
+    ``X-Tierlm-Producer`` header names one (under the key's name with keys)."""
     n: Annotated[
         Any, not_supported("only 1 choice per request is supported, got {value}", _one)
     ] = None
+    # Accepted and ignored: OpenAI's platform features that change no output here.
+    store: bool | None = None
+    """OpenAI stores completions for its dashboard: ignored (tierlm stores none)."""
+    metadata: Annotated[dict[str, str] | None, Expect("an object of string values")] = None
+    """Tags: logged with the request (``request metadata`` line), else ignored."""
+    service_tier: str | None = None
+    """OpenAI's processing tier: ignored (the ``X-Tierlm-Class`` header picks one here)."""
+    prompt_cache_key: str | None = None
+    """OpenAI's cache routing hint: ignored (llama-cpp reuses a cached prefix anyway)."""
+    safety_identifier: str | None = None
+    """OpenAI's abuse-monitoring id: ignored."""
 
     @model_validator(mode="after")
     def _within_limits(self, info: ValidationInfo) -> GenerationFields:
@@ -229,6 +240,10 @@ class ChatRequest(GenerationFields):
     functions: Annotated[Any, not_supported(USE_TOOLS)] = None
     function_call: Annotated[Any, not_supported(USE_TOOLS)] = None
     modalities: Annotated[Any, not_supported("only text is supported", _text_only)] = None
+    reasoning_effort: str | None = None
+    """For reasoning models: ignored (no served model reasons apart from its answer)."""
+    verbosity: str | None = None
+    """OpenAI's answer-length hint: ignored (``max_tokens`` bounds an answer here)."""
     audio: Annotated[Any, not_supported("audio output is not supported")] = None
 
     @model_validator(mode="after")

@@ -26,8 +26,9 @@ from tierlm.runners.protocol import PromptCounter
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.auth import Principal
 from tierlm.server.gateway.gateway import Gateway
-from tierlm.server.gateway.metadata import job_meta
+from tierlm.server.gateway.metadata import PRODUCER_HEADER, JobMeta, job_meta
 from tierlm.server.openai import compat, models
 from tierlm.server.openai.answers import Answer, Endpoint, Params
 from tierlm.server.openai.job_errors import job_error
@@ -70,7 +71,15 @@ def _params(
     )
     if backend is not None:
         compat.check(request, backend)
-    return Params(endpoint, fields.model, request, bool(fields.stream), fields.include_usage)
+    return Params(
+        endpoint,
+        fields.model,
+        request,
+        bool(fields.stream),
+        fields.include_usage,
+        user=fields.user,
+        metadata=fields.metadata,
+    )
 
 
 async def counted(gateway: Gateway, request: GenerationRequest) -> GenerationRequest:
@@ -90,6 +99,15 @@ async def counted(gateway: Gateway, request: GenerationRequest) -> GenerationReq
     return replace(request, prompt_tokens=tokens)
 
 
+def with_user(meta: JobMeta, request: Request, principal: Principal, params: Params) -> JobMeta:
+    """``user`` is the producer when no header names one; ``metadata`` is logged."""
+    if params.metadata:
+        logger.info("request metadata: %s", params.metadata)
+    if params.user is None or request.headers.get(PRODUCER_HEADER) is not None:
+        return meta
+    return replace(meta, producer=principal.producer_path(params.user))
+
+
 # -- answers ------------------------------------------------------------------
 
 
@@ -107,6 +125,7 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     params = parse(body, settings.limits, settings.backend.kind)
     gateway.check_model(params.model)
     meta = job_meta(request.headers, principal, settings.classes)
+    meta = with_user(meta, request, principal, params)
     params = replace(params, request=await counted(gateway, params.request))
     job = await gateway.submit(meta, params.request)
     answer = Answer(params)
