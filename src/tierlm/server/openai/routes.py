@@ -8,112 +8,33 @@ exactly (``PromptCounter``) counts it before the request is queued: the
 answer's ``usage.prompt_tokens``, and a request its model cannot serve (a
 chat its template refuses, a schema its grammar cannot express) is a 400 at
 once rather than a failure after its wait. The answers' shapes are
-``answers.py``'s; the models' endpoints ``models.py``'s.
+``answers.py``'s; the steps before the queue ``pipeline.py``'s; the models'
+endpoints ``models.py``'s, the Responses API ``responses.py``'s.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from tierlm.runners.errors import InvalidRequest, RunnerError
-from tierlm.runners.protocol import PromptCounter
-from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.body import read_json
-from tierlm.server.edge.errors import APIError
-from tierlm.server.gateway.auth import Principal
-from tierlm.server.gateway.gateway import Gateway
-from tierlm.server.gateway.metadata import PRODUCER_HEADER, JobMeta, job_meta
-from tierlm.server.openai import compat, models
-from tierlm.server.openai.answers import Answer, Endpoint, Params
+from tierlm.server.gateway.metadata import job_meta
+from tierlm.server.openai import models, responses
+from tierlm.server.openai.answers import Answer, Endpoint
 from tierlm.server.openai.job_errors import job_error
-from tierlm.server.openai.requests import ChatRequest, CompletionRequest, GenerationFields, parse
+from tierlm.server.openai.pipeline import (
+    counted,
+    gateway_of,
+    parse_chat,
+    parse_completion,
+    with_user,
+)
 from tierlm.server.openai.streaming import JobResult, JobStream
-from tierlm.server.settings.sections import LimitSettings
 
-__all__ = ["parse_chat", "parse_completion", "routes"]
-
-logger = logging.getLogger("tierlm.server")
-
-
-def parse_chat(body: Any, limits: LimitSettings, backend: str | None = None) -> Params:
-    """A chat request's parameters; ``backend`` (its kind) refuses what it cannot do."""
-    chat = parse(ChatRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
-    messages = [m.as_runner_message() for m in chat.messages]
-    return _params("chat", chat, limits, backend, messages=messages)
-
-
-def parse_completion(body: Any, limits: LimitSettings, backend: str | None = None) -> Params:
-    completion = parse(CompletionRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
-    return _params("completions", completion, limits, backend, prompt=completion.prompt)
-
-
-def _params(
-    endpoint: Endpoint,
-    fields: GenerationFields,
-    limits: LimitSettings,
-    backend: str | None,
-    **text: Any,
-) -> Params:
-    _, max_tokens = fields.max_tokens_field()
-    request = GenerationRequest(
-        model_id=fields.model,
-        max_tokens=limits.default_max_tokens if max_tokens is None else max_tokens,
-        temperature=fields.temperature,
-        stop=tuple(fields.stop or ()),
-        extra=fields.extras(),
-        **text,
-    )
-    if backend is not None:
-        compat.check(request, backend)
-    return Params(
-        endpoint,
-        fields.model,
-        request,
-        bool(fields.stream),
-        fields.include_usage,
-        user=fields.user,
-        metadata=fields.metadata,
-    )
-
-
-async def counted(gateway: Gateway, request: GenerationRequest) -> GenerationRequest:
-    """``request`` with its exact prompt size, when the runner can count it."""
-    runner = gateway.runner
-    if not isinstance(runner, PromptCounter):
-        return request
-    try:
-        tokens = await runner.count_prompt_tokens(request)
-    except InvalidRequest as exc:
-        raise APIError(400, str(exc), param=exc.param, code="invalid_request") from None
-    except RunnerError as exc:
-        # Not the request's fault (a worker restarting): it is queued all the
-        # same, with the estimate; the generation meets the error if it lasts.
-        logger.warning("counting the prompt of a request failed: %s", exc)
-        return request
-    return replace(request, prompt_tokens=tokens)
-
-
-def with_user(meta: JobMeta, request: Request, principal: Principal, params: Params) -> JobMeta:
-    """``user`` is the producer when no header names one; ``metadata`` is logged."""
-    if params.metadata:
-        logger.info("request metadata: %s", params.metadata)
-    if params.user is None or request.headers.get(PRODUCER_HEADER) is not None:
-        return meta
-    return replace(meta, producer=principal.producer_path(params.user))
-
-
-# -- answers ------------------------------------------------------------------
-
-
-def gateway_of(request: Request) -> Gateway:
-    gateway: Gateway = request.app.state.gateway
-    return gateway
+__all__ = ["routes"]
 
 
 async def _generate(request: Request, endpoint: Endpoint) -> Response:
@@ -146,5 +67,6 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        *responses.routes(),
         *models.routes(),
     ]

@@ -147,6 +147,11 @@ class LimitSettings(Schema):
     max_tokens_limit: Annotated[int, Flag("--max-tokens-limit", "N"), Field(ge=1)] = 4096
     """The largest max_tokens accepted (larger gets 400): 4096 is the context of
     most small local models, and an answer cannot be longer than the context."""
+    responses_store_bytes: Annotated[int, Field(ge=0)] = 32 << 20
+    """Memory for the conversations ``/v1/responses`` keeps for
+    ``previous_response_id`` (their JSON size): past it the oldest are
+    forgotten (0: none are kept). 32 MiB: thousands of agent turns, or 32
+    requests of ``max_body_bytes``."""
     queue_limit: Annotated[int, Flag("--queue-limit", "N"), Field(ge=1)] = 1000
     """Queued jobs per class beyond which requests get 429 + Retry-After. A queued
     job costs a few kB; 1000 leaves room for the gateway benchmark's 500 clients.
