@@ -40,6 +40,8 @@ class Params:
     include_usage: bool
     user: str | None = None
     metadata: Mapping[str, str] | None = None
+    default_max_tokens: bool = False
+    """The client set no max_tokens: the gateway chose it."""
 
     @property
     def tool_calls(self) -> bool:

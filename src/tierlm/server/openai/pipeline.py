@@ -68,11 +68,16 @@ def _params(
         fields.include_usage,
         user=fields.user,
         metadata=fields.metadata,
+        default_max_tokens=max_tokens is None,
     )
 
 
-async def counted(gateway: Gateway, request: GenerationRequest) -> GenerationRequest:
-    """``request`` with its exact prompt size, when the runner can count it."""
+async def counted(
+    gateway: Gateway, request: GenerationRequest, default_max_tokens: bool = False
+) -> GenerationRequest:
+    """``request`` with its exact prompt size, when the runner can count it; with
+    ``default_max_tokens`` (the client set none), its ``max_tokens`` what the
+    model's context leaves (``limits.context_max_tokens``)."""
     runner = gateway.runner
     if not isinstance(runner, PromptCounter):
         return request
@@ -85,7 +90,27 @@ async def counted(gateway: Gateway, request: GenerationRequest) -> GenerationReq
         # same, with the estimate; the generation meets the error if it lasts.
         logger.warning("counting the prompt of a request failed: %s", exc)
         return request
-    return replace(request, prompt_tokens=tokens)
+    request = replace(request, prompt_tokens=tokens)
+    limits = gateway.settings.limits
+    context = _context(runner, request.model_id)
+    if default_max_tokens and limits.context_max_tokens and context is not None:
+        room = max(1, min(limits.max_tokens_limit, context - tokens))
+        request = replace(request, max_tokens=room)
+    return request
+
+
+def _context(runner: object, model_id: str) -> int | None:
+    """The model's context size, if its runner tells it (``describe``)."""
+    describe = getattr(runner, "describe", None)
+    if describe is None:
+        return None
+    try:
+        options = describe(model_id)
+    except Exception:  # a runner that cannot describe this model: no context known
+        return None
+    applied = options.get("applied")
+    n_ctx = applied.get("n_ctx") if isinstance(applied, dict) else options.get("n_ctx")
+    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
 
 
 def with_user(meta: JobMeta, request: Request, principal: Principal, params: Params) -> JobMeta:

@@ -124,7 +124,8 @@ class GenerationFields(Schema):
 
     model: ModelName
     max_tokens: int | None = None
-    """At most ``limits.max_tokens_limit``; unset: ``limits.default_max_tokens``."""
+    """At most ``limits.max_tokens_limit``; unset: what the model's context leaves
+    after the prompt (``limits.context_max_tokens``), else ``limits.default_max_tokens``."""
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     stop: Annotated[

@@ -316,7 +316,11 @@ async def create_response(request: Request) -> Response:
     gateway.check_model(params.model)
     meta = job_meta(request.headers, principal, settings.classes)
     meta = with_user(meta, request, principal, params)
-    params = replace(params, request=await counted(gateway, params.request), include_usage=False)
+    params = replace(
+        params,
+        request=await counted(gateway, params.request, params.default_max_tokens),
+        include_usage=False,
+    )
     job = await gateway.submit(meta, params.request)
     answer = ResponseAnswer(Answer(params), asked, _echo(asked))
     if asked.store is not False:

@@ -47,7 +47,9 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     gateway.check_model(params.model)
     meta = job_meta(request.headers, principal, settings.classes)
     meta = with_user(meta, request, principal, params)
-    params = replace(params, request=await counted(gateway, params.request))
+    params = replace(
+        params, request=await counted(gateway, params.request, params.default_max_tokens)
+    )
     job = await gateway.submit(meta, params.request)
     answer = Answer(params)
     if params.stream:
