@@ -42,6 +42,8 @@ class Params:
     metadata: Mapping[str, str] | None = None
     default_max_tokens: bool = False
     """The client set no max_tokens: the gateway chose it."""
+    n: int = 1
+    """Choices asked for: each one a job of its own."""
 
     @property
     def tool_calls(self) -> bool:
@@ -57,8 +59,11 @@ class Params:
 class Answer:
     """Renders one request's answer, streamed and not (``JobStream``'s ``SSEFormat``)."""
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, index: int = 0) -> None:
         self.params = params
+        self.index = index
+        """The choice's index (``n`` > 1: one answer per choice)."""
+        self.usage_chunk = params.include_usage
         prefix = "chatcmpl" if params.endpoint == "chat" else "cmpl"
         self.id = f"{prefix}-{secrets.token_hex(12)}"
         self.created = int(time.time())
@@ -122,7 +127,7 @@ class Answer:
             reason = self.finish_reason(job, bool(calls))
             errors = self.schema_errors(reason, message["content"], calls)
             choice: dict[str, Any] = {
-                "index": 0,
+                "index": self.index,
                 "message": message,
                 "finish_reason": reason,
                 "logprobs": logprobs,
@@ -130,7 +135,12 @@ class Answer:
         else:
             reason = self.finish_reason(job, False)
             errors = None
-            choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": logprobs}
+            choice = {
+                "index": self.index,
+                "text": text,
+                "finish_reason": reason,
+                "logprobs": logprobs,
+            }
         snap = job.handle.job
         return {
             **self._base(self.object),
@@ -155,13 +165,13 @@ class Answer:
     ) -> dict[str, Any]:
         if self.params.endpoint == "chat":
             choice: dict[str, Any] = {
-                "index": 0,
+                "index": self.index,
                 "delta": delta,
                 "finish_reason": finish,
                 "logprobs": logprobs,
             }
             return {**self._base("chat.completion.chunk"), "choices": [choice]}
-        choice = {"index": 0, "text": delta, "finish_reason": finish, "logprobs": logprobs}
+        choice = {"index": self.index, "text": delta, "finish_reason": finish, "logprobs": logprobs}
         return {**self._base("text_completion"), "choices": [choice]}
 
     def start(self) -> list[Mapping[str, Any]]:
@@ -202,10 +212,14 @@ class Answer:
         if errors:
             last["tierlm"] = {"schema_errors": errors}
         chunks.append(last)
-        if self.params.include_usage:
-            obj = "chat.completion.chunk" if self.params.endpoint == "chat" else "text_completion"
-            chunks.append({**self._base(obj), "choices": [], "usage": self.usage(job)})
+        if self.usage_chunk:
+            chunks.append(self.usage_only(self.usage(job)))
         return chunks
+
+    def usage_only(self, usage: Mapping[str, int]) -> dict[str, Any]:
+        """The streamed answer's last chunk: its usage, no choices."""
+        obj = "chat.completion.chunk" if self.params.endpoint == "chat" else "text_completion"
+        return {**self._base(obj), "choices": [], "usage": dict(usage)}
 
     # -- log-probabilities ----------------------------------------------------------
 
@@ -232,3 +246,25 @@ def _entry(logprob: TokenLogprob) -> dict[str, Any]:
 
 def _chat_logprob(logprob: TokenLogprob, top: tuple[TokenLogprob, ...]) -> dict[str, Any]:
     return {**_entry(logprob), "top_logprobs": [_entry(t) for t in top]}
+
+
+def total_usage(answers: list[Answer], jobs: list[GatewayJob]) -> dict[str, int]:
+    """The usage of ``n`` choices: the prompt once, every choice's tokens (as OpenAI)."""
+    usages = [a.usage(j) for a, j in zip(answers, jobs, strict=True)]
+    prompt = usages[0]["prompt_tokens"]
+    completion = sum(u["completion_tokens"] for u in usages)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def merged(answers: list[Answer], jobs: list[GatewayJob]) -> dict[str, Any]:
+    """The non-streamed answer of ``n`` choices, one per job."""
+    rendered = [a.render(j) for a, j in zip(answers, jobs, strict=True)]
+    body = rendered[0]
+    body["choices"] = [r["choices"][0] for r in rendered]
+    body["usage"] = total_usage(answers, jobs)
+    body["tierlm"]["job_ids"] = [j.id for j in jobs]
+    return body

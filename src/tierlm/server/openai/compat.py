@@ -251,7 +251,7 @@ ROWS: tuple[Row, ...] = (
         (N, N, N, N),
         note="accepted and ignored",
     ),
-    Row("`n` other than 1", {"n": 2}, (R, R, R, R)),
+    Row("`n` (1 to 16)", {"n": 2}, (H, H, H, H), note="each choice is a job of its own"),
     Row("`functions`, `function_call`", {"functions": [TOOL["function"]]}, (R, R, R, R)),
     Row("`modalities` other than text, `audio`", {"modalities": ["audio"]}, (R, R, R, R)),
     Row(

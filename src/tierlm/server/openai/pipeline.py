@@ -18,14 +18,21 @@ from tierlm.runners.protocol import PromptCounter
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.auth import Principal
-from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.gateway.gateway import Gateway, GatewayJob
 from tierlm.server.gateway.metadata import PRODUCER_HEADER, JobMeta
 from tierlm.server.openai import compat
 from tierlm.server.openai.answers import Endpoint, Params
 from tierlm.server.openai.requests import ChatRequest, CompletionRequest, GenerationFields, parse
 from tierlm.server.settings.sections import LimitSettings
 
-__all__ = ["counted", "gateway_of", "parse_chat", "parse_completion", "with_user"]
+__all__ = [
+    "counted",
+    "gateway_of",
+    "parse_chat",
+    "parse_completion",
+    "submit_all",
+    "with_user",
+]
 
 logger = logging.getLogger("tierlm.server")
 
@@ -69,6 +76,7 @@ def _params(
         user=fields.user,
         metadata=fields.metadata,
         default_max_tokens=max_tokens is None,
+        n=fields.n or 1,
     )
 
 
@@ -125,3 +133,17 @@ def with_user(meta: JobMeta, request: Request, principal: Principal, params: Par
 def gateway_of(request: Request) -> Gateway:
     gateway: Gateway = request.app.state.gateway
     return gateway
+
+
+async def submit_all(gateway: Gateway, meta: JobMeta, params: Params) -> list[GatewayJob]:
+    """The request's jobs: one per choice (``n``). If one is refused (a full
+    queue), those already queued are cancelled."""
+    jobs: list[GatewayJob] = []
+    try:
+        for _ in range(params.n):
+            jobs.append(await gateway.submit(meta, params.request))
+    except BaseException:
+        for job in jobs:
+            job.disconnect()
+        raise
+    return jobs

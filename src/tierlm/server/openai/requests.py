@@ -55,6 +55,8 @@ __all__ = [
 
 # OpenAI's own limit on stop sequences.
 MAX_STOP = 4
+# Choices per request: each is a job, so n jobs of one request share the queue.
+MAX_N = 16
 
 ModelName = Annotated[str, Field(min_length=1), Expect("a non-empty string naming a model")]
 
@@ -153,9 +155,8 @@ class GenerationFields(Schema):
     user: str | None = None
     """An end user's id: the request's fair-pool producer when no
     ``X-Tierlm-Producer`` header names one (under the key's name with keys)."""
-    n: Annotated[
-        Any, not_supported("only 1 choice per request is supported, got {value}", _one)
-    ] = None
+    n: Annotated[int | None, Field(ge=1, le=MAX_N)] = None
+    """Choices: each is a job of its own, queued and run with the others."""
     # Accepted and ignored: OpenAI's platform features that change no output here.
     store: bool | None = None
     """OpenAI stores completions for its dashboard: ignored (tierlm stores none)."""

@@ -14,22 +14,26 @@ endpoints ``models.py``'s, the Responses API ``responses.py``'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.server.edge.body import read_json
+from tierlm.server.gateway.gateway import GatewayJob
 from tierlm.server.gateway.metadata import job_meta
 from tierlm.server.openai import models, responses
-from tierlm.server.openai.answers import Answer, Endpoint
+from tierlm.server.openai.answers import Answer, Endpoint, Params, merged, total_usage
 from tierlm.server.openai.job_errors import job_error
 from tierlm.server.openai.pipeline import (
     counted,
     gateway_of,
     parse_chat,
     parse_completion,
+    submit_all,
     with_user,
 )
 from tierlm.server.openai.streaming import JobResult, JobStream
@@ -50,11 +54,27 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     params = replace(
         params, request=await counted(gateway, params.request, params.default_max_tokens)
     )
-    job = await gateway.submit(meta, params.request)
-    answer = Answer(params)
+    jobs = await submit_all(gateway, meta, params)
+    return respond(params, jobs, settings.server.sse_heartbeat)
+
+
+def respond(params: Params, jobs: list[GatewayJob], heartbeat: float) -> Response:
+    """The answer of ``jobs`` (one per choice), streamed or not."""
+    answers = [Answer(params, index=i) for i in range(len(jobs))]
+    for answer in answers[1:]:
+        answer.id = answers[0].id  # one completion, n choices
     if params.stream:
-        return JobStream(job, answer, job_error, settings.server.sse_heartbeat)
-    return JobResult(job, answer.render, job_error)
+        finale: Callable[[], list[Mapping[str, Any]]] | None = None
+        if len(jobs) > 1:
+            for answer in answers:
+                answer.usage_chunk = False
+            if params.include_usage:
+                finale = lambda: [answers[0].usage_only(total_usage(answers, jobs))]  # noqa: E731
+        more = list(zip(jobs[1:], answers[1:], strict=True))
+        return JobStream(jobs[0], answers[0], job_error, heartbeat, more, finale)
+    if len(jobs) == 1:
+        return JobResult(jobs[0], answers[0].render, job_error)
+    return JobResult(jobs[0], lambda _: merged(answers, jobs), job_error, jobs[1:])
 
 
 async def chat_completions(request: Request) -> Response:
