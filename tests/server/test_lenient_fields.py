@@ -122,3 +122,39 @@ def settings_for(path: Path) -> object:
     from tierlm.server.settings.sources import settings_from_dict
 
     return settings_from_dict({"backend": {"kind": "llama-cpp", "models": {MODEL: str(path)}}})
+
+
+def test_n_choices_streamed_and_not(gw: Gateway) -> None:
+    """n > 1: n jobs, one answer of n choices (the prompt counted once)."""
+    client = gw.openai()
+    fields = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6}
+    answer = client.chat.completions.create(n=3, temperature=1.0, seed=1, **fields)  # type: ignore[call-overload]
+    assert [c.index for c in answer.choices] == [0, 1, 2]
+    assert len(answer.model_extra["tierlm"]["job_ids"]) == 3
+    one = client.chat.completions.create(**fields)  # type: ignore[call-overload]
+    assert answer.usage.prompt_tokens == one.usage.prompt_tokens
+    assert 3 <= answer.usage.completion_tokens <= 3 * 6  # summed over the choices
+    texts: dict[int, str] = {}
+    usage = None
+    for chunk in client.chat.completions.create(
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+        **fields,  # type: ignore[call-overload]
+    ):
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+        usage = chunk.usage or usage
+    assert sorted(texts) == [0, 1] and usage is not None
+    assert usage.completion_tokens <= 2 * 6 and usage.prompt_tokens == one.usage.prompt_tokens
+
+
+def test_langchain_generates_n_choices(gw: Gateway) -> None:
+    langchain_openai = pytest.importorskip("langchain_openai")
+    llm = langchain_openai.ChatOpenAI(
+        model=MODEL, base_url=f"{gw.url}/v1", api_key="unused", max_tokens=5, n=2, max_retries=0
+    )
+    from langchain_core.messages import HumanMessage
+
+    result = llm.generate([[HumanMessage("Hi")]])
+    assert len(result.generations[0]) == 2
