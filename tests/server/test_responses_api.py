@@ -231,3 +231,22 @@ def test_unsupported_input_is_a_400_naming_it() -> None:
                 input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}],
             )
         assert info.value.param == "input[0].content[0]"  # type: ignore[attr-defined]
+
+
+@pytest.mark.llama
+def test_langchain_use_responses_api(gw: Gateway) -> None:
+    langchain_openai = pytest.importorskip("langchain_openai")
+    llm = langchain_openai.ChatOpenAI(
+        model=model(),
+        base_url=f"{gw.url}/v1",
+        api_key="unused",
+        use_responses_api=True,
+        temperature=0,
+        max_tokens=40,
+        max_retries=0,
+    )
+    assert llm.invoke("What is the capital of France?").text
+    streamed = "".join(chunk.text for chunk in llm.stream("Say hi."))
+    assert streamed
+    called = llm.bind_tools([WEATHER], tool_choice="required").invoke("Weather in Paris?")
+    assert [c["name"] for c in called.tool_calls] == ["get_weather"]
