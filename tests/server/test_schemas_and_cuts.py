@@ -208,3 +208,35 @@ def test_langchain_sees_a_valid_call_when_only_the_markup_was_cut(gw: Gateway) -
     assert message.response_metadata["finish_reason"] == "length"
     assert not message.invalid_tool_calls
     assert [c["args"] for c in message.tool_calls] == [json.loads(whole)]
+
+
+def test_llamaindex_reads_the_cut_call_s_arguments_not_an_empty_dict(gw: Gateway) -> None:
+    """LlamaIndex parses partial JSON: with the markup in ``arguments`` it fell
+    back to ``{}`` and called the tool with no arguments."""
+    openai_like = pytest.importorskip("llama_index.llms.openai_like")
+    from llama_index.core.tools import FunctionTool
+
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return city
+
+    tool = FunctionTool.from_defaults(get_weather)
+
+    def call(max_tokens: int) -> Any:
+        llm = openai_like.OpenAILike(
+            model=MODEL,
+            api_base=f"{gw.url}/v1",
+            api_key="unused",
+            is_chat_model=True,
+            is_function_calling_model=True,
+            temperature=0,
+            max_tokens=max_tokens,
+        )
+        response = llm.chat_with_tools([tool], user_msg=PARIS[0]["content"], tool_required=True)
+        (selection,) = llm.get_tool_calls_from_response(response)
+        assert selection.tool_name == "get_weather"
+        return selection.tool_kwargs, response.raw.usage.completion_tokens
+
+    whole, tokens = call(120)
+    assert whole and isinstance(whole, dict)
+    assert call(tokens - 1)[0] == whole  # only the markup was cut
