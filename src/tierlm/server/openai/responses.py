@@ -375,5 +375,5 @@ async def get_response(request: Request) -> Response:
 def routes() -> list[BaseRoute]:
     return [
         Route("/v1/responses", create_response, methods=["POST"]),
-        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id:str}", get_response, methods=["GET"]),
     ]
