@@ -458,10 +458,11 @@ def test_bad_or_unsupported_sampling_options_are_refused_by_name(tiny_models: Ti
             ({"typo_p": 0.5}, "typo_p", r"^typo_p: not supported by the llama-cpp runner"),
             (
                 {"response_format": {"type": "json_schema", "json_schema": {"schema": {
-                    "type": "object", "properties": {"n": {"type": "integer", "minimum": 0}},
+                    "type": "object", "properties": {"n": {"type": "integer", "minimum": 5,
+                                                           "maximum": 4}},
                 }}}},
-                "response_format.json_schema.schema.properties.n.minimum",
-                r"keyword 'minimum' is not supported by the llama-cpp backend",
+                "response_format.json_schema.schema",
+                r"cannot be made a grammar: no integer is between 5 and 4",
             ),
         ):  # fmt: skip
             request = GenerationRequest(model_id="a", prompt="x", max_tokens=4, extra=extra)

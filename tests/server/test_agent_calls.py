@@ -98,21 +98,6 @@ def test_json_schema_strict(gw: Gateway) -> None:
     jsonschema.validate(json.loads(answer.choices[0].message.content), PERSON)
 
 
-def test_a_schema_the_grammar_cannot_enforce_is_a_400_before_the_request_waits(
-    gw: Gateway,
-) -> None:
-    import openai
-
-    schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}}
-    with pytest.raises(openai.BadRequestError) as info:
-        chat(
-            gw,
-            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
-        )
-    assert info.value.param == "response_format.json_schema.schema.properties.age.minimum"  # type: ignore[attr-defined]
-    assert "'minimum' is not supported by the llama-cpp backend" in info.value.message
-
-
 # -- tool calls ----------------------------------------------------------------------
 
 

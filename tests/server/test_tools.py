@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,12 +19,12 @@ TWO_CALLS = (
 )
 
 
-def parse(pieces: list[str]) -> tuple[ToolCallParser, list[object]]:
+def parse(pieces: list[str], cut: bool = False) -> tuple[ToolCallParser, list[object]]:
     parser = ToolCallParser()
     events: list[object] = []
     for piece in pieces:
         events += parser.feed(piece)
-    events += parser.finish()
+    events += parser.finish(cut)
     return parser, events
 
 
@@ -84,9 +85,31 @@ def test_text_then_a_call_and_a_call_cut_short() -> None:
     ]
 
 
-def test_a_tag_cut_before_the_name_is_text() -> None:
+def test_a_tag_before_the_name_is_text_unless_max_tokens_cut_it() -> None:
     parser, _ = parse(["<tool_call>\n{"])
     assert parser.calls == [] and parser.content == "<tool_call>\n{"
+    parser, _ = parse(["<tool_call>\n{"], cut=True)
+    assert parser.calls == [] and parser.content == ""
+
+
+@pytest.mark.parametrize("arguments", ['{ "city": "Paris" }', '{"a": {"b": 1}}', "{}"])
+def test_a_call_cut_anywhere_leaves_a_prefix_of_its_arguments_and_no_markup(
+    arguments: str,
+) -> None:
+    """Issue 19 item 2: cut by max_tokens at any character, streamed (one
+    character a piece) or not, a call's arguments are a prefix of what the
+    model meant (all of it when only the closing markup was cut), never
+    ``}\n</tool_call`` markup; before the name is whole, there is no call."""
+    whole = format_call("get_weather", arguments)
+    for cut in range(len(whole) + 1):
+        for pieces in ([whole[:cut]], list(whole[:cut])):
+            parser, _ = parse(pieces, cut=True)
+            assert parser.content in ("", "<"), whole[:cut]
+            for call in parser.calls:
+                assert call.name == "get_weather"
+                assert arguments.startswith(call.arguments), (whole[:cut], call.arguments)
+            if cut >= len(whole) - len("}\n</tool_call>"):
+                assert [c.arguments for c in parser.calls] == [arguments]
 
 
 def test_the_writer_makes_what_the_parser_reads() -> None:

@@ -17,9 +17,12 @@ them together:
   ``auto`` = calls OR an answer: free text that never contains ``<tool_call>``
   (or, with a ``response_format``, its JSON), ``none`` = no calls.
 
-A schema keyword the converter does not turn into rules (``minimum``,
-``uniqueItems``...) would let the model write JSON that does not match the
-schema, so such a schema is refused (``InvalidRequest``), never half-honoured.
+Any schema OpenAI takes is taken. What a grammar can enforce is enforced:
+the converter's keywords, plus integer bounds and the ``email``, ``uri``,
+``hostname`` and ``ipv4`` formats (``schema_keywords``). The rest (a
+number's bounds, ``multipleOf``, ``uniqueItems``, ``not``...) is left out of
+the grammar and checked on the finished output by the gateway, which says
+when the model broke it (docs/gateway.md "Structured output").
 Strings exclude raw control characters: the converter's ``char`` rule allows
 them, and a newline inside a JSON string is not JSON.
 """
@@ -32,31 +35,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tierlm.runners.errors import InvalidRequest
+from tierlm.runners.llama_cpp.schema_keywords import (
+    GRAMMAR_KEYWORDS,
+    grammar_schema,
+    int_bounds,
+    int_range,
+)
 from tierlm.runners.tool_calls import CLOSE_TAG, OPEN_TAG
 
-__all__ = ["SUPPORTED_KEYWORDS", "request_grammar", "tool_choice"]
+__all__ = ["GRAMMAR_KEYWORDS", "request_grammar", "tool_choice"]
 
-# Keywords the converter turns into rules.
-_STRUCTURE = frozenset(
-    {
-        "type", "properties", "required", "additionalProperties", "items", "prefixItems",
-        "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs",
-        "definitions", "pattern", "minLength", "maxLength", "format",
-    }
-)  # fmt: skip
-# Keywords that constrain nothing (annotations), or that the rules above already
-# decide (a discriminator names the const property of each branch).
-_ANNOTATIONS = frozenset(
-    {
-        "title", "description", "default", "examples", "$schema", "$id", "$comment",
-        "deprecated", "readOnly", "writeOnly", "discriminator", "strict",
-    }
-)  # fmt: skip
-SUPPORTED_KEYWORDS = _STRUCTURE | _ANNOTATIONS
-# String formats the converter has rules for.
-_FORMATS = frozenset({"date", "time", "date-time", "uuid", *(f"uuid{n}" for n in range(1, 6))})
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
 
 
@@ -93,11 +82,22 @@ def request_grammar(extra: Mapping[str, Any], model_id: str) -> str | None:
 
 
 def _converter() -> Any:
-    from llama_cpp.llama_grammar import SchemaConverter
+    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
 
-    return SchemaConverter(  # type: ignore[no-untyped-call]
-        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
-    )
+    class Converter(SchemaConverter):
+        """The converter, with rules for an integer's bounds."""
+
+        def visit(self, schema: Any, name: str) -> Any:
+            if (
+                isinstance(schema, Mapping)
+                and schema.get("type") == "integer"
+                and any(key in schema for key in _BOUNDS)
+            ):
+                rule = name + "-" if name in RESERVED_NAMES else name or "root"
+                return self._add_rule(rule, f"{int_range(*int_bounds(schema))} space")  # type: ignore[no-untyped-call]
+            return super().visit(schema, name)  # type: ignore[no-untyped-call]
+
+    return Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)  # type: ignore[no-untyped-call]
 
 
 def _response_rule(converter: Any, response_format: Any, model_id: str) -> str | None:
@@ -162,8 +162,7 @@ def _visit(converter: Any, schema: Any, name: str, where: str, model_id: str) ->
             param=where,
             model_id=model_id,
         )
-    _check_keywords(schema, where, model_id)
-    own = _prefixed_defs(copy.deepcopy(dict(schema)), name)
+    own = _prefixed_defs(copy.deepcopy(grammar_schema(schema)), name)
     try:
         resolved = converter.resolve_refs(own, name)
         rule: str = converter.visit(resolved, name)
@@ -174,42 +173,6 @@ def _visit(converter: Any, schema: Any, name: str, where: str, model_id: str) ->
             model_id=model_id,
         ) from None
     return rule
-
-
-def _check_keywords(schema: Any, where: str, model_id: str) -> None:
-    if isinstance(schema, bool):
-        return
-    if not isinstance(schema, Mapping):
-        raise InvalidRequest(
-            f"{where}: must be a JSON schema (an object), got {type(schema).__name__}",
-            param=where,
-            model_id=model_id,
-        )
-    for key, value in schema.items():
-        at = f"{where}.{key}"
-        if key not in SUPPORTED_KEYWORDS:
-            raise InvalidRequest(
-                f"{at}: the JSON-schema keyword {key!r} is not supported by the llama-cpp "
-                "backend (its grammar could not enforce it); supported: "
-                + ", ".join(sorted(_STRUCTURE)),
-                param=at,
-                model_id=model_id,
-            )
-        if key == "format" and value not in _FORMATS:
-            raise InvalidRequest(
-                f"{at}: string format {value!r} is not supported by the llama-cpp backend "
-                f"(supported: {', '.join(sorted(_FORMATS))})",
-                param=at,
-                model_id=model_id,
-            )
-        if key in _SUBSCHEMA_MAPS and isinstance(value, Mapping):
-            for sub, subschema in value.items():
-                _check_keywords(subschema, f"{at}.{sub}", model_id)
-        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
-            for i, subschema in enumerate(value):
-                _check_keywords(subschema, f"{at}.{i}", model_id)
-        elif key in ("items", "additionalProperties") and isinstance(value, Mapping):
-            _check_keywords(value, at, model_id)
 
 
 def _prefixed_defs(schema: dict[str, Any], prefix: str) -> dict[str, Any]:

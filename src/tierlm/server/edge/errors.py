@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tierlm.server.edge.rejections import rejections_of
 from tierlm.server.edge.request_id import current_request_id
 
 __all__ = [
@@ -95,6 +96,7 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
         metrics.rejected(exc.reason)
+    rejections_of(request.app.state).record(request.method, request.url.path, exc)
     return exc.response()
 
 
@@ -120,9 +122,12 @@ exception_handlers: dict[Any, Any] = {
 
 async def send_error(error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
     """Answer with ``error`` from a middleware, counted as the handlers count it."""
-    metrics = getattr(getattr(scope.get("app"), "state", None), "metrics", None)
+    state = getattr(scope.get("app"), "state", None)
+    metrics = getattr(state, "metrics", None)
     if metrics is not None:
         metrics.rejected(error.reason)
+    if state is not None:
+        rejections_of(state).record(scope.get("method", ""), scope.get("path", ""), error)
     await error.response()(scope, receive, send)
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from tierlm.runners.requests import GenerationRequest, TokenLogprob, TokenPiece
 from tierlm.server.gateway.gateway import GatewayJob
+from tierlm.server.openai.schema_check import schema_errors
 from tierlm.server.openai.tools import Arguments, Call, Content, Event, ToolCallParser
 
 __all__ = ["Answer", "Endpoint", "Params"]
@@ -37,6 +38,12 @@ class Params:
     request: GenerationRequest
     stream: bool
     include_usage: bool
+    user: str | None = None
+    metadata: Mapping[str, str] | None = None
+    default_max_tokens: bool = False
+    """The client set no max_tokens: the gateway chose it."""
+    n: int = 1
+    """Choices asked for: each one a job of its own."""
 
     @property
     def tool_calls(self) -> bool:
@@ -52,8 +59,11 @@ class Params:
 class Answer:
     """Renders one request's answer, streamed and not (``JobStream``'s ``SSEFormat``)."""
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, index: int = 0) -> None:
         self.params = params
+        self.index = index
+        """The choice's index (``n`` > 1: one answer per choice)."""
+        self.usage_chunk = params.include_usage
         prefix = "chatcmpl" if params.endpoint == "chat" else "cmpl"
         self.id = f"{prefix}-{secrets.token_hex(12)}"
         self.created = int(time.time())
@@ -61,6 +71,7 @@ class Answer:
         self.parser = ToolCallParser() if params.tool_calls else None
         """The streamed answer's parser (a non-streamed one parses the whole text)."""
         self._offset = 0  # legacy completions logprobs: characters so far
+        self._text = ""  # the streamed text so far (without a parser)
 
     def usage(self, job: GatewayJob) -> dict[str, int]:
         prompt = self.params.request.approx_prompt_tokens()
@@ -71,11 +82,22 @@ class Answer:
             "total_tokens": prompt + completion,
         }
 
-    def finish_reason(self, job: GatewayJob, calls: bool) -> str:
+    def cut(self, job: GatewayJob) -> bool:
         # Runners yield one piece per token: as many pieces as max_tokens = cut short.
-        if len(job.produced) >= self.params.request.max_tokens:
+        return len(job.produced) >= self.params.request.max_tokens
+
+    def finish_reason(self, job: GatewayJob, calls: bool) -> str:
+        if self.cut(job):
             return "length"
         return "tool_calls" if calls else "stop"
+
+    def schema_errors(self, reason: str, content: str | None, calls: list[Call]) -> Any:
+        """The output's violations of its schemas (``schema_check``); None when
+        it was cut (``length``: not a whole value) or asked for no schema."""
+        if reason == "length" or self.params.endpoint != "chat":
+            return None
+        done = [(call.name, call.arguments) for call in calls]
+        return schema_errors(self.params.request.extra, content, done) or None
 
     def _base(self, obj: str) -> dict[str, Any]:
         return {
@@ -97,20 +119,28 @@ class Answer:
             if self.params.tool_calls:
                 parser = ToolCallParser()
                 parser.feed(text)
-                parser.finish()
+                parser.finish(cut=self.cut(job))
                 calls = parser.calls
                 message["content"] = parser.content or (None if calls else "")
                 if calls:
                     message["tool_calls"] = [call.as_openai() for call in calls]
+            reason = self.finish_reason(job, bool(calls))
+            errors = self.schema_errors(reason, message["content"], calls)
             choice: dict[str, Any] = {
-                "index": 0,
+                "index": self.index,
                 "message": message,
-                "finish_reason": self.finish_reason(job, bool(calls)),
+                "finish_reason": reason,
                 "logprobs": logprobs,
             }
         else:
             reason = self.finish_reason(job, False)
-            choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": logprobs}
+            errors = None
+            choice = {
+                "index": self.index,
+                "text": text,
+                "finish_reason": reason,
+                "logprobs": logprobs,
+            }
         snap = job.handle.job
         return {
             **self._base(self.object),
@@ -124,6 +154,7 @@ class Answer:
                 "time_to_first_token": (
                     None if job.first_token_at is None else job.first_token_at - snap.submitted_at
                 ),
+                **({"schema_errors": errors} if errors else {}),
             },
         }
 
@@ -134,13 +165,13 @@ class Answer:
     ) -> dict[str, Any]:
         if self.params.endpoint == "chat":
             choice: dict[str, Any] = {
-                "index": 0,
+                "index": self.index,
                 "delta": delta,
                 "finish_reason": finish,
                 "logprobs": logprobs,
             }
             return {**self._base("chat.completion.chunk"), "choices": [choice]}
-        choice = {"index": 0, "text": delta, "finish_reason": finish, "logprobs": logprobs}
+        choice = {"index": self.index, "text": delta, "finish_reason": finish, "logprobs": logprobs}
         return {**self._base("text_completion"), "choices": [choice]}
 
     def start(self) -> list[Mapping[str, Any]]:
@@ -152,6 +183,7 @@ class Answer:
         if self.parser is not None:
             return [self._event(event) for event in self.parser.feed(text)]
         logprobs = self._logprobs([text]) if self.params.logprobs else None
+        self._text += text
         delta = {"content": text} if self.params.endpoint == "chat" else text
         return [self._chunk(delta, None, logprobs)]
 
@@ -168,16 +200,26 @@ class Answer:
 
     def end(self, job: GatewayJob) -> list[Mapping[str, Any]]:
         chunks: list[Mapping[str, Any]] = []
-        calls = False
+        calls: list[Call] = []
+        content = self._text
         if self.parser is not None:
-            chunks += [self._event(event) for event in self.parser.finish()]
-            calls = bool(self.parser.calls)
+            chunks += [self._event(event) for event in self.parser.finish(self.cut(job))]
+            calls, content = self.parser.calls, self.parser.content
         empty: dict[str, Any] | str = {} if self.params.endpoint == "chat" else ""
-        chunks.append(self._chunk(empty, self.finish_reason(job, calls)))
-        if self.params.include_usage:
-            obj = "chat.completion.chunk" if self.params.endpoint == "chat" else "text_completion"
-            chunks.append({**self._base(obj), "choices": [], "usage": self.usage(job)})
+        reason = self.finish_reason(job, bool(calls))
+        last = self._chunk(empty, reason)
+        errors = self.schema_errors(reason, content, calls)
+        if errors:
+            last["tierlm"] = {"schema_errors": errors}
+        chunks.append(last)
+        if self.usage_chunk:
+            chunks.append(self.usage_only(self.usage(job)))
         return chunks
+
+    def usage_only(self, usage: Mapping[str, int]) -> dict[str, Any]:
+        """The streamed answer's last chunk: its usage, no choices."""
+        obj = "chat.completion.chunk" if self.params.endpoint == "chat" else "text_completion"
+        return {**self._base(obj), "choices": [], "usage": dict(usage)}
 
     # -- log-probabilities ----------------------------------------------------------
 
@@ -204,3 +246,25 @@ def _entry(logprob: TokenLogprob) -> dict[str, Any]:
 
 def _chat_logprob(logprob: TokenLogprob, top: tuple[TokenLogprob, ...]) -> dict[str, Any]:
     return {**_entry(logprob), "top_logprobs": [_entry(t) for t in top]}
+
+
+def total_usage(answers: list[Answer], jobs: list[GatewayJob]) -> dict[str, int]:
+    """The usage of ``n`` choices: the prompt once, every choice's tokens (as OpenAI)."""
+    usages = [a.usage(j) for a, j in zip(answers, jobs, strict=True)]
+    prompt = usages[0]["prompt_tokens"]
+    completion = sum(u["completion_tokens"] for u in usages)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def merged(answers: list[Answer], jobs: list[GatewayJob]) -> dict[str, Any]:
+    """The non-streamed answer of ``n`` choices, one per job."""
+    rendered = [a.render(j) for a, j in zip(answers, jobs, strict=True)]
+    body = rendered[0]
+    body["choices"] = [r["choices"][0] for r in rendered]
+    body["usage"] = total_usage(answers, jobs)
+    body["tierlm"]["job_ids"] = [j.id for j in jobs]
+    return body

@@ -92,16 +92,14 @@ class Message(Schema):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Content = None
-    name: Annotated[str | None, Expect("null: message names are not supported")] = None
+    name: str | None = None
+    """The participant's name (multi-agent frameworks name messages): accepted,
+    and not shown to the model (no chat template tierlm runs reads it)."""
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
 
     @model_validator(mode="after")
     def _fits_the_role(self) -> Message:
-        if self.name is not None:
-            raise FieldError(
-                "message names are not supported by this gateway", "name", code="unsupported"
-            )
         if self.content is None and self.role != "assistant":
             raise FieldError(f"must be {CONTENT.text}, got null", "content")
         if self.tool_calls is not None and self.role != "assistant":

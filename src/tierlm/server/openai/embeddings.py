@@ -10,18 +10,18 @@ What the endpoint takes (OpenAI's fields):
 
 - ``model``: the name the embedder is served as (``embeddings.model``); another
   name is 404, as for chats;
-- ``input``: a string or an array of up to ``MAX_INPUTS`` strings. Arrays of
-  token ids (which OpenAI also takes) are 400: token ids only mean something
-  for one tokenizer, and the gateway's embedders do not share one with their
-  clients. Empty arrays, non-strings and empty or whitespace-only strings are
-  400 naming the item (``input[3]``). A text over ``embeddings.max_chars``
-  characters is 400 stating the limit (or cut there, ``overlong = "truncate"``);
-  under it, the model reads its first ``max_input_tokens`` tokens (256 for
-  MiniLM) and ignores the rest, as sentence-transformers and llama.cpp do;
+- ``input``: a string or an array of up to ``MAX_INPUTS`` strings, or token
+  ids in the embedder's vocabulary, decoded with its tokenizer
+  (``embedding_request``). Empty arrays, non-strings and empty or
+  whitespace-only strings are 400 naming the item (``input[3]``). A text
+  over ``embeddings.max_chars`` characters is 400 stating the limit (or cut
+  there, ``overlong = "truncate"``); under it, the model reads its first
+  ``max_input_tokens`` tokens (256 for MiniLM) and ignores the rest, as
+  sentence-transformers and llama.cpp do;
 - ``encoding_format``: ``float`` (default) or ``base64`` (little-endian float32,
   OpenAI's format; the official Python client asks for it by default);
-- ``dimensions``: accepted only when it equals the model's dimension (these
-  models cannot shorten their vectors);
+- ``dimensions``: at most the model's; fewer keeps each vector's first
+  ``dimensions`` values, renormalised to unit length (Matryoshka-style);
 - ``user``: accepted; it changes no vector. Unknown fields are 400.
 
 A full lane answers 429 with ``Retry-After`` at once (the lane's ``nowait``)
@@ -59,9 +59,10 @@ from tierlm.server.edge.errors import APIError
 from tierlm.server.edge.request_id import current_request_id
 from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway
-from tierlm.server.openai.requests import MAX_INPUTS, EmbeddingRequest, parse
+from tierlm.server.openai.embedding_request import MAX_INPUTS, EmbeddingRequest
+from tierlm.server.openai.requests import parse
 
-__all__ = ["MAX_INPUTS", "render", "routes"]
+__all__ = ["MAX_INPUTS", "render", "routes", "shorten"]
 
 logger = logging.getLogger("tierlm.server")
 
@@ -100,6 +101,13 @@ def _encode(vector: Vector, encoding: str) -> str:
     return json.dumps(vector, separators=(",", ":"))
 
 
+def shorten(vector: Vector, dimensions: int) -> Vector:
+    """The first ``dimensions`` values, at unit length again (Matryoshka-style)."""
+    head = list(vector[:dimensions])
+    norm = math.sqrt(sum(x * x for x in head))
+    return [x / norm for x in head] if norm > 0 else head
+
+
 def render(
     vectors: Sequence[Vector], params: EmbeddingRequest, model: str, max_tokens: int
 ) -> bytes:
@@ -107,6 +115,8 @@ def render(
     run in a thread, the rendering lets the event loop in between vectors."""
     parts = []
     for index, vector in enumerate(vectors):
+        if params.dimensions is not None and params.dimensions < len(vector):
+            vector = shorten(vector, params.dimensions)
         encoded = _encode(vector, params.encoding_format or "float")
         if params.encoding_format == "base64":
             encoded = json.dumps(encoded)

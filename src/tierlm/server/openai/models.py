@@ -17,6 +17,7 @@ and Ollama's ``keep_alive: 0``.
 from __future__ import annotations
 
 import time
+from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
 from starlette.requests import Request
@@ -58,8 +59,10 @@ def _state(gateway: Gateway, model: str) -> str:
     return "on disk" if isinstance(gateway.runner, DescribesModels) else "not loaded"
 
 
-def card(request: Request, gateway: Gateway, model: str) -> dict[str, Any]:
-    """OpenAI's model object, and tierlm's view of it."""
+def card(request: Request, gateway: Gateway, model: str, admin: bool = True) -> dict[str, Any]:
+    """OpenAI's model object, and tierlm's view of it: the GGUF's absolute path
+    only to an ``admin`` key (any other sees its file name: where the
+    operator's files are is not a client's business)."""
     info: dict[str, Any]
     if model == gateway.embedding_model and model not in gateway.model_ids:
         info = {"state": "loaded", "serves": "embeddings"}
@@ -71,7 +74,11 @@ def card(request: Request, gateway: Gateway, model: str) -> dict[str, Any]:
             info["expires_in"] = keep_alive.expires_in(model)
         runner = gateway.runner
         if isinstance(runner, DescribesModels) and model in gateway.model_ids:
-            info["load_options"] = runner.describe(model)
+            options = dict(runner.describe(model))
+            path = options.get("path")
+            if not admin and isinstance(path, str):
+                options["path"] = PurePath(path).name
+            info["load_options"] = options
     return {
         "id": model,
         "object": "model",
@@ -84,21 +91,23 @@ def card(request: Request, gateway: Gateway, model: str) -> dict[str, Any]:
 async def list_models(request: Request) -> Response:
     """The models served, each with its state."""
     gateway = _gateway(request)
+    admin = gateway.keys.authenticate(request).admin
     # The embedding model too: tools discover what to embed with here.
     models = list(gateway.model_ids)
     if gateway.embedding_model is not None and gateway.embedding_model not in models:
         models.append(gateway.embedding_model)
-    data = [card(request, gateway, m) for m in models]
+    data = [card(request, gateway, m, admin) for m in models]
     return JSONResponse({"object": "list", "data": data})
 
 
 async def get_model(request: Request) -> Response:
     """One model, with its state."""
     gateway = _gateway(request)
+    admin = gateway.keys.authenticate(request).admin
     model = request.path_params["model"]
     if model != gateway.embedding_model:
         gateway.check_model(model)
-    return JSONResponse(card(request, gateway, model))
+    return JSONResponse(card(request, gateway, model, admin))
 
 
 async def load_model(request: Request) -> Response:

@@ -1,7 +1,7 @@
-"""The OpenAI requests the gateway takes, as pydantic models: chat completions,
-completions and embeddings. One validation path: a request that does not fit
-its model gets a 400 in OpenAI's format naming the field (``param``) and what
-it must be (``validation.explain``).
+"""The OpenAI requests the gateway takes, as pydantic models: chat completions
+and completions (embeddings: ``embedding_request``). One validation path: a
+request that does not fit its model gets a 400 in OpenAI's format naming the
+field (``param``) and what it must be (``validation.explain``).
 
 Unknown fields are rejected, as vLLM's OpenAI server does: the gateway answers
 only what it can honour. Fields OpenAI defines that no backend honours are
@@ -15,7 +15,7 @@ whether the configured backend honours each is ``compat.py``'s table.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -38,11 +38,9 @@ from tierlm.server.openai.chat_schema import (
     Tool,
     ToolChoice,
 )
+from tierlm.server.openai.embedding_request import MAX_INPUTS, EmbeddingRequest
 from tierlm.server.settings.schema import Expect, FieldError, Schema
 from tierlm.server.settings.validation import JSON_WORDS, first_problem, json_type
-
-if TYPE_CHECKING:
-    from tierlm.embedding import EmbeddingLane
 
 __all__ = [
     "MAX_INPUTS",
@@ -57,6 +55,8 @@ __all__ = [
 
 # OpenAI's own limit on stop sequences.
 MAX_STOP = 4
+# Choices per request: each is a job, so n jobs of one request share the queue.
+MAX_N = 16
 
 ModelName = Annotated[str, Field(min_length=1), Expect("a non-empty string naming a model")]
 
@@ -126,7 +126,8 @@ class GenerationFields(Schema):
 
     model: ModelName
     max_tokens: int | None = None
-    """At most ``limits.max_tokens_limit``; unset: ``limits.default_max_tokens``."""
+    """At most ``limits.max_tokens_limit``; unset: what the model's context leaves
+    after the prompt (``limits.context_max_tokens``), else ``limits.default_max_tokens``."""
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     stop: Annotated[
@@ -152,11 +153,21 @@ class GenerationFields(Schema):
     mirostat_tau: Annotated[float | None, Field(gt=0)] = None
     mirostat_eta: Annotated[float | None, Field(gt=0)] = None
     user: str | None = None
-    """An end user's id, for OpenAI's abuse monitoring; it changes no output and
-    tierlm keeps it nowhere."""
-    n: Annotated[
-        Any, not_supported("only 1 choice per request is supported, got {value}", _one)
-    ] = None
+    """An end user's id: the request's fair-pool producer when no
+    ``X-Tierlm-Producer`` header names one (under the key's name with keys)."""
+    n: Annotated[int | None, Field(ge=1, le=MAX_N)] = None
+    """Choices: each is a job of its own, queued and run with the others."""
+    # Accepted and ignored: OpenAI's platform features that change no output here.
+    store: bool | None = None
+    """OpenAI stores completions for its dashboard: ignored (tierlm stores none)."""
+    metadata: Annotated[dict[str, str] | None, Expect("an object of string values")] = None
+    """Tags: logged with the request (``request metadata`` line), else ignored."""
+    service_tier: str | None = None
+    """OpenAI's processing tier: ignored (the ``X-Tierlm-Class`` header picks one here)."""
+    prompt_cache_key: str | None = None
+    """OpenAI's cache routing hint: ignored (llama-cpp reuses a cached prefix anyway)."""
+    safety_identifier: str | None = None
+    """OpenAI's abuse-monitoring id: ignored."""
 
     @model_validator(mode="after")
     def _within_limits(self, info: ValidationInfo) -> GenerationFields:
@@ -229,6 +240,10 @@ class ChatRequest(GenerationFields):
     functions: Annotated[Any, not_supported(USE_TOOLS)] = None
     function_call: Annotated[Any, not_supported(USE_TOOLS)] = None
     modalities: Annotated[Any, not_supported("only text is supported", _text_only)] = None
+    reasoning_effort: str | None = None
+    """For reasoning models: ignored (no served model reasons apart from its answer)."""
+    verbosity: str | None = None
+    """OpenAI's answer-length hint: ignored (``max_tokens`` bounds an answer here)."""
     audio: Annotated[Any, not_supported("audio output is not supported")] = None
 
     @model_validator(mode="after")
@@ -313,88 +328,3 @@ class CompletionRequest(GenerationFields):
             if self.logprobs:
                 extra["top_logprobs"] = self.logprobs
         return extra
-
-
-# -- embeddings -----------------------------------------------------------------
-
-# OpenAI's own limit on the inputs of one request.
-MAX_INPUTS = 2048
-
-
-def _embedding_input(value: Any) -> Any:
-    if not isinstance(value, list):
-        return value
-    if not value:
-        raise FieldError("must not be an empty array: there is nothing to embed")
-    if all(isinstance(v, list) for v in value) or all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise FieldError(
-            "arrays of token ids are not supported: token ids only mean something to "
-            "one tokenizer, and this gateway makes no promise about its models' "
-            "tokenizers; send the text",
-            code="unsupported",
-        )
-    if len(value) > MAX_INPUTS:
-        raise FieldError(f"at most {MAX_INPUTS} inputs per request, got {len(value)}")
-    return value
-
-
-class EmbeddingRequest(Schema):
-    """``POST /v1/embeddings``. Validated against the lane that will embed it
-    (``context={"lane": lane, "model": name}``): its queue, its longest text,
-    its model's dimension."""
-
-    model: ModelName
-    input: Annotated[
-        str | list[str],
-        BeforeValidator(_embedding_input),
-        Expect("a string or an array of strings"),
-    ]
-    encoding_format: Literal["float", "base64"] | None = None
-    """``float`` (default) or ``base64`` (little-endian float32, OpenAI's format)."""
-    dimensions: int | None = None
-    """Accepted only when it is the model's: these models cannot shorten their vectors."""
-    user: str | None = None
-    """An end user's id, for OpenAI's abuse monitoring; it changes no vector and
-    tierlm keeps it nowhere."""
-
-    @property
-    def texts(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else self.input
-
-    @model_validator(mode="after")
-    def _fits_the_lane(self, info: ValidationInfo) -> EmbeddingRequest:
-        context = info.context or {}
-        lane: EmbeddingLane | None = context.get("lane")
-        if lane is None:
-            return self
-        texts = self.texts
-        if len(texts) > lane.max_queue:
-            raise FieldError(
-                f"{len(texts)} inputs, more than the embedding queue holds "
-                f"(embeddings.max_queue = {lane.max_queue}); split the request",
-                "input",
-            )
-        for i, text in enumerate(texts):
-            # The lane's own rules (it would raise on the same texts), checked here
-            # so that errors name OpenAI's field.
-            where = ("input",) if isinstance(self.input, str) else ("input", i)
-            if not text.strip():
-                raise FieldError("empty or whitespace-only text has no embedding", *where)
-            if len(text) > lane.max_chars and lane.overlong == "error":
-                raise FieldError(
-                    f"{len(text)} characters, over the limit of {lane.max_chars} "
-                    f"(embeddings.max_chars; the model reads only its first "
-                    f"{lane.embedder.max_input_tokens} tokens anyway)",
-                    *where,
-                    code="input_too_long",
-                )
-        if self.dimensions is not None and self.dimensions != lane.dim:
-            raise FieldError(
-                f"{context.get('model')!r} has {lane.dim} dimensions and cannot shorten its "
-                f"vectors: leave dimensions out or send {lane.dim}; got {self.dimensions}",
-                "dimensions",
-                code="unsupported",
-            )
-        return self

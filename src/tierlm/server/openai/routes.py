@@ -8,12 +8,13 @@ exactly (``PromptCounter``) counts it before the request is queued: the
 answer's ``usage.prompt_tokens``, and a request its model cannot serve (a
 chat its template refuses, a schema its grammar cannot express) is a 400 at
 once rather than a failure after its wait. The answers' shapes are
-``answers.py``'s; the models' endpoints ``models.py``'s.
+``answers.py``'s; the steps before the queue ``pipeline.py``'s; the models'
+endpoints ``models.py``'s, the Responses API ``responses.py``'s.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -21,81 +22,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from tierlm.runners.errors import InvalidRequest, RunnerError
-from tierlm.runners.protocol import PromptCounter
-from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.body import read_json
-from tierlm.server.edge.errors import APIError
-from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.gateway.gateway import GatewayJob
 from tierlm.server.gateway.metadata import job_meta
-from tierlm.server.openai import compat, models
-from tierlm.server.openai.answers import Answer, Endpoint, Params
+from tierlm.server.openai import models, responses
+from tierlm.server.openai.answers import Answer, Endpoint, Params, merged, total_usage
 from tierlm.server.openai.job_errors import job_error
-from tierlm.server.openai.requests import ChatRequest, CompletionRequest, GenerationFields, parse
+from tierlm.server.openai.pipeline import (
+    counted,
+    gateway_of,
+    parse_chat,
+    parse_completion,
+    submit_all,
+    with_user,
+)
 from tierlm.server.openai.streaming import JobResult, JobStream
-from tierlm.server.settings.sections import LimitSettings
 
-__all__ = ["parse_chat", "parse_completion", "routes"]
-
-logger = logging.getLogger("tierlm.server")
-
-
-def parse_chat(body: Any, limits: LimitSettings, backend: str | None = None) -> Params:
-    """A chat request's parameters; ``backend`` (its kind) refuses what it cannot do."""
-    chat = parse(ChatRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
-    messages = [m.as_runner_message() for m in chat.messages]
-    return _params("chat", chat, limits, backend, messages=messages)
-
-
-def parse_completion(body: Any, limits: LimitSettings, backend: str | None = None) -> Params:
-    completion = parse(CompletionRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
-    return _params("completions", completion, limits, backend, prompt=completion.prompt)
-
-
-def _params(
-    endpoint: Endpoint,
-    fields: GenerationFields,
-    limits: LimitSettings,
-    backend: str | None,
-    **text: Any,
-) -> Params:
-    _, max_tokens = fields.max_tokens_field()
-    request = GenerationRequest(
-        model_id=fields.model,
-        max_tokens=limits.default_max_tokens if max_tokens is None else max_tokens,
-        temperature=fields.temperature,
-        stop=tuple(fields.stop or ()),
-        extra=fields.extras(),
-        **text,
-    )
-    if backend is not None:
-        compat.check(request, backend)
-    return Params(endpoint, fields.model, request, bool(fields.stream), fields.include_usage)
-
-
-async def counted(gateway: Gateway, request: GenerationRequest) -> GenerationRequest:
-    """``request`` with its exact prompt size, when the runner can count it."""
-    runner = gateway.runner
-    if not isinstance(runner, PromptCounter):
-        return request
-    try:
-        tokens = await runner.count_prompt_tokens(request)
-    except InvalidRequest as exc:
-        raise APIError(400, str(exc), param=exc.param, code="invalid_request") from None
-    except RunnerError as exc:
-        # Not the request's fault (a worker restarting): it is queued all the
-        # same, with the estimate; the generation meets the error if it lasts.
-        logger.warning("counting the prompt of a request failed: %s", exc)
-        return request
-    return replace(request, prompt_tokens=tokens)
-
-
-# -- answers ------------------------------------------------------------------
-
-
-def gateway_of(request: Request) -> Gateway:
-    gateway: Gateway = request.app.state.gateway
-    return gateway
+__all__ = ["routes"]
 
 
 async def _generate(request: Request, endpoint: Endpoint) -> Response:
@@ -107,12 +50,31 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     params = parse(body, settings.limits, settings.backend.kind)
     gateway.check_model(params.model)
     meta = job_meta(request.headers, principal, settings.classes)
-    params = replace(params, request=await counted(gateway, params.request))
-    job = await gateway.submit(meta, params.request)
-    answer = Answer(params)
+    meta = with_user(meta, request, principal, params)
+    params = replace(
+        params, request=await counted(gateway, params.request, params.default_max_tokens)
+    )
+    jobs = await submit_all(gateway, meta, params)
+    return respond(params, jobs, settings.server.sse_heartbeat)
+
+
+def respond(params: Params, jobs: list[GatewayJob], heartbeat: float) -> Response:
+    """The answer of ``jobs`` (one per choice), streamed or not."""
+    answers = [Answer(params, index=i) for i in range(len(jobs))]
+    for answer in answers[1:]:
+        answer.id = answers[0].id  # one completion, n choices
     if params.stream:
-        return JobStream(job, answer, job_error, settings.server.sse_heartbeat)
-    return JobResult(job, answer.render, job_error)
+        finale: Callable[[], list[Mapping[str, Any]]] | None = None
+        if len(jobs) > 1:
+            for answer in answers:
+                answer.usage_chunk = False
+            if params.include_usage:
+                finale = lambda: [answers[0].usage_only(total_usage(answers, jobs))]  # noqa: E731
+        more = list(zip(jobs[1:], answers[1:], strict=True))
+        return JobStream(jobs[0], answers[0], job_error, heartbeat, more, finale)
+    if len(jobs) == 1:
+        return JobResult(jobs[0], answers[0].render, job_error)
+    return JobResult(jobs[0], lambda _: merged(answers, jobs), job_error, jobs[1:])
 
 
 async def chat_completions(request: Request) -> Response:
@@ -127,5 +89,6 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        *responses.routes(),
         *models.routes(),
     ]

@@ -42,16 +42,19 @@ def _headers(job: GatewayJob) -> dict[str, str]:
 
 
 class JobResult(Response):
-    """A non-streamed answer: wait for the job, then send ``render(job)`` as JSON,
-    or its error (``error(job)``) in OpenAI's format."""
+    """A non-streamed answer: wait for the job (and the ``more`` jobs of the same
+    request: ``n`` > 1), then send ``render(job)`` as JSON, or the first error
+    (``error(job)``) in OpenAI's format."""
 
     def __init__(
         self,
         job: GatewayJob,
         render: Callable[[GatewayJob], Mapping[str, Any]],
         error: Callable[[GatewayJob], APIError | None],
+        more: Sequence[GatewayJob] = (),
     ) -> None:
         self.job = job
+        self.jobs = [job, *more]
         self.render_body = render
         self.error = error
         self.background = None
@@ -61,10 +64,12 @@ class JobResult(Response):
         try:
             async with client_gone(receive) as gone:
                 with cancelled_by(gone):
-                    await _until_done(job)
-                if not job.done:  # the client went away first
+                    for each in self.jobs:
+                        await _until_done(each)
+                if not all(each.done for each in self.jobs):  # the client went away first
                     return
-                failure = self.error(job)
+                failed = [f for f in map(self.error, self.jobs) if f is not None]
+                failure = failed[0] if failed else None
                 if failure is not None:
                     failure.headers.update(_headers(job))
                     response = failure.response()
@@ -74,8 +79,9 @@ class JobResult(Response):
                 await response(scope, receive, send)
         finally:
             # The client left, or our task was cancelled (server shutdown): so is the job.
-            if not job.done:
-                job.disconnect()
+            for each in self.jobs:
+                if not each.done:
+                    each.disconnect()
 
 
 async def _until_done(job: GatewayJob) -> None:
@@ -109,11 +115,18 @@ class JobStream(Response):
         fmt: SSEFormat,
         error: Callable[[GatewayJob], APIError | None],
         heartbeat: float,
+        more: Sequence[tuple[GatewayJob, SSEFormat]] = (),
+        finale: Callable[[], list[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.job = job
         self.fmt = fmt
         self.error = error
         self.heartbeat = heartbeat
+        self.more = list(more)
+        """The other jobs of the request (``n`` > 1), streamed one after the other
+        (they run together: each one's pieces wait in ``produced``)."""
+        self.finale = finale
+        """Chunks after the last job's (the usage of all of them)."""
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -140,20 +153,24 @@ class JobStream(Response):
                     await self._body(send)
         finally:
             # The client left, or our task was cancelled (server shutdown): so is the job.
-            if not job.done:
-                job.disconnect()
+            for each, _ in [(job, self.fmt), *self.more]:
+                if not each.done:
+                    each.disconnect()
 
     async def _body(self, send: Send) -> None:
-        # Woken after scheduler events too (throttled), to tell its position.
-        changes = self.job.gateway.changes
-        changes.watch(self.job.wake)
-        try:
-            await self._send_all(send)
-        finally:
-            changes.unwatch(self.job.wake)
+        streams = [(self.job, self.fmt), *self.more]
+        for i, (job, fmt) in enumerate(streams):
+            # Woken after scheduler events too (throttled), to tell its position.
+            changes = job.gateway.changes
+            changes.watch(job.wake)
+            try:
+                if not await self._send_all(send, job, fmt, last=i == len(streams) - 1):
+                    return
+            finally:
+                changes.unwatch(job.wake)
 
-    async def _send_all(self, send: Send) -> None:
-        job = self.job
+    async def _send_all(self, send: Send, job: GatewayJob, fmt: SSEFormat, last: bool) -> bool:
+        """Stream ``job``; False if it failed (the stream is then over)."""
         sent = 0
         last_note: str | None = None
         started = False
@@ -163,10 +180,10 @@ class JobStream(Response):
             out = bytearray()
             if sent < len(job.produced):
                 if not started:
-                    out += b"".join(sse_data(chunk) for chunk in self.fmt.start())
+                    out += b"".join(sse_data(chunk) for chunk in fmt.start())
                     started = True
                 for piece in job.produced[sent:]:
-                    out += b"".join(sse_data(chunk) for chunk in self.fmt.piece(piece))
+                    out += b"".join(sse_data(chunk) for chunk in fmt.piece(piece))
                 sent = len(job.produced)
             if job.done:
                 failure = self.error(job)
@@ -175,11 +192,15 @@ class JobStream(Response):
                     out += sse_data(failure.body())
                 else:
                     if not started:
-                        out += b"".join(sse_data(chunk) for chunk in self.fmt.start())
-                    out += b"".join(sse_data(chunk) for chunk in self.fmt.end(job))
-                    out += sse_data("[DONE]")
-                await send({"type": "http.response.body", "body": bytes(out), "more_body": False})
-                return
+                        out += b"".join(sse_data(chunk) for chunk in fmt.start())
+                    out += b"".join(sse_data(chunk) for chunk in fmt.end(job))
+                    if last:
+                        finale = self.finale() if self.finale is not None else []
+                        out += b"".join(sse_data(chunk) for chunk in finale)
+                        out += sse_data("[DONE]")
+                more = failure is None and not last
+                await send({"type": "http.response.body", "body": bytes(out), "more_body": more})
+                return more
             note = job.note()
             if note is not None and note != last_note:
                 out += sse_comment(note)

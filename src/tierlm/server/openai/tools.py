@@ -8,7 +8,10 @@ deltas (``index``, ``id``, ``type``, ``function.name``, then
 ``function.arguments`` fragments) while the model writes them. Whitespace
 around calls (the newline between two calls) is not part of the answer.
 A call cut short (``max_tokens``) keeps the arguments written so far, as
-OpenAI's does; a ``<tool_call>`` not followed by a call's head is text.
+OpenAI's does: a prefix of its JSON (the whole of it when only the template's
+closing markup was cut), never the markup; a call cut before its name is
+complete is no call and no text. A ``<tool_call>`` followed by something else
+than a call's head is text.
 """
 
 from __future__ import annotations
@@ -38,6 +41,18 @@ def _partial(text: str) -> str:
 
 # What may be the end of a call's arguments: "}" then the close tag, all or part.
 _TAIL = re.compile(r"\s*(?:\}\s*" + _partial(CLOSE_TAG) + r")?\Z")
+
+
+# What a call cut before its name ended begins with.
+_HEAD_START = re.compile(r"\s*(?:\{.*)?\Z", re.DOTALL)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _open_prefix(text: str) -> int:
@@ -96,15 +111,17 @@ class ToolCallParser:
             pass
         return events
 
-    def finish(self) -> list[Event]:
-        """The end of the generation: what was held back."""
+    def finish(self, cut: bool = False) -> list[Event]:
+        """The end of the generation (``cut``: by ``max_tokens``): what was held back."""
         events = self.feed("")
         buffer, self._buffer = self._buffer, ""
-        if self._state == "head":  # cut short before a name: it was text after all
-            self._text(OPEN_TAG + buffer, events)
+        if self._state == "head":
+            if not (cut and _HEAD_START.match(buffer)):  # not a call after all
+                self._text(OPEN_TAG + buffer, events)
+            # else: a call cut before its name was complete: nothing to show
         elif self._state == "arguments":
-            self._arguments(buffer, events)
-        else:
+            self._arguments(self._cut_arguments(buffer), events)
+        elif not (cut and len(buffer) > 1):  # cut in "<tool_c": a call was beginning
             self._text(buffer, events)
         if not self.calls and self._space:
             events.append(self._answer(self._space))
@@ -154,6 +171,16 @@ class ToolCallParser:
         self._arguments(buffer[:cut], events)
         self._buffer = buffer[cut:]
         return False
+
+    def _cut_arguments(self, held: str) -> str:
+        """What of the held tail of a cut call's arguments belongs to them: all
+        of it if that ends the JSON, none of it if it is the template's
+        closing markup (``}\n</tool_...``) after whole arguments."""
+        written = self.calls[-1].arguments
+        tail = _TAIL.search(held)
+        if tail is None or _is_json(written + held):
+            return held
+        return held[: tail.start()]
 
     def _text(self, text: str, events: list[Event]) -> None:
         if not text:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import asdict
 from importlib import resources
 from typing import Any
@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Route
 
 from tierlm.server.edge.errors import APIError
+from tierlm.server.edge.rejections import rejections_of
 from tierlm.server.gateway.auth import DASHBOARD_COOKIE
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.openai.streaming import EventStream
@@ -71,7 +72,9 @@ def _job(info: JobInfo) -> dict[str, Any]:
     }
 
 
-def dashboard_state(gateway: Gateway, since: int = 0) -> dict[str, Any]:
+def dashboard_state(
+    gateway: Gateway, since: int = 0, rejected: Iterable[dict[str, Any]] = ()
+) -> dict[str, Any]:
     """What the page shows; timeline items newer than ``since`` only."""
     snap = gateway.scheduler.snapshot()
     running = None
@@ -122,6 +125,7 @@ def dashboard_state(gateway: Gateway, since: int = 0) -> dict[str, Any]:
             "open_swap": timeline.open_swap,
         },
         "recent": list(gateway.recent)[:RECENT],
+        "rejected": list(rejected)[:RECENT],
         "extensions": {name: dict(fn()) for name, fn in gateway.extensions.items()},
     }
 
@@ -178,7 +182,7 @@ async def login(request: Request) -> Response:
 async def state(request: Request) -> Response:
     gateway = _gateway(request)
     gateway.keys.authenticate(request, admin=True)
-    return JSONResponse(dashboard_state(gateway))
+    return JSONResponse(dashboard_state(gateway, rejected=rejections_of(request.app.state)))
 
 
 async def events(request: Request) -> Response:
@@ -192,7 +196,7 @@ async def events(request: Request) -> Response:
         while not gateway.closing:
             pushed_at = loop.time()
             version = gateway.version
-            data = dashboard_state(gateway, sent_seq)
+            data = dashboard_state(gateway, sent_seq, rejections_of(request.app.state))
             sent_seq = data["timeline"]["last_seq"]
             yield f"event: state\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
             await gateway.changed(version, MAX_INTERVAL)

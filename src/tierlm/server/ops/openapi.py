@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.server.openai.requests import ChatRequest, CompletionRequest, EmbeddingRequest
+from tierlm.server.openai.responses_request import ResponsesRequest
 from tierlm.server.ops.scheduler_api import ForegroundRequest
 
 __all__ = ["OPERATIONS", "Operation", "openapi_document", "routes"]
@@ -62,6 +63,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/v1/completions"): Operation(
         "A text completion, streamed or not (OpenAI's).", body=CompletionRequest, scheduling=True
     ),
+    ("POST", "/v1/responses"): Operation(
+        "A response, streamed or not (OpenAI's Responses API).",
+        body=ResponsesRequest,
+        scheduling=True,
+    ),
+    ("GET", "/v1/responses/{response_id}"): Operation("A stored response."),
     ("POST", "/v1/embeddings"): Operation(
         "Embeddings, on the embedding lane (OpenAI's).", body=EmbeddingRequest
     ),

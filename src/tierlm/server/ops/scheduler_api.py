@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.server.edge.body import read_json
+from tierlm.server.edge.rejections import rejections_of
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.openai.requests import parse
 from tierlm.server.ops import routing
@@ -92,7 +93,8 @@ async def put_foreground(request: Request) -> Response:
 
 async def get_state(request: Request) -> Response:
     gateway = _admin(request)
-    return JSONResponse(gateway.state())
+    # The recently rejected requests beside the recently finished jobs.
+    return JSONResponse({**gateway.state(), "rejected": list(rejections_of(request.app.state))})
 
 
 async def pause(request: Request) -> Response:

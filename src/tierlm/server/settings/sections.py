@@ -147,8 +147,20 @@ class LimitSettings(Schema):
     """For a request without max_tokens (at most ``max_tokens_limit``): bounded,
     so a request that forgets it cannot hold the device for minutes."""
     max_tokens_limit: Annotated[int, Flag("--max-tokens-limit", "N"), Field(ge=1)] = 4096
+    context_max_tokens: bool = True
+    """On a backend that knows its model's context (llama-cpp), a request
+    without max_tokens may write what the context leaves after its prompt, at
+    most ``max_tokens_limit``, as OpenAI does (a fixed default cut JSON answers
+    short: LangChain's ``LengthFinishReasonError``); ``default_max_tokens``
+    is then the default only where the context is unknown. false: always
+    ``default_max_tokens``."""
     """The largest max_tokens accepted (larger gets 400): 4096 is the context of
     most small local models, and an answer cannot be longer than the context."""
+    responses_store_bytes: Annotated[int, Field(ge=0)] = 32 << 20
+    """Memory for the conversations ``/v1/responses`` keeps for
+    ``previous_response_id`` (their JSON size): past it the oldest are
+    forgotten (0: none are kept). 32 MiB: thousands of agent turns, or 32
+    requests of ``max_body_bytes``."""
     queue_limit: Annotated[int, Flag("--queue-limit", "N"), Field(ge=1)] = 1000
     """Queued jobs per class beyond which requests get 429 + Retry-After. A queued
     job costs a few kB; 1000 leaves room for the gateway benchmark's 500 clients.
