@@ -38,7 +38,7 @@ from tierlm.server.gateway.auth import KeyRing
 from tierlm.server.gateway.gateway import GatewayJob
 from tierlm.server.gateway.metadata import JobMeta, job_meta
 from tierlm.server.openai.answers import Answer, Params
-from tierlm.server.openai.routes import parse_chat, parse_completion
+from tierlm.server.openai.pipeline import parse_chat, parse_completion
 from tierlm.server.openai.streaming import JobResult, JobStream
 from tierlm.server.settings.sources import settings_from_dict
 

@@ -29,7 +29,7 @@ from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.openai.job_errors import job_error
-from tierlm.server.openai.routes import counted
+from tierlm.server.openai.pipeline import counted
 from tierlm.server.ops.routing import RoutingStats, routing_stats
 from tierlm.server.settings.sources import settings_from_dict
 
