@@ -141,8 +141,9 @@ class LlamaCppBackend(BackendSettings):
     n_gpu_layers: Annotated[int | None, Flag("--n-gpu-layers", "N"), Field(ge=-1)] = None
     """Layers offloaded to a GPU, for every model; -1: all (unset: none)."""
     use_extra_bufts: Annotated[bool | None, Flag("--use-extra-bufts", "true|false")] = None
-    """llama.cpp's weight repacking (AMX...), for every model (unset: on, with a
-    start-up probe that turns it off if the first generation crashes)."""
+    """llama.cpp's weight repacking (AMX...), for every model (unset: off on a CPU
+    with AMX, else on; a start-up probe turns it off if the first generation
+    crashes)."""
     flash_attn: Annotated[bool | None, Flag("--flash-attn", "true|false")] = None
     """llama.cpp's flash attention, for every model (unset: off)."""
     kv_pool_bytes: Annotated[int, Flag("--kv-pool-bytes", "N"), Field(ge=0)] = DEFAULT_KV_POOL_BYTES
