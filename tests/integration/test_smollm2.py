@@ -42,7 +42,7 @@ MODEL = DEFAULT_CHAT_MODEL_ID
 # named SmolLM...") makes this model's greedy answer on AVX-512 CPUs a list of
 # Parisian sights ("L'Étoile, la Cité, ..."), not the city: measured here.
 FRANCE = [
-    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
     {"role": "user", "content": "What is the capital of France?"},
 ]
 STORY = [{"role": "user", "content": "Tell me a long story about a dragon."}]
@@ -116,7 +116,13 @@ def test_a_segfault_through_the_scheduler_fails_that_job_and_the_next_succeeds(
 ) -> None:
     """A real SIGSEGV to the worker mid-generation: the running job fails with
     the crash named; a job queued behind it, and one submitted afterwards,
-    run on the restarted worker."""
+    run on the restarted worker.
+
+    The crashed stream is a chat (T0): the queued job can never preempt it,
+    so the signal lands in the chat's generation whatever the machine's speed.
+    (As two fair-pool jobs, a slow first token let the queued one take the
+    device first; the crash then hit it, or its resume re-evaluated a partial
+    answer and drifted from "Paris".)"""
 
     async def main() -> None:
         runner = runner_for(smollm2)
@@ -131,10 +137,13 @@ def test_a_segfault_through_the_scheduler_fails_that_job_and_the_next_succeeds(
             sched.add_listener(events.append)
             pid = runner.worker_pid
             assert pid is not None and pid != os.getpid()
+            # Counted from here: what the load did before (a start-up probe
+            # that crashed on this CPU, say) is not this test's crash.
+            restarts = runner.restarts
             queued: list[JobHandle[str]] = []
 
             async def background() -> None:
-                stream = sched.generate("nataraj", MODEL, messages=STORY, max_tokens=2000)
+                stream = sched.generate("chat", MODEL, messages=STORY, max_tokens=2000)
                 async for _ in stream:
                     if not queued:  # its first token: queue a job, then crash
                         queued.append(sched.submit("gana", MODEL, answer))
@@ -149,7 +158,7 @@ def test_a_segfault_through_the_scheduler_fails_that_job_and_the_next_succeeds(
             assert "Paris" in await sched.run("gana", MODEL, answer)
             stats = sched.stats
 
-        assert runner.restarts == 1
+        assert runner.restarts == restarts + 1
         assert runner.worker_pid not in (None, pid)
         failed = [e for e in events if isinstance(e, JobFailed)]
         assert len(failed) == 1 and "signal 11" in str(failed[0].error)

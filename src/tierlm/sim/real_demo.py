@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tierlm.runners.llama_cpp.default_model import DEFAULT_SYSTEM_PROMPT
 from tierlm.scheduler import Scheduler
 from tierlm.sim.charts import TIMELINE_FILE, timeline
 from tierlm.sim.policies import make_policy
@@ -61,7 +62,7 @@ CHATS = (
     (0.8, "Give me a short tip for a rainy day."),
 )
 CHAT_TOKENS = 24
-SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+SYSTEM = {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
 
 
 @dataclass
