@@ -111,6 +111,38 @@ def test_the_capital_of_france_is_paris_with_exact_usage(smollm2: Path) -> None:
     run(main())
 
 
+# SmolLM2's end-of-generation tokens (<|endoftext|>, <|im_end|>, <reponame>),
+# banned: an answer that cannot end fills any context, on any CPU.
+NO_END = {"logit_bias": {0: -100, 2: -100, 4: -100}}
+
+
+def test_an_answer_that_fills_the_context_leaves_it_usable(smollm2: Path) -> None:
+    """issue 18 item 1: a generation that stopped on a full context left
+    n_tokens == n_ctx, and the next generation checked that before its prompt
+    was evaluated: 0 tokens for every later request, until a reload."""
+
+    async def main() -> None:
+        runner = LlamaCppRunner({MODEL: LlamaModelSpec(smollm2, n_threads=1, n_ctx=256)})
+        await runner.load(MODEL)
+        n_ctx = runner.last_load.n_ctx if runner.last_load is not None else 0
+        long = GenerationRequest(
+            model_id=MODEL, messages=STORY, max_tokens=2000, temperature=0.0, extra=NO_END
+        )
+        short = GenerationRequest(model_id=MODEL, messages=FRANCE, max_tokens=24, temperature=0.0)
+        for _ in range(2):
+            pieces = [piece async for piece in runner.generate(long, CancelToken())]
+            stats = runner.last_stats
+            assert stats is not None and stats.ended == "context_full"
+            assert stats.prompt_tokens + len(pieces) > n_ctx - 2  # it filled the context
+            for _ in range(2):
+                pieces = [piece async for piece in runner.generate(short, CancelToken())]
+                assert runner.last_stats is not None and runner.last_stats.ended == "eos"
+                assert len(pieces) > 0 and "".join(pieces).strip()
+        await runner.aclose()
+
+    run(main())
+
+
 def test_a_segfault_through_the_scheduler_fails_that_job_and_the_next_succeeds(
     smollm2: Path,
 ) -> None:

@@ -111,6 +111,10 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     gateway.check_model(params.model)
     meta = job_meta(request.headers, principal, settings.classes)
     params = replace(params, request=await counted(gateway, params.request))
+    room = await settings.backend.context_room(gateway.runner, params.request)
+    if room is not None and 0 < room < params.request.max_tokens:
+        # Cut where the context ends: the answer then ends with "length".
+        params = replace(params, request=replace(params.request, max_tokens=room))
     job = await gateway.submit(meta, params.request)
     answer = Answer(params)
     if params.stream:
