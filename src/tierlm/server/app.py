@@ -34,6 +34,7 @@ from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
 from tierlm.server import dashboard, embeddings, health, openai_api, openapi, scheduler_api
 from tierlm.server.config import ServerSettings
+from tierlm.server.embedders import off_summary
 from tierlm.server.embedding_service import EmbeddingService
 from tierlm.server.errors import ErrorBoundary, exception_handlers
 from tierlm.server.gateway import Gateway
@@ -135,7 +136,7 @@ def create_app(
                 "tierlm gateway: backend %s, models %s, embeddings %s, %s",
                 settings.backend.kind,
                 ", ".join(gateway.model_ids) or "(any, passed upstream)",
-                "off" if service is None else f"{service.model} ({service.kind})",
+                off_summary() if service is None else f"{service.model} ({service.kind})",
                 f"{len(settings.keys)} API keys"
                 if settings.keys
                 else "no API keys (loopback only)",

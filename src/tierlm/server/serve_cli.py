@@ -24,6 +24,7 @@ import uvicorn
 from tierlm.server.app import create_app
 from tierlm.server.backends import LlamaCppBackend, serve_candidates
 from tierlm.server.config import ENV_PREFIX, ConfigError, ServerSettings, load_settings
+from tierlm.server.embedders import off_summary
 from tierlm.server.flags import add_setting_flags, setting_overrides
 from tierlm.server.gateway import Gateway
 from tierlm.server.http_server import uvicorn_config
@@ -168,7 +169,7 @@ def describe(settings: ServerSettings) -> str:
     ]
     e = settings.embeddings
     if not e.enabled:
-        lines.append("embed    off")
+        lines.append(f"embed    {off_summary()}")
     else:
         lines.append(
             f"embed    {e.summary()}, batch<={e.max_batch} within {e.max_wait_ms:g} ms, "
