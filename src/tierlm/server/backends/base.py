@@ -94,6 +94,9 @@ class BackendSettings(Schema):
     capabilities: ClassVar[Capabilities] = Capabilities()
     default_embedder: ClassVar[str] = "none"
     """What ``/v1/embeddings`` serves when ``[embeddings]`` names no backend."""
+    default_max_tokens: ClassVar[int | None] = None
+    """``limits.default_max_tokens`` when ``[limits]`` does not set it (None:
+    the gateway's own default)."""
 
     def summary(self) -> str:
         """The backend in a few words, for ``tierlm serve --check``."""
