@@ -15,7 +15,7 @@ the lane >= 3x the one-by-one throughput, with a p99 no worse than unbounded.
 
     python bench/embedding_lane.py [--texts 1000] [--callers 50] [--rounds 1]
 
-Writes bench/results/embedding_lane.json and prints a table. With ``--rounds``
+Writes ./bench-results/embedding_lane.json and prints a table. With ``--rounds``
 above 1 the modes take turns round by round (so a busy moment of the machine
 hits all three) and the median round of each mode is reported.
 """
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from _results import results_file
 from tierlm.embedding import EmbeddingLane, SentenceTransformerEmbedder
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
     from tierlm.embedding import Vector
 
-RESULTS = Path(__file__).parent / "results" / "embedding_lane.json"
+RESULTS = results_file("embedding_lane")
 # The lane's targets.
 TARGET_SPEEDUP = 3.0
 

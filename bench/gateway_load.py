@@ -45,7 +45,7 @@ Reported, for each variant and as gateway vs in-process:
                                  [--token-interval 0.005] [--timeout 175]
                                  [--order inprocess,gateway] [--seed 1] [--out FILE]
 
-Writes bench/results/gateway_load.json and prints a table. Takes ~2.5 minutes
+Writes ./bench-results/gateway_load.json and prints a table. Takes ~2.5 minutes
 with the defaults: each variant is (500 + 30) x 20 tokens x 5 ms = 53 s of
 simulated device time, which no amount of concurrency shortens (one device).
 ``--timeout`` bounds the whole run: a variant still running at its share of it
@@ -74,8 +74,9 @@ from _gateway_plan import CHAT_WINDOW, MIX, MODEL, plan
 from _gateway_server import HOST, Server
 from _gateway_stats import compare, summarise
 from _gateway_table import table
+from _results import results_file
 
-RESULTS = Path(__file__).parent / "results" / "gateway_load.json"
+RESULTS = results_file("gateway_load")
 
 # 5 ms a token (200 tokens/s, a fast desktop GPU's decode rate): slow enough that
 # a token's timer is far above the event loop's per-wake-up cost (tens of µs;

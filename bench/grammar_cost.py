@@ -8,7 +8,7 @@ per token, not per answer.
 
     python bench/grammar_cost.py [--repeats 5] [--tokens 80]
 
-Writes bench/results/grammar_cost.json (median of the repeats) and prints a table.
+Writes ./bench-results/grammar_cost.json (median of the repeats) and prints a table.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ import os
 import platform
 import statistics
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from _results import results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.requests import GenerationRequest
 
-RESULTS = Path(__file__).parent / "results" / "grammar_cost.json"
+RESULTS = results_file("grammar_cost")
 MODEL = "smollm2"
 STORY = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 TOOLS = [

@@ -20,7 +20,7 @@ the steps advance the clock 1 s each. Only `pick`, `should_preempt` and
     python bench/pick_cost.py [--sizes 10,...,100000] [--producers 1000,10000,100000]
                               [--steps 2000]
 
-Writes bench/results/pick_cost.json and prints two tables.
+Writes ./bench-results/pick_cost.json and prints two tables.
 """
 
 from __future__ import annotations
@@ -34,16 +34,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from _results import results_file
 from tierlm.core import Job, Policy, SchedulerConfig, TieredPolicy, default_classes
 from tierlm.core.jobs import Foreground
 from tierlm.testing import next_start
 
-RESULTS = Path(__file__).parent / "results" / "pick_cost.json"
+RESULTS = results_file("pick_cost")
 MODELS = ("m1", "m2", "m3")
 CLASSES = default_classes()
 PolicyFactory = Callable[[], Policy]

@@ -54,7 +54,7 @@ intervals would mean little with intervals that jump.
                                [--chats-seconds 60] [--chats-streams 4] [--chat-every 10]
                                [--models DIR] [--seed 1]
 
-Writes bench/results/real_model.json (one entry per section, each with its
+Writes ./bench-results/real_model.json (one entry per section, each with its
 time, settings and load average; a run of some sections keeps the others')
 and prints a table per section. ``large`` takes ~3-4 minutes here (writing the
 two models ~10 s; ``--models DIR`` keeps them for next time).
@@ -73,8 +73,9 @@ from typing import Any
 from _real_common import console
 from _real_large import run_large
 from _real_smollm2_sections import run_chats, run_isolation, run_resume
+from _results import results_file
 
-RESULTS = Path(__file__).parent / "results" / "real_model.json"
+RESULTS = results_file("real_model")
 
 
 SECTIONS = ("large", "isolation", "resume", "chats")

@@ -9,7 +9,7 @@ simulation and the metrics (computed after it) are timed apart.
     python bench/sim_speed.py [--hours 24] [--policies tierlm,fifo,...] [--rounds 3]
         [--workload issue118]
 
-Writes bench/results/sim_speed.json and prints a table. With ``--rounds``
+Writes ./bench-results/sim_speed.json and prints a table. With ``--rounds``
 above 1 the policies take turns round by round and the median round of each
 is reported. The day's metrics (chat TTFT, waste, swaps) are recorded too:
 they are deterministic, only the wall time varies.
@@ -25,17 +25,17 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from _results import results_file
 from tierlm.sim import DeviceModel, compute_metrics, simulate
 from tierlm.sim.policies import DEFAULT_COLUMNS, parse_policy_names
 from tierlm.sim.workloads import get_workload
 
-RESULTS = Path(__file__).parent / "results" / "sim_speed.json"
+RESULTS = results_file("sim_speed")
 
 
 def run_once(

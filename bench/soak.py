@@ -8,7 +8,7 @@ a few tokens, requests given up while queued, embeddings, bad requests, and
 the state API, /metrics and the dashboard's state. The server's resident set
 (RSS) is sampled every ``--sample`` seconds (psutil).
 
-Reported in bench/results/soak.json: the RSS samples, the slope of a
+Reported in ./bench-results/soak.json: the RSS samples, the slope of a
 least-squares line through them (MB/min) over the whole run and over its last
 5 minutes (after the warm-up: the fair pool remembers a producer for
 ``idle_reset``, 300 s, and the dashboard's timeline keeps ``dashboard_window``,
@@ -29,7 +29,7 @@ and fragmentation), which this tells apart.
 
     python bench/soak.py [--minutes 10] [--workers 6] [--token-interval 0.002]
                          [--sample 5] [--debug] [--malloc-arena-max N]
-                         [--out bench/results/soak.json]
+                         [--out bench-results/soak.json]
 """
 
 from __future__ import annotations
@@ -55,8 +55,10 @@ from typing import Any
 import httpx
 import psutil
 
+from _results import results_file
+
 HOST = "127.0.0.1"
-RESULTS = Path(__file__).resolve().parent / "results" / "soak.json"
+RESULTS = results_file("soak")
 START_TIMEOUT = 60.0
 # The bounded structures fill within 300 s (idle_reset, dashboard_window): the
 # slope that says "leak" is the one after them.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,35 @@ def test_the_console_script_says_its_version() -> None:
         pytest.skip("the tierlm console script is not installed")
     done = subprocess.run([script, "--version"], capture_output=True, text=True, check=True)
     assert done.stdout.startswith("tierlm ") and done.stdout.split()[1][0].isdigit()
+
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def test_bench_writes_to_the_users_folder_and_the_committed_one_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tierlm bench NAME` must not rewrite the committed bench/results/."""
+    bench = tmp_path / "checkout" / "bench"
+    bench.mkdir(parents=True)
+    shutil.copy(BENCH / "_results.py", bench)
+    (bench / "tiny.py").write_text(
+        "from _results import results_file\nresults_file('tiny').write_text('{}')\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["bench", "--dir", str(bench), "tiny"]) == 0
+    assert (work / "bench-results" / "tiny.json").read_text() == "{}"
+    assert not (bench / "results").exists()
+    assert main(["bench", "--dir", str(bench), "--out", "mine", "tiny"]) == 0
+    assert (work / "mine" / "tiny.json").is_file()
+    assert main(["bench", "--dir", str(bench), "--update-committed", "tiny"]) == 0
+    assert (bench / "results" / "tiny.json").is_file()
+
+
+def test_every_benchmark_writes_through_results_file() -> None:
+    for script in sorted(BENCH.glob("[!_]*.py")):
+        text = script.read_text()
+        assert "results_file(" in text, script.name
+        assert '"results" /' not in text and "bench/results/" not in text, script.name

@@ -1,18 +1,24 @@
 """``tierlm bench``: run the benchmarks under ``bench/`` of a tierlm checkout.
 
 Benchmarks are scripts, not package code (they need a checkout, and some need
-real models); this command finds them and runs each with the current Python,
-so their numbers land in ``bench/results/``.
+real models); this command finds them and runs each with the current Python.
+Their numbers land in ``./bench-results/`` (``--out``), a folder of the user's:
+the figures committed in ``bench/results/``, which the docs quote, change only
+with ``--update-committed`` (``bench/_results.py`` reads the choice from
+``TIERLM_BENCH_RESULTS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["add_arguments", "find_bench_dir", "run"]
+__all__ = ["DEFAULT_OUT", "add_arguments", "find_bench_dir", "run"]
+
+DEFAULT_OUT = Path("bench-results")
 
 
 def find_bench_dir(start: Path | None = None) -> Path | None:
@@ -32,6 +38,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="benchmarks to run, e.g. pick_cost sim_speed (default: list them)",
     )
     parser.add_argument("--dir", type=Path, default=None, help="the bench/ folder to use")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"folder for the results (default ./{DEFAULT_OUT}/)",
+    )
+    where.add_argument(
+        "--update-committed",
+        action="store_true",
+        help="write the committed figures in bench/results/ instead (for the project's machines)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,8 +72,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    out = (bench / "results" if args.update_committed else args.out).resolve()
+    env = {**os.environ, "TIERLM_BENCH_RESULTS": str(out)}
     status = 0
     for name in args.names:
-        print(f"== {name} ==", flush=True)
-        status |= subprocess.call([sys.executable, str(bench / f"{name}.py")], cwd=bench.parent)
+        print(f"== {name} == (results in {out})", flush=True)
+        status |= subprocess.call(
+            [sys.executable, str(bench / f"{name}.py")], cwd=bench.parent, env=env
+        )
     return status

@@ -28,7 +28,7 @@ class _Command(Protocol):
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "tierlm.sim.demo_cli",
-        "run the seed's issue-118 workload under five schedulers, side by side",
+        "run the seed's issue-118 workload under every scheduler, side by side",
     ),
     "simulate": ("tierlm.sim.simulate_cli", "simulate a workload under chosen policies"),
     "serve": ("tierlm.server.serve_cli", "run the OpenAI-compatible gateway"),

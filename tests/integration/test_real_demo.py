@@ -28,7 +28,7 @@ def test_demo_real_short_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     code = main(["demo", "--real", "--seconds", "3", "--threads", "1", "--out", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
-    for text in ("fifo", "tierlm", "chat time to first token", "background tokens/s"):
+    for text in ("fifo", "tierlm", "chat's first tokens", "background tokens/s"):
         assert text in printed
     assert "tierlm: chat's first token after" in printed
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -43,7 +43,7 @@ MODEL = DEFAULT_CHAT_MODEL_ID
 # named SmolLM...") makes this model's greedy answer on AVX-512 CPUs a list of
 # Parisian sights ("L'Étoile, la Cité, ..."), not the city: measured here.
 FRANCE = [
-    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
     {"role": "user", "content": "What is the capital of France?"},
 ]
 STORY = [{"role": "user", "content": "Tell me a long story about a dragon."}]
@@ -112,12 +112,50 @@ def test_the_capital_of_france_is_paris_with_exact_usage(smollm2: Path) -> None:
     run(main())
 
 
+# SmolLM2's end-of-generation tokens (<|endoftext|>, <|im_end|>, <reponame>),
+# banned: an answer that cannot end fills any context, on any CPU.
+NO_END = {"logit_bias": {0: -100, 2: -100, 4: -100}}
+
+
+def test_an_answer_that_fills_the_context_leaves_it_usable(smollm2: Path) -> None:
+    """issue 18 item 1: a generation that stopped on a full context left
+    n_tokens == n_ctx, and the next generation checked that before its prompt
+    was evaluated: 0 tokens for every later request, until a reload."""
+
+    async def main() -> None:
+        runner = LlamaCppRunner({MODEL: LlamaModelSpec(smollm2, n_threads=1, n_ctx=256)})
+        await runner.load(MODEL)
+        n_ctx = runner.last_load.n_ctx if runner.last_load is not None else 0
+        long = GenerationRequest(
+            model_id=MODEL, messages=STORY, max_tokens=2000, temperature=0.0, extra=NO_END
+        )
+        short = GenerationRequest(model_id=MODEL, messages=FRANCE, max_tokens=24, temperature=0.0)
+        for _ in range(2):
+            pieces = [piece async for piece in runner.generate(long, CancelToken())]
+            stats = runner.last_stats
+            assert stats is not None and stats.ended == "context_full"
+            assert stats.prompt_tokens + len(pieces) > n_ctx - 2  # it filled the context
+            for _ in range(2):
+                pieces = [piece async for piece in runner.generate(short, CancelToken())]
+                assert runner.last_stats is not None and runner.last_stats.ended == "eos"
+                assert len(pieces) > 0 and "".join(pieces).strip()
+        await runner.aclose()
+
+    run(main())
+
+
 def test_a_segfault_through_the_scheduler_fails_that_job_and_the_next_succeeds(
     smollm2: Path,
 ) -> None:
     """A real SIGSEGV to the worker mid-generation: the running job fails with
     the crash named; a job queued behind it, and one submitted afterwards,
-    run on the restarted worker."""
+    run on the restarted worker.
+
+    The crashed stream is a chat (T0): the queued job can never preempt it,
+    so the signal lands in the chat's generation whatever the machine's speed.
+    (As two fair-pool jobs, a slow first token let the queued one take the
+    device first; the crash then hit it, or its resume re-evaluated a partial
+    answer and drifted from "Paris".)"""
 
     async def main() -> None:
         runner = runner_for(smollm2)
@@ -132,10 +170,13 @@ def test_a_segfault_through_the_scheduler_fails_that_job_and_the_next_succeeds(
             sched.add_listener(events.append)
             pid = runner.worker_pid
             assert pid is not None and pid != os.getpid()
+            # Counted from here: what the load did before (a start-up probe
+            # that crashed on this CPU, say) is not this test's crash.
+            restarts = runner.restarts
             queued: list[JobHandle[str]] = []
 
             async def background() -> None:
-                stream = sched.generate("nataraj", MODEL, messages=STORY, max_tokens=2000)
+                stream = sched.generate("chat", MODEL, messages=STORY, max_tokens=2000)
                 async for _ in stream:
                     if not queued:  # its first token: queue a job, then crash
                         queued.append(sched.submit("gana", MODEL, answer))
@@ -150,7 +191,7 @@ def test_a_segfault_through_the_scheduler_fails_that_job_and_the_next_succeeds(
             assert "Paris" in await sched.run("gana", MODEL, answer)
             stats = sched.stats
 
-        assert runner.restarts == 1
+        assert runner.restarts == restarts + 1
         assert runner.worker_pid not in (None, pid)
         failed = [e for e in events if isinstance(e, JobFailed)]
         assert len(failed) == 1 and "signal 11" in str(failed[0].error)

@@ -21,8 +21,11 @@ lost or duplicated tokens. ``options.num_predict`` bounds the answer.
 Model names select behaviour: ``caller`` answers a chat that has ``tools``
 with a call of the first tool (``{"city": "Paris"}``), as Ollama sends calls:
 whole, in one message's ``tool_calls``, arguments as an object; ``slow``
-waits 0.5 s before each token; ``mute`` waits 4 * 0.5 s before it even
-answers (a server evaluating a long prompt before it sends its headers);
+waits 0.5 s before each token; ``stuck`` sends its first token at once and
+then none until the client leaves; ``mute`` waits 4 * 0.5 s before it even
+answers (a server evaluating a long prompt before it sends its headers), and
+``silent`` never answers at all (tests that count, not time, use these two
+ends: a client that waited for the next token or for the headers would hang);
 ``broken`` sends 3 tokens and then drops the connection; ``erroring`` sends 2 tokens and an
 error line; ``missing`` does not exist. Every other name is a fine model.
 
@@ -64,6 +67,8 @@ def make_app(state: FakeState) -> Starlette:
             for i in range(count):
                 if model == "slow":
                     await asyncio.sleep(SLOW_SECONDS)
+                elif model == "stuck" and i > 0:
+                    await asyncio.Event().wait()  # until the client goes away
                 else:
                     await asyncio.sleep(0)
                 if model == "broken" and i == 3:
@@ -144,6 +149,11 @@ def make_app(state: FakeState) -> Starlette:
         model = body.get("model", "")
         if model == "mute":
             await asyncio.sleep(4 * SLOW_SECONDS)
+        if model == "silent":
+            while not await request.is_disconnected():  # noqa: ASYNC110 (no headers, ever)
+                await asyncio.sleep(0.01)
+            state.disconnects.append(model)
+            return Response(status_code=499)
         if model == "missing":
             return JSONResponse(
                 {"error": {"message": f"The model `{model}` does not exist", "code": 404}},

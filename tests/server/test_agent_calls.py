@@ -62,7 +62,7 @@ PERSON = {
 ALICE = [{"role": "user", "content": "Extract the name and age as JSON: Alice is 30."}]
 PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
 FRANCE = [
-    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
     {"role": "user", "content": "What is the capital of France?"},
 ]
 

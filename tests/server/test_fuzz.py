@@ -163,7 +163,15 @@ def fuzz(gw: Gateway, examples: int) -> Counter[str]:
     document = httpx.get(f"{gw.url}/openapi.json").json()
     targets = endpoints(document)
     seen: Counter[str] = Counter()
-    client = httpx.Client(base_url=gw.url, timeout=WAIT, limits=httpx.Limits(max_connections=1))
+    # keepalive_expiry=None: httpx itself drops a connection idle for 5 s (its
+    # default), and Hypothesis may think that long between two requests
+    # (shrinking, a slow machine); the assertion below would then blame the
+    # server for the client's own close.
+    client = httpx.Client(
+        base_url=gw.url,
+        timeout=WAIT,
+        limits=httpx.Limits(max_connections=1, keepalive_expiry=None),
+    )
     connection: list[Any] = []
     previous: list[Any] = []
 

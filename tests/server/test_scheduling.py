@@ -321,3 +321,33 @@ def test_far_queue_positions_are_rounded_up() -> None:
     assert [shown_position(p) for p in (1, 9, 10)] == [1, 9, 10]
     assert [shown_position(p) for p in (11, 20, 21, 100)] == [20, 20, 30, 100]
     assert [shown_position(p) for p in (101, 150, 151, 499)] == [150, 150, 200, 500]
+
+
+def test_the_sim_backend_answers_a_request_without_max_tokens_shortly() -> None:
+    """Not 256 tokens (13 s on the default device) for a first "hello"."""
+    with serve(sim_settings()) as gw:
+        body = {"model": "sim-a", "messages": MESSAGES}
+        reply = gw.http.post("/v1/chat/completions", json=body).json()
+        assert reply["usage"]["completion_tokens"] == 16
+        assert reply["choices"][0]["finish_reason"] == "length"
+    # A limit set by hand still decides.
+    assert sim_settings({"limits": {"default_max_tokens": 100}}).limits.default_max_tokens == 100
+    assert sim_settings({"limits": {"max_tokens_limit": 4}}).limits.default_max_tokens == 4
+
+
+def test_work_for_another_model_says_in_the_log_why_it_waits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After a chat on sim-a, an extract request for sim-b waits for the chat
+    hold and a swap: one info line says so, and one when the swap starts."""
+    settings = sim_settings({"scheduler": {"chat_grace": 0.3}})
+    with caplog.at_level("INFO", logger="tierlm.server"), serve(settings) as gw:
+        assert gw.http.post("/v1/chat/completions", json=chat_body()).status_code == 200
+        extract = {"X-Tierlm-Class": "extract"}
+        for _ in range(2):  # said once for the model, not per request
+            reply = gw.http.post("/v1/chat/completions", json=chat_body("sim-b"), headers=extract)
+            assert reply.status_code == 200
+    said = [r.getMessage() for r in caplog.records if r.name == "tierlm.server"]
+    waits = [m for m in said if "needs model 'sim-b' while 'sim-a' is loaded" in m]
+    assert len(waits) == 1 and "scheduler.chat_grace" in waits[0] and "0.3 s" in waits[0]
+    assert any(m.startswith("swapping model 'sim-a' -> 'sim-b' for job") for m in said)

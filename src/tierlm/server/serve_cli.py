@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 import tomllib
 from types import FrameType
@@ -25,6 +26,7 @@ from tierlm.server.edge.http_server import uvicorn_config
 from tierlm.server.edge.logs import configure_logging
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.settings.backends import LlamaCppBackend, serve_candidates
+from tierlm.server.settings.embedders import off_summary
 from tierlm.server.settings.flags import add_setting_flags, setting_overrides
 from tierlm.server.settings.sources import ENV_PREFIX, ConfigError, ServerSettings, load_settings
 
@@ -167,7 +169,7 @@ def describe(settings: ServerSettings) -> str:
     ]
     e = settings.embeddings
     if not e.enabled:
-        lines.append("embed    off")
+        lines.append(f"embed    {off_summary()}")
     else:
         lines.append(
             f"embed    {e.summary()}, batch<={e.max_batch} within {e.max_wait_ms:g} ms, "
@@ -188,6 +190,18 @@ def run(args: argparse.Namespace) -> int:
         print(describe(settings))
         return 0
     configure_logging(settings.server.log_level, settings.server.log_format)
+    # Bound now, before the model loads (uvicorn binds after the app's start-up,
+    # which loads it): a port in use is said at once, in one line. Listening
+    # starts once the gateway is ready, so /health is not reached before.
+    try:
+        listener = bind(settings.server.host, settings.server.port)
+    except OSError as exc:
+        print(
+            f"tierlm serve: cannot listen on {settings.server.host}:{settings.server.port}: "
+            f"{exc.strerror or exc} (another server there? choose one with --port)",
+            file=sys.stderr,
+        )
+        return 2
     if note is not None:
         # Logged, as every line (JSON with --log-format json); the fallback to
         # the simulated device is a warning: no real model serves.
@@ -220,10 +234,29 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _drained)
     try:
         with contextlib.suppress(KeyboardInterrupt):  # ... and Ctrl-C the same way
-            server.run()
+            server.run(sockets=[listener])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        listener.close()
     return 0 if server.started or not server.should_exit else 1
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not yet listening), as uvicorn
+    binds one (SO_REUSEADDR); raises OSError when the address is taken."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _drained(sig: int, frame: FrameType | None) -> None:

@@ -26,12 +26,24 @@ from tierlm.sim.cli_common import (
     sim_progress,
 )
 from tierlm.sim.demo_summary import run_summary
-from tierlm.sim.policies import DEFAULT_COLUMNS
+from tierlm.sim.policies import DEFAULT_COLUMNS, POLICIES, RESUME
 from tierlm.sim.workloads.issue118 import Issue118
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["LEGEND", "add_arguments", "run"]
 
 DEFAULT_OUT = Path("tierlm-demo")
+LEGEND = (
+    '"The seed" is the Flutter app\'s design tierlm started from (docs/design.md); its '
+    "background producers are Nataraj, which fills a deck of cards, and Gana, cron "
+    "agents with deadlines, beside the person's chat and a note-extraction backfill."
+)
+
+
+def policies_legend() -> list[str]:
+    """One line per scheduler of the table (the rows), and what +resume adds."""
+    lines = [f"  {name}: {spec.summary}" for name, spec in POLICIES.items()]
+    lines.append(f"  {RESUME}: the same, a preempted job resumes instead of starting over")
+    return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,9 +93,17 @@ def run(args: argparse.Namespace) -> int:
     device = device_from_args(args)
     console.print(
         f"[bold]tierlm demo[/]: issue #118 -- {workload.description}.\n"
-        f"The same workload and seed under every scheduler, the real tierlm Scheduler "
+        f"The same workload and random seed under every scheduler, the real tierlm Scheduler "
         f"on a simulated phone in virtual time."
     )
+    console.print(LEGEND, highlight=False)
+    console.print(
+        f"The {len(DEFAULT_COLUMNS)} rows: {len(POLICIES)} schedulers, two of them also "
+        "resuming preempted work:",
+        highlight=False,
+    )
+    for line in policies_legend():
+        console.print(line, highlight=False, markup=False)
     run_comparison(
         workload,
         list(DEFAULT_COLUMNS),

@@ -22,9 +22,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tierlm.runners.llama_cpp.default_model import DEFAULT_SYSTEM_PROMPT
 from tierlm.shell.scheduler import Scheduler
 from tierlm.sim.charts import TIMELINE_FILE, timeline
 from tierlm.sim.policies import make_policy
@@ -61,7 +63,7 @@ CHATS = (
     (0.8, "Give me a short tip for a rainy day."),
 )
 CHAT_TOKENS = 24
-SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+SYSTEM = {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
 
 
 @dataclass
@@ -176,12 +178,18 @@ def _records(
 
 
 def _summary_table(demo: RealDemo) -> Table:
-    table = Table(title=f"The same script on {demo.model_id}, {demo.seconds:.0f} s per scheduler")
+    # SIMPLE_HEAD, collapsed padding: 80 columns hold it (a terminal's, or a pipe's).
+    table = Table(
+        title=f"The same script on {demo.model_id}, {demo.seconds:.0f} s per scheduler",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     table.add_column("scheduler")
-    table.add_column("chat time to first token (each)", justify="right")
+    table.add_column("chat's first tokens", justify="right")
     table.add_column("median", justify="right")
     table.add_column("background tokens/s", justify="right")
-    table.add_column("preemptions", justify="right")
+    table.add_column("preempts", justify="right")
     for name, run in demo.runs.items():
         table.add_row(
             name,

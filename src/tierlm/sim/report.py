@@ -96,9 +96,21 @@ def _pct(value: float | None) -> str:
 
 
 def _table(title: str, headers: Sequence[str]) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    """Numbers are never cut (no_wrap); headers of two lines keep the columns
+    as narrow as their numbers, so every table fits 80 columns, a terminal's
+    or a pipe's (rich's default width); narrower, the policy names wrap."""
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+        if i == 0:
+            table.add_column(header, justify="left", overflow="fold")
+        else:
+            table.add_column(header, justify="right", no_wrap=True)
     return table
 
 
@@ -111,18 +123,18 @@ def metrics_tables(comparison: Comparison) -> list[Table]:
     chats = any(m["chat"]["count"] for m in comparison.metrics.values())
     chat = _table(
         f"{head}: chat time to first token (s)",
-        ("policy", "chats", "p50", "p95", "p99", "max", "wait p99", "wait max"),
+        ("policy", "chats", "p50", "p95", "p99", "max", "wait\np99", "wait\nmax"),
     )
     device = _table(
         "the device" if chats else f"{head}: the device",
-        ("policy", "busy", "wasted", "preempts", "lost tok", "swaps", "swapping"),
+        ("policy", "busy", "wasted", "preempts", "lost\ntokens", "swaps", "swapping"),
     )
     sharing = _table(
         "sharing: the fair pool's share of the device, its producers' service / their "
         "max-min fair share (Jain's index of it, and the least), max 60 s service "
         "difference (s) of two backlogged producers, extraction's max share of a contended "
         "300 s window, deadline lateness p95 (s), jobs completed",
-        ("policy", "pool", "Jain", "least", "60 s diff", "extract", "late p95", "done"),
+        ("policy", "pool", "Jain", "least", "60 s\ndiff", "extract", "late\np95", "done"),
     )
     for name, m in comparison.metrics.items():
         c, fair, waste, swaps = m["chat"], m["fairness"], m["waste"], m["swaps"]

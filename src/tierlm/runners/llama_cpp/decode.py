@@ -108,7 +108,11 @@ def decode(
             if stop():
                 stats.ended = "cancelled"
                 break
-            if llm.n_tokens >= n_ctx:
+            # Only once the prompt is in: before that, n_tokens is what the last
+            # generation left (a full context, after one that filled it), and
+            # the generator's reset=True has not yet cut it to the shared prefix.
+            # (The worker refuses a prompt that does not fit.)
+            if first_at is not None and llm.n_tokens >= n_ctx:
                 stats.ended = "context_full"
                 break
             if fault is not None and fault.at == "token" and i == fault.after_tokens:

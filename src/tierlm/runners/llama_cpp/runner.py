@@ -39,7 +39,7 @@ from tierlm.runners.llama_cpp.messages import (
     Shutdown,
     Unload,
 )
-from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.spec import LlamaModelSpec, cpu_has_amx
 from tierlm.runners.llama_cpp.transport import Worker, WorkerProcess, WorkerThread
 from tierlm.runners.requests import GenerationRequest
 
@@ -82,8 +82,8 @@ class LlamaCppRunner:
 
     What a gateway can show: ``worker_pid``, ``restarts``, ``last_crash``,
     ``loaded_model``, ``last_load`` (the options llama.cpp really applied),
-    ``extra_bufts_off`` (models the start-up probe had to load without
-    weight repacking), ``kv_pool`` (the KV snapshot pool); and per request
+    ``extra_bufts_off`` (models loaded without weight repacking on this CPU),
+    ``kv_pool`` (the KV snapshot pool); and per request
     ``await count_prompt_tokens(request)`` (exact, from the model's tokenizer)
     and ``last_stats``.
     """
@@ -135,11 +135,20 @@ class LlamaCppRunner:
         self.last_stats: GenerationStats | None = None
         """What the last generation did (set when its stream ends)."""
         self.restarts = 0
-        """Workers started again after a crash."""
+        """Workers started again after a crash (not after the start-up probe's
+        expected crash with ``use_extra_bufts`` on: ``probe_crashes``)."""
+        self.probe_crashes = 0
+        """Start-up probes that crashed with ``use_extra_bufts`` on, after
+        which the model loaded with it off (a known llama.cpp crash on some
+        CPUs, not a fault of this machine: the worker is replaced, uncounted)."""
         self.last_crash: str | None = None
+        self.amx = cpu_has_amx()
+        """This CPU has AMX: specs that leave ``use_extra_bufts`` open load with
+        it off, before any crash (``LlamaModelSpec.use_extra_bufts``)."""
         self.extra_bufts_off: set[str] = set()
-        """Models whose start-up probe crashed with ``use_extra_bufts`` on, and
-        which are therefore loaded with it off."""
+        """Models loaded with ``use_extra_bufts`` off by the runner's choice:
+        their spec left it open on a CPU with AMX, or their start-up probe
+        crashed with it on."""
         self.fault_injection: FaultInjection | None = None
         """TESTS ONLY: a fault armed in every new worker (see ``inject_fault``)."""
         self._worker: Worker | None = None
@@ -165,7 +174,7 @@ class LlamaCppRunner:
 
     def _effective_spec(self, model_id: str) -> LlamaModelSpec:
         spec = self.spec(model_id)
-        if model_id in self.extra_bufts_off:
+        if model_id in self.extra_bufts_off or (spec.use_extra_bufts is None and self.amx):
             return replace(spec, use_extra_bufts=False)
         # Every step of a batch is a batched decode: the AMX crash (cpu_flags.py).
         extra_bufts = extra_bufts_for_slots(spec.use_extra_bufts, self.slots)
@@ -187,10 +196,11 @@ class LlamaCppRunner:
             worker.send(InjectFault(next(self._ids), fault))
         return worker
 
-    def _restart(self, dead: Worker) -> None:
+    def _restart(self, dead: Worker, *, counted: bool = True) -> None:
         """Start a new worker if ``dead`` is still the current one."""
         if self._worker is dead:
-            self.restarts += 1
+            if counted:
+                self.restarts += 1
             self._spawn()
 
     async def _recover(self, dead: Worker) -> str:
@@ -283,6 +293,14 @@ class LlamaCppRunner:
         probe crashes the worker with ``use_extra_bufts`` on, load it once more
         with it off. A worker that died before the load (idle, unnoticed) is
         restarted and the load tried once more."""
+        if self.amx and self.spec(model_id).use_extra_bufts is None:
+            if model_id not in self.extra_bufts_off:
+                logger.info(
+                    "model %r: AMX repacking disabled on this CPU (use_extra_bufts=False; "
+                    "llama.cpp issues #16315, #20824)",
+                    model_id,
+                )
+            self.extra_bufts_off.add(model_id)
         spec = self._effective_spec(model_id)
         probe = self.probe and self.isolation == "process"
         retried = False
@@ -291,20 +309,22 @@ class LlamaCppRunner:
             try:
                 info: LoadInfo = await call.result()
             except WorkerCrashed as crash:
-                self._restart(worker)
                 probing = call.stage == "probing"
                 if probing and spec.use_extra_bufts is not False:
-                    logger.warning(
-                        "model %r: the llama.cpp worker crashed (%s) in the first generation "
-                        "after loading it with use_extra_bufts on; a known llama.cpp crash of "
-                        "quantized weights repacked for AMX on some CPUs (llama.cpp issues "
-                        "#16315, #20824). Loading it again with use_extra_bufts=False.",
+                    # Expected on some CPUs: said calmly, and no restart counted.
+                    self._restart(worker, counted=False)
+                    self.probe_crashes += 1
+                    logger.info(
+                        "model %r: AMX repacking disabled on this CPU: the start-up probe "
+                        "crashed (%s) with use_extra_bufts on (llama.cpp issues #16315, "
+                        "#20824); loading it with use_extra_bufts=False",
                         model_id,
                         crash,
                     )
                     self.extra_bufts_off.add(model_id)
                     spec = replace(spec, use_extra_bufts=False)
                     continue
+                self._restart(worker)
                 if not probing and not retried:
                     retried = True
                     continue

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_N_BATCH",
     "DEFAULT_N_CTX",
     "LlamaModelSpec",
+    "cpu_has_amx",
     "default_threads",
     "llama_arguments",
     "physical_cores",
@@ -56,6 +57,25 @@ def physical_cores() -> int:
         except OSError:
             cores.add(f"cpu{cpu}")  # no topology (containers, other OSes): one core each
     return max(1, len(cores))
+
+
+def cpu_has_amx(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has Intel AMX (an ``amx_*`` flag in ``/proc/cpuinfo``).
+
+    There, llama.cpp crashes in every batched decode of quantized weights
+    repacked into AMX buffers (llama.cpp issues #16315, #20824), so a spec
+    that leaves ``use_extra_bufts`` open loads with it off (the runner). False
+    where the file cannot be read (not Linux): the start-up probe still guards.
+    """
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name.strip() == "flags":
+                    return any(flag.startswith("amx") for flag in value.split())
+    except OSError:
+        pass
+    return False
 
 
 def default_threads() -> int:
@@ -114,10 +134,11 @@ class LlamaModelSpec:
     use_extra_bufts: bool | None = None
     """llama.cpp's weight repacking into extra buffer types (AMX, CPU_REPACK).
 
-    None = llama.cpp's default (on), with the runner's start-up probe: if the
-    first tiny generation after loading crashes the worker, the model is
-    loaded again with it off (quantized models crash in AMX code on some
-    Intel CPUs: llama.cpp issues #16315, #20824). False = off, no probe needed.
+    None = off on a CPU with AMX (``cpu_has_amx``: quantized models crash in
+    AMX code there, llama.cpp issues #16315, #20824), else llama.cpp's default
+    (on); either way with the runner's start-up probe: if the first tiny
+    generation after loading crashes the worker with it on, the model is
+    loaded again with it off. True = on (the probe still guards); False = off.
     """
     flash_attn: bool = False
     """llama.cpp's flash attention (llama-cpp-python's default: off)."""

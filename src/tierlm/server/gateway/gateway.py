@@ -31,7 +31,7 @@ from tierlm.server.gateway.shutdown import Shutdown, shutting_down
 from tierlm.server.gateway.timeline import Timeline
 from tierlm.server.settings.backends import close_runner
 from tierlm.server.settings.sources import ServerSettings
-from tierlm.shell.events import SchedulerEvent, SwapFinished
+from tierlm.shell.events import JobSubmitted, SchedulerEvent, SwapFinished, SwapStarted
 from tierlm.shell.scheduler import Scheduler
 from tierlm.shell.snapshot import SchedulerSnapshot
 
@@ -80,7 +80,11 @@ class Gateway:
             self.shutdown.on_event,
             self.changes.on_event,
             self._on_swap,
+            self._explain_waits,
         ]
+        self._waiting_for: set[str] = set()
+        """Models that queued work waits for, already said in the log."""
+        self._last_swap: float | None = None
         self.load_error: str | None = None
         """Why the first model did not load at startup, until a load succeeds."""
         self._scheduler: Scheduler | None = None
@@ -202,6 +206,42 @@ class Gateway:
     def _on_swap(self, event: SchedulerEvent) -> None:
         if isinstance(event, SwapFinished):
             self.load_error = None  # a load succeeded: the gateway serves again
+            self._last_swap = event.seconds
+
+    def _explain_waits(self, event: SchedulerEvent) -> None:
+        """Say in the log, once per model until it is swapped in, why work for
+        a model that is not loaded waits: the loaded model's work first, a chat
+        hold (docs/design.md §4 affinity), then the swap. Otherwise a request
+        that waits 40 s on the sim backend (30 s hold + 10 s swap) says nothing."""
+        if isinstance(event, SwapStarted):
+            self._waiting_for.discard(event.job.model_id)
+            logger.info(
+                "swapping model %r -> %r for job %d (%s)",
+                event.previous,
+                event.job.model_id,
+                event.job.id,
+                event.job.class_name,
+            )
+            return
+        if not isinstance(event, JobSubmitted):
+            return
+        model, loaded = event.job.model_id, self.runner.loaded_model
+        if loaded is None or model == loaded or model in self._waiting_for:
+            return
+        self._waiting_for.add(model)
+        swap = "" if self._last_swap is None else f" (the last took {self._last_swap:.1f} s)"
+        logger.info(
+            "job %d (%s) needs model %r while %r is loaded: it waits for the work on %r, "
+            "and for up to %g s after a chat (scheduler.chat_grace: the person may type "
+            "again), then a swap%s",
+            event.job.id,
+            event.job.class_name,
+            model,
+            loaded,
+            loaded,
+            self.settings.scheduler.chat_grace,
+            swap,
+        )
 
     def runner_state(self) -> dict[str, Any]:
         """The runner's own state for the state API, /health and /metrics

@@ -104,6 +104,10 @@ async def counted(
     if default_max_tokens and limits.context_max_tokens and context is not None:
         room = max(1, min(limits.max_tokens_limit, context - tokens))
         request = replace(request, max_tokens=room)
+    elif context is not None and 0 < context - tokens < request.max_tokens:
+        # Cut where the context ends: the answer then ends with "length", not
+        # "stop" (an agent must not take a truncated JSON for a whole one).
+        request = replace(request, max_tokens=context - tokens)
     return request
 
 

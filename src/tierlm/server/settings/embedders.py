@@ -23,6 +23,7 @@ __all__ = [
     "MiniLMEmbeddings",
     "NoEmbeddings",
     "SimEmbeddings",
+    "off_summary",
 ]
 
 
@@ -176,6 +177,18 @@ class NoEmbeddings(EmbeddingSettings):
 
     backend: Literal["none"] = "none"
     enabled: ClassVar[bool] = False
+
+
+def off_summary() -> str:
+    """How the logs and ``--check`` say embeddings are off: with the way to turn
+    them on when the ``[embed]`` extra is installed (off by default all the
+    same: loading torch and MiniLM costs seconds and memory nobody asked for)."""
+    if MiniLMEmbeddings().missing_packages():
+        return "off"
+    return (
+        "off (the [embed] extra is installed: --embed-backend minilm, or "
+        '[embeddings] backend = "minilm", serves all-MiniLM-L6-v2)'
+    )
 
 
 _Embedders = MiniLMEmbeddings | LlamaCppEmbeddings | SimEmbeddings | NoEmbeddings

@@ -145,7 +145,8 @@ class LimitSettings(Schema):
     of text at ~4 bytes a token, beyond any local model's context."""
     default_max_tokens: Annotated[int, Field(ge=1)] = DEFAULT_MAX_TOKENS
     """For a request without max_tokens (at most ``max_tokens_limit``): bounded,
-    so a request that forgets it cannot hold the device for minutes."""
+    so a request that forgets it cannot hold the device for minutes (the sim
+    backend's default: 16, a short answer)."""
     max_tokens_limit: Annotated[int, Flag("--max-tokens-limit", "N"), Field(ge=1)] = 4096
     context_max_tokens: bool = True
     """On a backend that knows its model's context (llama-cpp), a request
@@ -315,7 +316,20 @@ class ServerSettings(Schema):
             return value
         backend = backend_class(value.get("backend")) or DEFAULT_BACKEND
         embeddings = with_backend(value.get("embeddings", {}), backend.default_embedder)
-        return {**value, "embeddings": embeddings}
+        value = {**value, "embeddings": embeddings}
+        # [limits] without default_max_tokens: the backend's own, if it has one.
+        limits = value.get("limits", {})
+        default = backend.default_max_tokens
+        if (
+            default is not None
+            and isinstance(limits, Mapping)
+            and "default_max_tokens" not in limits
+        ):
+            limit = limits.get("max_tokens_limit")
+            if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1:
+                default = min(default, limit)
+            value["limits"] = {**limits, "default_max_tokens": default}
+        return value
 
     @model_validator(mode="after")
     def _resolve(self) -> ServerSettings:

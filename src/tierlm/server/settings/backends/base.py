@@ -100,6 +100,9 @@ class BackendSettings(Schema):
     capabilities: ClassVar[Capabilities] = Capabilities()
     default_embedder: ClassVar[str] = "none"
     """What ``/v1/embeddings`` serves when ``[embeddings]`` names no backend."""
+    default_max_tokens: ClassVar[int | None] = None
+    """``limits.default_max_tokens`` when ``[limits]`` does not set it (None:
+    the gateway's own default)."""
 
     def summary(self) -> str:
         """The backend in a few words, for ``tierlm serve --check``."""
@@ -134,6 +137,13 @@ class BackendSettings(Schema):
         """Why ``request``'s prompt cannot run on its model (longer than the
         context), checked before it is queued; None when it can or the backend
         cannot tell (then the job itself fails, if it must)."""
+        return None
+
+    async def context_room(self, runner: Runner, request: GenerationRequest) -> int | None:
+        """Tokens the model's context holds after ``request``'s prompt, None
+        when the backend cannot tell. The gateway cuts ``max_tokens`` to it, so
+        an answer that fills the context ends as ``max_tokens`` does, with
+        ``finish_reason: "length"``."""
         return None
 
     def runner_state(self, runner: Runner) -> Mapping[str, Any]:

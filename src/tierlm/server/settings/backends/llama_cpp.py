@@ -143,8 +143,9 @@ class LlamaCppBackend(BackendSettings):
     n_gpu_layers: Annotated[int | None, Flag("--n-gpu-layers", "N"), Field(ge=-1)] = None
     """Layers offloaded to a GPU, for every model; -1: all (unset: none)."""
     use_extra_bufts: Annotated[bool | None, Flag("--use-extra-bufts", "true|false")] = None
-    """llama.cpp's weight repacking (AMX...), for every model (unset: on, with a
-    start-up probe that turns it off if the first generation crashes)."""
+    """llama.cpp's weight repacking (AMX...), for every model (unset: off on a CPU
+    with AMX, else on; a start-up probe turns it off if the first generation
+    crashes)."""
     flash_attn: Annotated[bool | None, Flag("--flash-attn", "true|false")] = None
     """llama.cpp's flash attention, for every model (unset: off)."""
     kv_pool_bytes: Annotated[int, Flag("--kv-pool-bytes", "N"), Field(ge=0)] = DEFAULT_KV_POOL_BYTES
@@ -205,11 +206,13 @@ class LlamaCppBackend(BackendSettings):
             "extra_bufts_off": sorted(getattr(runner, "extra_bufts_off", ())),
         }
 
-    async def prompt_problem(self, runner: Runner, request: GenerationRequest) -> str | None:
-        """A prompt longer than the model's context: counted with the model's
-        own tokenizer (in the worker; the model need not be loaded), or the
-        count the request already carries (the gateway counts every prompt
-        for ``usage``)."""
+    async def _prompt_and_context(
+        self, runner: Runner, request: GenerationRequest
+    ) -> tuple[int, int] | None:
+        """The prompt's tokens, counted with the model's own tokenizer (in the
+        worker; the model need not be loaded) or the count the request already
+        carries (the gateway counts every prompt for ``usage``), and the
+        model's ``n_ctx``; None when the runner cannot tell."""
         count = getattr(runner, "count_prompt_tokens", None)
         spec = getattr(runner, "spec", None)
         if count is None or spec is None:
@@ -221,6 +224,21 @@ class LlamaCppBackend(BackendSettings):
             n_ctx: int = spec(request.model_id).n_ctx
         except RunnerError:
             return None  # the job itself will say what is wrong
+        return tokens, n_ctx
+
+    async def context_room(self, runner: Runner, request: GenerationRequest) -> int | None:
+        """``n_ctx`` less the prompt: llama.cpp stops where the context is
+        full (``GenerationStats.ended == "context_full"``), so an answer cut
+        there must carry ``max_tokens`` = this room to be told as "length"."""
+        counts = await self._prompt_and_context(runner, request)
+        return None if counts is None else counts[1] - counts[0]
+
+    async def prompt_problem(self, runner: Runner, request: GenerationRequest) -> str | None:
+        """A prompt longer than the model's context (``_prompt_and_context``)."""
+        counts = await self._prompt_and_context(runner, request)
+        if counts is None:
+            return None
+        tokens, n_ctx = counts
         if tokens >= n_ctx:
             return (
                 f"the prompt is {tokens} tokens, the context of model {request.model_id!r} "

@@ -63,6 +63,9 @@ class SimBackend(BackendSettings):
     of one's (default: the llama.cpp curve measured on 2 CPU cores)."""
 
     default_embedder: ClassVar[str] = "sim"
+    # A request without max_tokens gets a short answer: 256 simulated tokens
+    # at the default 0.05 s each kept a newcomer's first "hello" busy for 13 s.
+    default_max_tokens: ClassVar[int | None] = 16
 
     def make_runner(self) -> Runner:
         from tierlm.runners.simulated import SimulatedRunner
