@@ -207,6 +207,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         """Only a person waiting (or a pause) cuts an evaluation short."""
         now = event.time
         person = [o for o in self.policy.queued() if self.policy.tier(o, now) <= 1]
+        # Foreground flapping (docs/design.md §4.6): the surface the person just
+        # left yields to the new one; only a chat then still cuts it at once.
+        if self.policy._just_left(event.job, now):
+            person = [o for o in person if self.policy.tier(o, now) == 0]
         if event.reason is CancelReason.YIELD and person:
             self.violations.append(f"t={now}: {event.job!r} yielded while {person[0]!r} waits")
         if event.reason is CancelReason.PREEMPTED and not (person or self.sched.paused):
