@@ -84,7 +84,7 @@ def of(lang: str) -> list[Block]:
 
 
 def test_every_block_is_of_a_known_kind() -> None:
-    known = {"python", "toml", "json", "sh"} | NOT_RUN
+    known = {"python", "toml", "json", "sh", "yaml"} | NOT_RUN
     assert {block.where: block.lang for block in ALL if block.lang not in known} == {}
     for block in ALL:
         if block.fragment is not None:
@@ -151,6 +151,12 @@ def test_every_python_block_compiles_or_says_why_not(block: Block) -> None:
 @pytest.mark.parametrize("block", of("toml"), ids=lambda b: b.where)
 def test_toml_blocks_parse(block: Block) -> None:
     tomllib.loads(block.code)
+
+
+def test_yaml_blocks_parse() -> None:
+    yaml = pytest.importorskip("yaml")
+    for block in of("yaml"):
+        assert list(yaml.safe_load_all(block.code)), block.where
 
 
 @pytest.mark.parametrize("block", of("json"), ids=lambda b: b.where)
