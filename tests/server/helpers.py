@@ -294,3 +294,12 @@ def in_queue(state: Mapping[str, Any], job_id: int) -> int | None:
         if any(job["id"] == job_id for job in jobs):
             return int(tier)
     return None
+
+
+def error_message(error: openai.APIStatusError) -> str:
+    """The gateway's own message in an error the official client raised (its
+    ``message`` adds "Error code: N - {...}" in some versions of the client)."""
+    body = error.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"]
+    return error.message

@@ -16,7 +16,16 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.server.helpers import MESSAGES, Gateway, chat_body, in_queue, serve, sim_settings, sse
+from tests.server.helpers import (
+    MESSAGES,
+    Gateway,
+    chat_body,
+    error_message,
+    in_queue,
+    serve,
+    sim_settings,
+    sse,
+)
 
 KEYS = [
     {"key": "sk-admin", "name": "ops", "admin": True},
@@ -139,7 +148,7 @@ def test_the_deadline_header_needs_the_key_permission(gw: Gateway) -> None:
     with pytest.raises(openai.PermissionDeniedError) as info:
         denied.chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=2)
     assert info.value.code == "deadline_not_allowed"
-    assert info.value.message.endswith(
+    assert error_message(info.value).endswith(
         "X-Tierlm-Deadline: API key 'b' may not set deadlines "
         "(allow_deadline in its [[keys]] table)"
     )

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server.helpers import MESSAGES, Gateway, serve, sim_settings
+from tests.server.helpers import MESSAGES, Gateway, error_message, serve, sim_settings
 
 KEYS = [
     {"key": "sk-chat", "name": "chat-ui", "classes": ["chat"]},
@@ -34,7 +34,7 @@ def test_a_key_limited_to_extract_cannot_claim_chat(gw: Gateway) -> None:
     with pytest.raises(openai.PermissionDeniedError) as info:
         client.chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=2)
     assert info.value.status_code == 403
-    assert info.value.message.endswith(
+    assert error_message(info.value).endswith(
         "X-Tierlm-Class: class 'chat' is not allowed for API key 'indexer' (allowed: extract, gana)"
     )
     assert info.value.code == "class_not_allowed"
@@ -59,7 +59,7 @@ def test_a_key_gets_its_default_class_and_producer(gw: Gateway) -> None:
 def test_missing_or_wrong_key_is_401(gw: Gateway) -> None:
     with pytest.raises(openai.AuthenticationError) as info:
         gw.openai("sk-wrong").chat.completions.create(model="sim-a", messages=MESSAGES)
-    assert info.value.message.endswith("Authorization: invalid API key")
+    assert error_message(info.value).endswith("Authorization: invalid API key")
     response = httpx.post(f"{gw.url}/v1/chat/completions", json={"model": "sim-a"})
     assert response.status_code == 401
     assert "missing API key" in response.json()["error"]["message"]
