@@ -11,8 +11,8 @@ End-of-generation tokens are banned in both, so every stream runs its length.
 
     python bench/batched_decode.py [--repeats 3] [--tokens 96] [--ks 1,2,4,8,16]
 
-Writes bench/results/batched_decode.json and prints a table. Target (issue 24):
-the runner >= 0.9x the raw curve at the same k and threads. The default
+Writes batched_decode.json to the results folder (bench/_results.py) and prints a
+table. Target: the runner >= 0.9x the raw curve at the same k and threads. The default
 ``slots`` is the k where doubling stops paying (docs/design.md §2).
 """
 
@@ -36,13 +36,14 @@ from rich.console import Console
 from rich.table import Table
 
 from _batch_raw import raw_rate
+from _results import results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
 from tierlm.runners.llama_cpp.loader import open_vocab
 from tierlm.runners.requests import GenerationRequest
 
-RESULTS = Path(__file__).parent / "results" / "batched_decode.json"
+RESULTS = results_file("batched_decode")
 PARTIAL = Path("/tmp/batched_decode.partial.json")  # rows so far, if a run is cut short
 MODEL = "smollm2"
 TOPICS = ["dragons", "the sea", "a city", "a robot", "the moon", "a forest", "a ship", "a king"]

@@ -16,7 +16,7 @@ records:
 
     python bench/cluster.py [--replicas 3] [--seed 1]
 
-Writes bench/results/cluster.json and prints a table.
+Writes cluster.json to the results folder (bench/_results.py) and prints a table.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from tests.cluster.virtual_cluster import background, chats, run_cluster  # noqa: E402
 
+from _results import results_file  # noqa: E402
 from tierlm.testing import run_virtual  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results" / "cluster.json"
+RESULTS = results_file("cluster")
 ROUTERS = ("tierlm", "p2c")
 DURATION = 600.0
 

@@ -18,7 +18,7 @@ pass its path:
     python bench/vs_llama_server.py --server /work/llama-server-build/build/bin/llama-server \
         [--threads 1,2] [--streams 8,32] [--repeats 1]
 
-Writes bench/results/vs_llama_server.json and prints a table.
+Writes vs_llama_server.json to the results folder (bench/_results.py) and prints a table.
 """
 
 from __future__ import annotations
@@ -33,19 +33,19 @@ import statistics
 import subprocess
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import httpx
 from rich.console import Console
 from rich.table import Table
 
+from _results import results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
 from tierlm.runners.requests import GenerationRequest
 
-RESULTS = Path(__file__).parent / "results" / "vs_llama_server.json"
+RESULTS = results_file("vs_llama_server")
 MODEL = "smollm2"
 SLOTS = 8
 TOKENS = 256
