@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp.chat_format import chat_for_template
+from tierlm.runners.llama_cpp.literal_text import (
+    Piece,
+    mark_control_text,
+    split_rendered,
+    tokenize_pieces,
+)
 from tierlm.runners.llama_cpp.messages import LoadInfo
 from tierlm.runners.requests import GenerationRequest, Message
 
@@ -80,28 +86,43 @@ class _Text:
             spec.system_prompt,
         )
 
-    def render_chat(
+    def chat_pieces(
         self, messages: Sequence[Message], extra: Mapping[str, Any] | None = None
-    ) -> str:
+    ) -> list[Piece]:
         """The chat template applied to ``messages``, ready for the assistant's
         answer (as llama-cpp-python's chat completion does), with the tools
-        and tool calls of ``extra`` (``chat_format.py``)."""
+        and tool calls of ``extra`` (``chat_format.py``); cut where a message's
+        text must be tokenized as text (``literal_text.py``)."""
         formatter = _formatter(self.template, self.eos_text, self.bos_text)
-        rendered = [dict(m) for m in messages]
+        rendered, literals = mark_control_text(self.model, messages)
         if self.system_prompt is not None and not any(
             m.get("role") in ("system", "developer") for m in rendered
         ):
             rendered.insert(0, {"role": "system", "content": self.system_prompt})
         rendered, variables = chat_for_template(rendered, extra or {}, self.template)
         prompt: str = formatter(messages=rendered, **variables).prompt
-        return prompt
+        return split_rendered(prompt, literals)
 
     def prompt_text(self, request: GenerationRequest) -> str:
         """The text before the answer: the prompt, or the rendered chat."""
         if request.prompt is not None:
             return request.prompt
         assert request.messages is not None
-        return self.render_chat(request.messages, request.extra)
+        return "".join(text for text, _ in self.chat_pieces(request.messages, request.extra))
+
+    def prompt_tokens(self, request: GenerationRequest, resume: str = "") -> tuple[str, list[int]]:
+        """The text before the answer and the tokens of it + ``resume`` (the
+        resume text is tokenized with the template's last piece, as before)."""
+        if request.prompt is not None:
+            return request.prompt, self.tokenize(request.prompt + resume, prompt=True)
+        assert request.messages is not None
+        pieces = self.chat_pieces(request.messages, request.extra)
+        text = "".join(piece for piece, _ in pieces)
+        if resume and not pieces[-1][1]:
+            pieces[-1] = (pieces[-1][0] + resume, False)
+        elif resume:
+            pieces.append((resume, False))
+        return text, tokenize_pieces(self.model, pieces)
 
     def tokenize(self, text: str, *, prompt: bool) -> list[int]:
         """Chat: the template writes any BOS itself (llama-cpp-python's chat
@@ -113,8 +134,8 @@ class _Text:
 
     def render(self, request: GenerationRequest) -> tuple[str, int]:
         """The text the model continues from (+ resume text) and its tokens."""
-        text = self.prompt_text(request) + request.resume_text
-        return text, len(self.tokenize(text, prompt=request.prompt is not None))
+        text, tokens = self.prompt_tokens(request, request.resume_text)
+        return text + request.resume_text, len(tokens)
 
 
 @dataclass(slots=True)

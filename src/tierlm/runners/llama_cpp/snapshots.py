@@ -79,8 +79,8 @@ class Plan:
 
 
 def _tokens(model: LoadedModel, request: GenerationRequest, pool: KvPool | None) -> Plan:
-    text = model.text.prompt_text(request)
     resume = request.resume_text
+    text, prompt = model.text.prompt_tokens(request)
     found = pool.find_resume(model.key, text, resume) if pool is not None and resume else None
     if found is not None:
         source, n = found
@@ -95,11 +95,9 @@ def _tokens(model: LoadedModel, request: GenerationRequest, pool: KvPool | None)
             source.tokens[:n], source.n_prompt, text, resumed_from="tokens", source=source,
             carried=carried,
         )  # fmt: skip
-    prompt_mode = request.prompt is not None
-    prompt = model.text.tokenize(text, prompt=prompt_mode)
     if not resume:
         return Plan(prompt, len(prompt), text)
-    tokens = model.text.tokenize(text + resume, prompt=prompt_mode)
+    _, tokens = model.text.prompt_tokens(request, resume)
     segment = (len(tokens) - len(prompt), resume, True)
     return Plan(tokens, len(prompt), text, resumed_from="text", carried=[segment])
 
