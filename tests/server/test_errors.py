@@ -80,6 +80,8 @@ def test_malformed_body(gw: Gateway, content: bytes, message: str) -> None:
         ({"tool_choice": "required"}, "tool_choice", "needs tools"),
         ({"response_format": {"type": "xml"}}, "response_format.type", "must be one of text"),
         ({"logit_bias": {"a": 1}}, "logit_bias.a", "keys must be token ids"),
+        ({"logit_bias": {"²": 5}}, "logit_bias.²", "keys must be token ids"),
+        ({"logit_bias": {"٣": 5}}, "logit_bias.٣", "keys must be token ids"),
         ({"logit_bias": {"1": -101}}, "logit_bias.1", "between -100 and 100"),
         ({"mirostat_tau": 3.0}, "mirostat_tau", "no effect without mirostat_mode"),
         ({"top_logprobs": 2}, "top_logprobs", "needs logprobs: true"),

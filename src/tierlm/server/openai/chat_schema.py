@@ -180,7 +180,9 @@ ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponse
 
 def _token_ids(biases: dict[str, float] | None) -> dict[str, float] | None:
     for key in biases or {}:
-        if not key.isdigit():
+        # str.isdigit() is true of "²" and "٣", which int() then takes or refuses
+        # far from here: only ASCII digits are a token id.
+        if not (key.isascii() and key.isdigit()):
             raise FieldError(f"keys must be token ids (decimal integers), got {key!r}", key)
     return biases
 
