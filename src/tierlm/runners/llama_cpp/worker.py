@@ -15,13 +15,20 @@ import logging
 import os
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 
-from tierlm.runners.llama_cpp.control import ControlBlock
+from tierlm.runners.llama_cpp.control import HEARTBEAT_SECONDS, ControlBlock
 from tierlm.runners.llama_cpp.messages import Event, Log, Reply, Shutdown
 from tierlm.runners.llama_cpp.service import DecodeService
 
 __all__ = ["main"]
+
+
+def _heartbeat(control: ControlBlock) -> None:
+    while True:
+        control.beat()
+        time.sleep(HEARTBEAT_SECONDS)
 
 
 class _Forward(logging.Handler):
@@ -57,6 +64,8 @@ def main(argv: list[str]) -> int:
     conn = Connection(int(argv[1]))
     control = ControlBlock(int(argv[2]))
     control.release_fd()
+    # Before anything slow (importing llama.cpp): the watchdog counts from spawn.
+    threading.Thread(target=_heartbeat, args=(control,), name="heartbeat", daemon=True).start()
     send = Sender(conn)
     root = logging.getLogger()
     root.addHandler(_Forward(send))

@@ -4,7 +4,10 @@ supervisor or a load balancer polls.
 - ``GET /health``: 200 while the process serves requests at all, with a summary
   (backend, loaded model, queue depth). A supervisor restarts the process when
   this fails; a model that failed to load is no reason to (restarting would not
-  load it either), so that is ``/ready``'s to say.
+  load it either), so that is ``/ready``'s to say. Its ``status`` is ``ok``, or
+  ``degraded`` with ``worker_problem`` while the llama.cpp worker is silent or
+  restarting: the gateway heals that itself (its watchdog), so it is no reason
+  to restart the process either.
 - ``GET /ready``: 200 when a request can be served now: a model is loaded (or,
   with ``preload = false``, none is due yet), or the upstream answers; 503 with
   ``reason`` otherwise, and while the gateway shuts down. A load balancer sends
@@ -43,7 +46,9 @@ def _summary(gateway: Gateway) -> dict[str, Any]:
 
 async def health(request: Request) -> Response:
     gateway = _gateway(request)
-    return JSONResponse({"status": "ok", **_summary(gateway)})
+    summary = _summary(gateway)
+    status = "degraded" if summary.get("worker_problem") else "ok"
+    return JSONResponse({"status": status, **summary})
 
 
 async def ready(request: Request) -> Response:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tierlm.runners.errors import RunnerError
+from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT
 from tierlm.runners.llama_cpp.default_model import (
     DEFAULT_CHAT_MODEL_ID,
     DEFAULT_SYSTEM_PROMPT,
@@ -151,6 +152,12 @@ class LlamaCppBackend(BackendSettings):
     kv_pool_bytes: Annotated[int, Flag("--kv-pool-bytes", "N"), Field(ge=0)] = DEFAULT_KV_POOL_BYTES
     """Bytes of KV state kept for preempted generations and long prefixes (the
     runner's default, 512 MiB); 0 keeps none."""
+    stall_timeout: Annotated[float, Flag("--stall-timeout", "S"), Field(gt=0)] = (
+        DEFAULT_STALL_TIMEOUT
+    )
+    """Seconds the worker process may send no heartbeat (it beats twice a
+    second, also while llama.cpp computes) before it is killed, its requests
+    in flight fail with the reason, and a new worker loads the model again."""
 
     @model_validator(mode="before")
     @classmethod
@@ -193,6 +200,7 @@ class LlamaCppBackend(BackendSettings):
             },
             kv_pool_bytes=self.kv_pool_bytes,
             slots=self.slots,
+            stall_timeout=self.stall_timeout,
         )
 
     def runner_state(self, runner: Runner) -> Mapping[str, Any]:
@@ -204,7 +212,12 @@ class LlamaCppBackend(BackendSettings):
             "restarts": getattr(runner, "restarts", 0),
             "last_crash": getattr(runner, "last_crash", None),
             "extra_bufts_off": sorted(getattr(runner, "extra_bufts_off", ())),
+            "worker_problem": _worker_problem(runner),
         }
+
+    async def readiness(self, runner: Runner) -> str | None:
+        """Not ready while the worker is silent or restarting (its watchdog)."""
+        return _worker_problem(runner)
 
     async def _prompt_and_context(
         self, runner: Runner, request: GenerationRequest
@@ -245,3 +258,11 @@ class LlamaCppBackend(BackendSettings):
                 f"(n_ctx) is {n_ctx} tokens"
             )
         return None
+
+
+def _worker_problem(runner: Runner) -> str | None:
+    problem = getattr(runner, "worker_problem", None)
+    if problem is None:
+        return None
+    said: str | None = problem()
+    return said
