@@ -1,13 +1,16 @@
-"""LlamaCppRunner(slots=8) against llama.cpp's own C++ ``llama-server -np 8``, one run.
+"""tierlm with 8 slots against llama.cpp's own C++ ``llama-server -np 8``, one run.
 
-Issue 24's reference: continuous batching over 8 slots in C++. The same GGUF
+The reference is continuous batching over 8 slots in C++. Four systems: that
+server; the tierlm gateway (``tierlm serve --slots 8``, HTTP, every stream a
+``gana`` producer of its own); the same gateway with one slot (one sequence at
+a time, as before the batched device); and ``LlamaCppRunner(slots=8)`` driven
+directly (what the gateway adds is the difference). The same GGUF
 (SmolLM2-135M-Instruct Q4_1), the same thread count, 8 and 32 concurrent
 streams of 256 tokens each (end-of-generation banned: ``ignore_eos`` for the
-server, a -100 ``logit_bias`` for the runner), greedy. llama-server runs with
+server, a -100 ``logit_bias`` for tierlm), greedy. llama-server runs with
 ``--no-repack`` (the AMX crash, shared/FACTS.md) and ``-fa off`` (as
 llama-cpp-python), ``-c`` = 1024 x 8 (1024 per slot, as the runner's
-``n_ctx=1024``). The runner is driven directly (its k concurrent ``generate``
-calls; the gateway's comparison is bench/gateway_load.py's). Aggregate
+``n_ctx=1024``). Aggregate
 tokens/s = all streams' tokens / the wall time from the first request to the
 last token; systems alternate within each repeat.
 
@@ -31,6 +34,7 @@ import platform
 import socket
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -97,15 +101,52 @@ class Server:
         self.process.wait(10)
 
 
-async def server_rate(server: Server, streams: int) -> float:
+class Gateway:
+    """``tierlm serve`` on the default model with ``slots`` slots, on 127.0.0.1."""
+
+    def __init__(self, slots: int, threads: int) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [
+            sys.executable, "-m", "tierlm.cli", "serve", "--port", str(self.port),
+            "--slots", str(slots), "--n-threads", str(threads), "--n-ctx", str(N_CTX),
+            "--log-level", "warning",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def ready(self) -> None:
+        async with httpx.AsyncClient() as client:
+            for _ in range(1800):
+                try:
+                    if (await client.get(f"{self.url}/ready")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise RuntimeError("tierlm serve did not become ready")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+async def http_rate(server: Server | Gateway, streams: int) -> float:
+    ours = isinstance(server, Gateway)
     async with httpx.AsyncClient(timeout=None) as client:
 
         async def one(i: int) -> int:
-            body = {
+            body: dict[str, Any] = {
                 "messages": messages(i), "max_tokens": TOKENS, "temperature": 0.0,
-                "ignore_eos": True, "cache_prompt": False,
             }  # fmt: skip
-            reply = await client.post(f"{server.url}/v1/chat/completions", json=body)
+            if ours:  # background work of eight agents, each its own producer
+                body |= {"model": "smollm2-135m", "logit_bias": NO_END}
+                headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"agent-{i}"}
+            else:
+                body |= {"ignore_eos": True, "cache_prompt": False}
+                headers = {}
+            reply = await client.post(
+                f"{server.url}/v1/chat/completions", json=body, headers=headers
+            )
             reply.raise_for_status()
             tokens: int = reply.json()["usage"]["completion_tokens"]
             return tokens
@@ -136,31 +177,42 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
     rows = []
     for t in threads:
         server = Server(binary, str(spec.path), t)
+        batched, single = Gateway(SLOTS, t), Gateway(1, t)
         runner = LlamaCppRunner({MODEL: replace(spec, n_threads=t)}, slots=SLOTS)
         try:
-            await server.ready()
+            for up in (server, batched, single):
+                await up.ready()
             await runner.load(MODEL)
-            await server_rate(server, 2)  # warm-up
+            for up in (server, batched, single):  # warm-up
+                await http_rate(up, 2)
             await runner_rate(runner, 2)
             for n in streams:
-                theirs: list[float] = []
-                ours: list[float] = []
-                for _ in range(repeats):
-                    theirs.append(await server_rate(server, n))
-                    ours.append(await runner_rate(runner, n))
-                ratios = [o / s for o, s in zip(ours, theirs, strict=True)]
-                row = {
-                    "threads": t, "streams": n,
-                    "llama_server_tokens_per_s": round(statistics.median(theirs), 1),
-                    "runner_tokens_per_s": round(statistics.median(ours), 1),
-                    "runner_vs_llama_server": round(statistics.median(ratios), 3),
-                }  # fmt: skip
+                rates: dict[str, list[float]] = {name: [] for name in SYSTEMS}
+                for _ in range(repeats):  # the systems alternate within a repeat
+                    rates["llama_server"].append(await http_rate(server, n))
+                    rates["gateway"].append(await http_rate(batched, n))
+                    rates["gateway_one_slot"].append(await http_rate(single, n))
+                    rates["runner"].append(await runner_rate(runner, n))
+                row: dict[str, Any] = {"threads": t, "streams": n}
+                for name, seen in rates.items():
+                    row[f"{name}_tokens_per_s"] = round(statistics.median(seen), 1)
+                    if name != "llama_server":
+                        ratios = [o / s for o, s in zip(seen, rates["llama_server"], strict=True)]
+                        row[f"{name}_vs_llama_server"] = round(statistics.median(ratios), 3)
+                slot_gain = [
+                    b / o for b, o in zip(rates["gateway"], rates["gateway_one_slot"], strict=True)
+                ]
+                row["gateway_vs_one_slot"] = round(statistics.median(slot_gain), 3)
                 print(row, flush=True)
                 rows.append(row)
         finally:
-            server.stop()
+            for up in (server, batched, single):
+                up.stop()
             await runner.aclose()
     return rows
+
+
+SYSTEMS = ("llama_server", "gateway", "gateway_one_slot", "runner")
 
 
 def main() -> None:
@@ -174,13 +226,21 @@ def main() -> None:
     streams = [int(n) for n in args.streams.split(",")]
     load = os.getloadavg()[0]
     rows = asyncio.run(measure(args.server, threads, streams, args.repeats))
-    table = Table(title=f"aggregate tokens/s, {TOKENS} tokens a stream, {SLOTS} slots (medians)")
-    for column in ("threads", "streams", "llama-server -np 8", "runner slots=8", "ratio"):
+    table = Table(title=f"aggregate tokens/s, {TOKENS} tokens a stream (medians; x = vs -np 8)")
+    columns = (
+        "threads", "streams", "llama-server -np 8", "tierlm gateway slots=8",
+        "gateway slots=1", "runner slots=8", "slots=8 vs 1",
+    )  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(
             str(row["threads"]), str(row["streams"]), f"{row['llama_server_tokens_per_s']:.1f}",
-            f"{row['runner_tokens_per_s']:.1f}", f"{row['runner_vs_llama_server']:.2f}x",
+            *(
+                f"{row[f'{name}_tokens_per_s']:.1f} ({row[f'{name}_vs_llama_server']:.2f}x)"
+                for name in SYSTEMS[1:]
+            ),
+            f"{row['gateway_vs_one_slot']:.2f}x",
         )  # fmt: skip
     Console().print(table)
     RESULTS.parent.mkdir(exist_ok=True)

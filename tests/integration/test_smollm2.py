@@ -255,3 +255,34 @@ def test_a_preempted_generation_resumed_from_its_kv_snapshot_is_exact_20_of_20(
         await runner.aclose()
 
     run(main())
+
+
+def test_a_short_prompt_is_counted_while_a_huge_one_is_still_being_counted(
+    smollm2: Path,
+) -> None:
+    """Bounded admission (docs/design.md §1): counts run side by side in the
+    worker, so a person's prompt is not counted behind a 2 048-message chat
+    (about a second of template and tokenizer here). Counted in order of
+    completion, not in seconds."""
+
+    async def main() -> None:
+        runner = runner_for(smollm2)
+        await runner.load(MODEL)
+        turns = ("user", "assistant")
+        huge = [{"role": turns[i % 2], "content": "word " * 30} for i in range(2048)]
+        done: list[str] = []
+
+        async def count(name: str, messages: list[dict[str, str]]) -> int:
+            request = GenerationRequest(model_id=MODEL, messages=messages, max_tokens=1)
+            tokens = await runner.count_prompt_tokens(request)
+            done.append(name)
+            return tokens
+
+        big = asyncio.ensure_future(count("huge", huge))
+        await asyncio.sleep(0)  # the huge count is sent first
+        small = await count("person", FRANCE)
+        assert await big > 2048 * 30 > small
+        assert done == ["person", "huge"]
+        await runner.aclose()
+
+    run(main())

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 
 from tests.server.helpers import Gateway, serve, serve_default_model
@@ -96,6 +97,27 @@ def test_json_schema_strict(gw: Gateway) -> None:
     }
     answer = chat(gw, messages=ALICE, response_format=response_format)
     jsonschema.validate(json.loads(answer.choices[0].message.content), PERSON)
+
+
+def test_a_schema_at_the_nesting_limit_is_served_and_one_past_it_is_a_400(gw: Gateway) -> None:
+    """Bounded admission (docs/design.md §1): 15 levels of ``anyOf`` are 31 of
+    JSON nesting, within the 32 allowed; 16 are 33."""
+
+    def nested(levels: int) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "integer"}
+        for _ in range(levels):
+            schema = {"anyOf": [schema, {"type": "null"}]}
+        return schema
+
+    def response_format(levels: int) -> dict[str, Any]:
+        return {"type": "json_schema", "json_schema": {"name": "n", "schema": nested(levels)}}
+
+    answer = chat(gw, response_format=response_format(15), max_tokens=8)
+    value = json.loads(answer.choices[0].message.content)
+    assert value is None or isinstance(value, int)
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(gw, response_format=response_format(16), max_tokens=8)
+    assert info.value.param == "response_format.json_schema.schema"  # type: ignore[attr-defined]
 
 
 # -- tool calls ----------------------------------------------------------------------

@@ -57,7 +57,11 @@ def test_malformed_body(gw: Gateway, content: bytes, message: str) -> None:
     ("change", "param", "message"),
     [
         ({"model": 3}, "model", "must be a non-empty string naming a model, got an integer"),
-        ({"messages": "hi"}, "messages", "must be a non-empty array of messages, got a string"),
+        (
+            {"messages": "hi"},
+            "messages",
+            "must be a non-empty array of up to 2048 messages, got a string",
+        ),
         ({"messages": []}, "messages", "must be a non-empty array"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "must be one of"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "got an integer"),

@@ -30,6 +30,7 @@ them, and a newline inside a JSON string is not JSON.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,7 +44,7 @@ from tierlm.runners.llama_cpp.schema_keywords import (
 )
 from tierlm.runners.tool_calls import CLOSE_TAG, OPEN_TAG
 
-__all__ = ["GRAMMAR_KEYWORDS", "request_grammar", "tool_choice"]
+__all__ = ["GRAMMAR_KEYWORDS", "MAX_GRAMMAR_BYTES", "request_grammar", "tool_choice"]
 
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
@@ -54,8 +55,43 @@ def tool_choice(extra: Mapping[str, Any]) -> Any:
     return extra.get("tool_choice") or "auto"
 
 
+MAX_GRAMMAR_BYTES = 1024 * 1024
+"""A grammar's GBNF text (given, or made from a schema and tools): 1 MiB, far
+beyond any schema within the gateway's limits (64 KiB of schema made ~200 kB
+of grammar here), so that llama.cpp parses it in milliseconds
+(docs/design.md §1 "Bounded admission")."""
+_GRAMMAR_OPTIONS = ("grammar", "response_format", "tools", "tool_choice", "parallel_tool_calls")
+
+
 def request_grammar(extra: Mapping[str, Any], model_id: str) -> str | None:
-    """The grammar for a request's options, None if its output is free."""
+    """The grammar for a request's options, None if its output is free.
+
+    Made once per distinct set of options: the check before the request is
+    queued and the generation's sampler share it (docs/design.md §1
+    "Bounded admission")."""
+    try:
+        key = json.dumps({k: extra.get(k) for k in _GRAMMAR_OPTIONS}, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON (a library caller's objects): not cached
+        grammar = _make_grammar(extra, model_id)
+    else:
+        grammar = _cached_grammar(key, model_id)
+    if grammar is not None and len(grammar) > MAX_GRAMMAR_BYTES:
+        param = "grammar" if extra.get("grammar") is not None else "response_format"
+        raise InvalidRequest(
+            f"{param}: the grammar is {len(grammar)} bytes, over the limit of "
+            f"{MAX_GRAMMAR_BYTES}; simplify it",
+            param=param,
+            model_id=model_id,
+        )
+    return grammar
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_grammar(key: str, model_id: str) -> str | None:
+    return _make_grammar(json.loads(key), model_id)
+
+
+def _make_grammar(extra: Mapping[str, Any], model_id: str) -> str | None:
     raw = extra.get("grammar")
     if raw is not None:
         return str(raw)

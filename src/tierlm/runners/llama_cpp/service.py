@@ -23,6 +23,7 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
@@ -60,6 +61,7 @@ logger = logging.getLogger("tierlm.runners.llama_cpp")
 # The start-up probe: a prompt of several tokens (the AMX crash is in batched
 # decodes) and two sampled tokens.
 PROBE_PROMPT = "The quick brown fox jumps over the lazy dog."
+RENDER_THREADS = 4
 PROBE_TOKENS = 2
 
 
@@ -73,6 +75,13 @@ class DecodeService:
         self._thread = threading.Thread(target=self._run, name="tierlm-llama-decode", daemon=True)
         self._model: LoadedModel | None = None
         self._vocabs: dict[tuple[str, str, str | None, str | None], Vocab] = {}
+        self._vocabs_lock = threading.Lock()
+        # docs/design.md §1 "Bounded admission": counts run side by side, so a
+        # long one (a huge chat, a big schema's grammar) holds one thread, not
+        # every request's count behind it. Four: a person's count finds a free
+        # thread unless four slow ones arrived together, and each of those is
+        # bounded by the gateway's limits.
+        self._renders = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="tierlm-render")
         self._faults: list[FaultInjection] = []
         self._pool = KvPool()
         self._slots = 1
@@ -85,7 +94,7 @@ class DecodeService:
     def handle(self, command: Command) -> None:
         """Take one command from the runner (on the command thread)."""
         if isinstance(command, RenderPrompt):
-            self._render(command)
+            self._renders.submit(self._render, command)
         elif isinstance(command, InjectFault):
             self._faults.append(command.fault)
             self._send(Reply(command.call_id))
@@ -94,6 +103,7 @@ class DecodeService:
 
     def stop(self) -> None:
         """Finish what is queued, free the model, and end the decode thread."""
+        self._renders.shutdown(wait=False, cancel_futures=True)
         self._queue.put(None)
         self._thread.join()
 
@@ -265,9 +275,10 @@ class DecodeService:
         spec = command.spec
         key = (command.model_id, str(spec.path), spec.chat_template, spec.system_prompt)
         try:
-            vocab = self._vocabs.get(key)
-            if vocab is None:
-                vocab = self._vocabs[key] = open_vocab(command.model_id, command.spec)
+            with self._vocabs_lock:  # one copy per model, whichever thread asks first
+                vocab = self._vocabs.get(key)
+                if vocab is None:
+                    vocab = self._vocabs[key] = open_vocab(command.model_id, command.spec)
             rendered = vocab.text.render(command.request)
             # What the generation would refuse, refused now: before the request waits.
             check_options(vocab.text.model, command.request)

@@ -10,6 +10,7 @@ on, or the gateway refuses it with a 400 (``compat.py``).
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -19,6 +20,9 @@ from tierlm.server.settings.schema import Expect, FieldError, Schema
 
 __all__ = [
     "CONTENT",
+    "MAX_MESSAGES",
+    "MAX_SCHEMA_BYTES",
+    "MAX_SCHEMA_DEPTH",
     "FunctionCall",
     "LogitBias",
     "Message",
@@ -42,7 +46,51 @@ def _name(value: str) -> str:
 
 
 FunctionName = Annotated[str, AfterValidator(_name)]
-JsonSchema = Annotated[dict[str, Any], Expect("a JSON schema (an object)")]
+
+MAX_MESSAGES = 2048
+"""OpenAI's own limit on ``messages``. Rendering and counting a chat costs
+about 0.5 ms a message here (the template, then the tokenizer), work done
+before the request is queued: 2 048 messages is about a second at most,
+25 000 were minutes (docs/design.md §1 "Bounded admission")."""
+MAX_SCHEMA_DEPTH = 32
+"""JSON nesting of one schema (``response_format``'s, a tool's parameters): about
+16 levels of subschemas (each a keyword's object or array, then the
+subschema). Agent libraries' schemas (LangChain, instructor, pydantic models)
+nest under 10 levels. A grammar is built from the schema on the worker
+before the request is queued, and llama.cpp's converter can double its work
+per level of nested alternatives (26 levels of ``anyOf`` took 21 s), time a
+person's request would wait behind: docs/design.md §1 "Bounded admission"."""
+MAX_SCHEMA_BYTES = 64 * 1024
+"""A schema's JSON text: 64 KiB, dozens of times the largest tool schema of the
+agent frameworks we test, so that its grammar is built in milliseconds."""
+
+
+def _bounded_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    def depth(node: Any) -> int:
+        children = node.values() if isinstance(node, dict) else node
+        if not isinstance(node, dict | list) or not children:
+            return 0
+        deepest = 0
+        for child in children:
+            deepest = max(deepest, depth(child))
+            if deepest >= MAX_SCHEMA_DEPTH:
+                break  # deep enough to refuse: look no further
+        return deepest + 1
+
+    if depth(schema) > MAX_SCHEMA_DEPTH:
+        raise FieldError(
+            f"nested deeper than {MAX_SCHEMA_DEPTH} levels of JSON (the grammar's cost "
+            "grows with each level); flatten it, or use $defs and $ref"
+        )
+    size = len(json.dumps(schema, ensure_ascii=False))
+    if size > MAX_SCHEMA_BYTES:
+        raise FieldError(f"{size} bytes of JSON, over the limit of {MAX_SCHEMA_BYTES}")
+    return schema
+
+
+JsonSchema = Annotated[
+    dict[str, Any], AfterValidator(_bounded_schema), Expect("a JSON schema (an object)")
+]
 
 
 class TextPart(Schema):

@@ -29,6 +29,7 @@ from pydantic import (
 
 from tierlm.server.edge.errors import APIError
 from tierlm.server.openai.chat_schema import (
+    MAX_MESSAGES,
     LogitBias,
     Message,
     NamedToolChoice,
@@ -226,8 +227,8 @@ class ChatRequest(GenerationFields):
 
     messages: Annotated[
         list[Annotated[Message, Expect("an object with role and content")]],
-        Field(min_length=1),
-        Expect("a non-empty array of messages"),
+        Field(min_length=1, max_length=MAX_MESSAGES),
+        Expect(f"a non-empty array of up to {MAX_MESSAGES} messages"),
     ]
     max_completion_tokens: int | None = None
     """OpenAI's newer name for ``max_tokens``; it wins when both are given."""

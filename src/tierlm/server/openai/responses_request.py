@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from tierlm.server.openai.chat_schema import MAX_MESSAGES
 from tierlm.server.settings.schema import Expect, FieldError, Schema
 
 __all__ = ["NamedTool", "ResponsesRequest", "chat_messages"]
@@ -103,6 +104,8 @@ class ResponsesRequest(Schema):
         messages += chat_messages(self.input)
         if not messages:
             raise FieldError("must hold at least one item", "input")
+        if len(messages) > MAX_MESSAGES:
+            raise FieldError(f"at most {MAX_MESSAGES} messages, got {len(messages)}", "input")
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         optional = {
             "max_tokens": self.max_output_tokens,
