@@ -161,6 +161,7 @@ def server_view(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[
     for labels, value in samples.get("tierlm_jobs_total", ()):
         jobs[f"{labels.get('class')}/{labels.get('outcome')}"] = value
     return {
+        "event_loop_lag": loop_lag(samples),
         "ttft_mean_by_class": {c: sums[c] / counts[c] for c in sums if counts.get(c)},
         "ttft_count_by_class": counts,
         "preemptions": sum(by("tierlm_preemptions_total", "class").values()),
@@ -168,3 +169,16 @@ def server_view(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[
         "rejected": by("tierlm_rejected_requests_total", "reason"),
         "client_disconnects": by("tierlm_client_disconnects_total", "state"),
     }
+
+
+def loop_lag(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float | None]:
+    """The gateway's own event-loop lag (``tierlm_event_loop_lag_seconds``): p99 as
+    the upper bound of its histogram bucket, and the largest seen."""
+    buckets = sorted(
+        (float(labels["le"]), value)
+        for labels, value in samples.get("tierlm_event_loop_lag_seconds_bucket", ())
+    )
+    total = buckets[-1][1] if buckets else 0.0
+    p99 = next((le for le, count in buckets if count >= 0.99 * total), None) if total else None
+    largest = samples.get("tierlm_event_loop_lag_max_seconds", [({}, None)])[0][1]
+    return {"p99_at_most": p99, "max": largest, "probes": total}

@@ -141,6 +141,15 @@ def table(inp: dict[str, Any], gw: dict[str, Any], server: dict[str, Any], title
         "",
         "",
     )
+    own = sv.get("event_loop_lag") or {}
+    if own.get("probes"):
+        t.add_row(
+            "gateway's own loop lag p99 (bucket) / max",
+            "",
+            f"<= {ms(own['p99_at_most'])} / {ms(own['max'])}",
+            "",
+            "",
+        )
     chat_lag = gw.get("chat_process_loop_lag")
     if chat_lag:
         t.add_row(

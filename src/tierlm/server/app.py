@@ -40,6 +40,7 @@ from tierlm.server.edge.request_id import RequestIdMiddleware
 from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive, keep_alive_seconds
+from tierlm.server.gateway.loop_lag import LoopLagProbe
 from tierlm.server.openai import embeddings, routes
 from tierlm.server.ops import dashboard, health, openapi, routing, scheduler_api
 from tierlm.server.settings.embedders import off_summary
@@ -128,6 +129,9 @@ def create_app(
         async with contextlib.AsyncExitStack() as stack:
             await gateway.start()
             stack.push_async_callback(gateway.aclose)
+            loop_lag = LoopLagProbe(gateway.metrics.registry)
+            loop_lag.start()
+            stack.push_async_callback(loop_lag.aclose)
             keep_alive = KeepAlive(gateway.scheduler, keep_alive_seconds(settings.backend.models))
             keep_alive.start()
             app.state.keep_alive = keep_alive
