@@ -67,7 +67,7 @@ async def short(runner: LlamaCppRunner) -> None:
 
 async def evaluated_at_least(runner: LlamaCppRunner, tokens: int) -> None:
     """Wait until the evaluation under way has done ``tokens`` (its batches)."""
-    worker = runner._worker  # WorkerThread: the worker's service, in this process
+    worker = runner._supervisor.worker  # WorkerThread: the worker's service, here
     llm = worker._service._model.llm
     # Polled: llama.cpp's decode thread advances n_tokens and signals nothing.
     while llm.n_tokens < tokens:  # noqa: ASYNC110
