@@ -6,7 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from tierlm import JobStarted, RunEnded, Scheduler, SchedulerConfig, SchedulerEvent
+from tierlm import (
+    JobStarted,
+    Preempting,
+    RunEnded,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerEvent,
+)
 from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.runners.simulated import LLAMA_CPP_CPU_BATCH_COST
 from tierlm.testing import run_virtual
@@ -192,3 +199,34 @@ def test_a_producer_with_one_stream_gets_a_slot_every_step() -> None:
     steps = round(60.0 / TOKEN)
     assert lone >= 0.9 * steps, (lone, steps)
     assert crowd >= 0.9 * 3 * steps, crowd
+
+
+def fairness_preemptions(slots: int) -> int:
+    """Preemptions for fairness in the agents workload (16 producers, one
+    stream each, 300 tokens)."""
+
+    async def main() -> int:
+        async with Scheduler(device(slots)) as sched:
+            cuts = 0
+
+            def watch(event: SchedulerEvent) -> None:
+                nonlocal cuts
+                cuts += isinstance(event, Preempting)
+
+            sched.add_listener(watch)
+            counts: Counter[int] = Counter()
+            await asyncio.gather(*background(sched, 16, 300, counts))
+            assert sum(counts.values()) == 16 * 300
+            return cuts
+
+    return run_virtual(main())
+
+
+def test_a_batch_rotates_producers_no_more_often_than_one_slot() -> None:
+    """docs/design.md §4.7: a slice is a share of device time. Beside seven
+    others a job uses its slice eight times more slowly, so eight slots hand
+    over no more often than one (each hand-over costs a batch a step's worth
+    of an empty slot and a prefill)."""
+    one, eight = fairness_preemptions(1), fairness_preemptions(8)
+    assert one > 0
+    assert eight <= one, (one, eight)

@@ -35,7 +35,9 @@ def test_a_blocked_loop_shows_as_lag() -> None:
         before = gateway.metric("tierlm_event_loop_lag_max_seconds")
         assert before < BLOCK / 2  # an idle loop is on time
         reply = gateway.openai().chat.completions.create(
-            model="sim-a", messages=MESSAGES, max_tokens=2  # type: ignore[arg-type]
+            model="sim-a",
+            messages=MESSAGES,
+            max_tokens=2,  # type: ignore[arg-type]
         )
         assert reply.choices[0].message.content
         time.sleep(0.3)  # the probe's next wake-up records it

@@ -23,6 +23,7 @@ from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.order import policy_order
 from tierlm.core.queues import T3_AFTER_POOL, Candidate
+from tierlm.core.slices import SliceClocks
 from tierlm.core.slots import plan
 from tierlm.core.turns import chat_order
 
@@ -70,7 +71,7 @@ class TieredPolicy:
         self._caps = {n: c.budget.share for n, c in self.classes.items() if c.budget}
         # The jobs holding a slot, in start order (docs/design.md §4.7).
         self._running: dict[int, Job] = {}
-        self._slice_start: dict[int, float | None] = {}  # each one's slice: after its swap
+        self._slices = SliceClocks(config.slice)  # each one's slice: after its swap
         self._loaded_at_pick: str | None = None
         self._pool_running: set[int] = set()  # those running in the pool's own order
         self._pool_cache: dict[str, tuple[object, Candidate | None]] = {}
@@ -110,7 +111,7 @@ class TieredPolicy:
         if job.task_class.tier == Tier.T0:
             self._book.turns.served(job.producer)  # docs/design.md §4.2 persons in turn
         # A job that needs a swap starts its slice when the swap ends (swapped).
-        self._slice_start[job.id] = now if job.model_id == self._loaded_at_pick else None
+        self._slices.start(job.id, now, begun=job.model_id == self._loaded_at_pick)
         self.holds.busy()
         if job.task_class.fair:
             self.fair.start(job, now)
@@ -136,7 +137,7 @@ class TieredPolicy:
         self._book.advance(now)
         if self._running.pop(job.id, None) is None:
             return
-        self._slice_start.pop(job.id, None)
+        self._slices.stop(job.id, now)
         self._pool_running.discard(job.id)
         if job.task_class.fair:
             # docs/design.md §4 fair pool: "you ran, you pay", cancelled or not, swap included.
@@ -155,7 +156,7 @@ class TieredPolicy:
         self.holds.swapped(model_id, seconds)
         for job in self._running.values():
             if job.model_id == model_id:
-                self._slice_start[job.id] = now
+                self._slices.restart(job.id, now)
         self._loaded_at_pick = model_id
 
     def _prepare(self, now: float) -> None:
@@ -383,8 +384,7 @@ class TieredPolicy:
             return None
         self._prepare(now)
         run_rank = self._rank(running, now)
-        start = self._slice_start.get(running.id)
-        in_slice = start is None or now - start < self.config.slice - _EPSILON
+        in_slice = self._slices.in_slice(running.id, now)
         # The pool's own order (T4) can displace only a pool job past its slice,
         # or overdue work waiting for the floor; anything else yields only to a
         # higher tier, so the hot case (an arrival) skips the EEVDF descent.
@@ -440,22 +440,14 @@ class TieredPolicy:
         for running in self._running.values():
             if not (running.task_class.requeue and queued):
                 continue
-            start = self._slice_start.get(running.id)
-            if running.task_class.fair and start is not None:
-                times.append(self._next_slice_end(now, start))
+            if running.task_class.fair and self._slices.begun(running.id):
+                times.append(self._slices.next_end(running.id, now))
             overdue_runs = running.task_class.tier == Tier.T3 or (
                 running.task_class.fair and running.id not in self._pool_running
             )
             if overdue_runs and self._book.fresh and not self.floor.active:
                 times.append(self.floor.wakeup(now))
         return min(times) if times else None
-
-    def _next_slice_end(self, now: float, start: float) -> float:
-        slice_ = self.config.slice
-        boundary = start + slice_ * max(1, math.ceil((now - start) / slice_))
-        while boundary <= now + _EPSILON:
-            boundary += slice_
-        return boundary
 
     # -- observation ----------------------------------------------------------
 
@@ -491,4 +483,3 @@ class TieredPolicy:
 
 
 _NO_SKIP: frozenset[str] = frozenset()
-_EPSILON = 1e-9  # float slack on timer instants (a boundary must be hit, not missed)
