@@ -13,6 +13,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -50,6 +51,24 @@ def served() -> Iterator[tuple[str, str]]:
         assert "no backend named: serving the embedded SmolLM2-135M-Instruct" in output
 
 
+def a_long_answer_under_way(url: str) -> tuple[Iterator[Any], list[str]]:
+    """A 400-token stream, read until its first piece: the worker is generating."""
+    stream = client(url).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Count from 1 to 500, separated by commas."}],
+        temperature=0,
+        max_tokens=400,
+        stream=True,
+    )
+    chunks = iter(stream)
+    pieces: list[str] = []
+    while not pieces:
+        chunk = next(chunks)
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+    return chunks, pieces
+
+
 def state(url: str) -> dict[str, object]:
     data: dict[str, object] = httpx.get(f"{url}/v1/scheduler/state", timeout=TIMEOUT).json()
     return data
@@ -77,19 +96,7 @@ def test_a_worker_crash_fails_that_request_only(served: tuple[str, str]) -> None
     assert samples["tierlm_worker_pid"] == pid
     assert samples["tierlm_worker_restarts_total"] == restarts
 
-    stream = client(url).chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "Count from 1 to 500, separated by commas."}],
-        temperature=0,
-        max_tokens=400,
-        stream=True,
-    )
-    chunks = iter(stream)
-    pieces: list[str] = []
-    while not pieces:  # the worker is generating
-        chunk = next(chunks)
-        if chunk.choices and chunk.choices[0].delta.content:
-            pieces.append(chunk.choices[0].delta.content)
+    chunks, pieces = a_long_answer_under_way(url)
     os.kill(pid, signal.SIGSEGV)
     with pytest.raises(
         openai.APIError, match=r"the llama.cpp worker crashed \(.*\) while generating"
@@ -121,19 +128,7 @@ def test_a_stopped_worker_is_killed_and_replaced_and_health_says_so() -> None:
     with tierlm_serve(*argv, start_timeout=START) as (url, _):
         runner = state(url)["gateway"]["runner"]  # type: ignore[index]
         pid, restarts = runner["worker_pid"], runner["restarts"]
-        stream = client(url).chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "Count from 1 to 500, separated by commas."}],
-            temperature=0,
-            max_tokens=400,
-            stream=True,
-        )
-        chunks = iter(stream)
-        pieces: list[str] = []
-        while not pieces:  # the worker is generating
-            chunk = next(chunks)
-            if chunk.choices and chunk.choices[0].delta.content:
-                pieces.append(chunk.choices[0].delta.content)
+        chunks, pieces = a_long_answer_under_way(url)
         os.kill(pid, signal.SIGSTOP)
         try:
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
