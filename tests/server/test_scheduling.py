@@ -9,8 +9,10 @@ which cancels its job: the blocker ends with its block.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
+from typing import Any
 
 import httpx
 import openai
@@ -353,3 +355,50 @@ def test_work_for_another_model_says_in_the_log_why_it_waits(
     waits = [m for m in said if "needs model 'sim-b' while 'sim-a' is loaded" in m]
     assert len(waits) == 1 and "scheduler.chat_grace" in waits[0] and "0.3 s" in waits[0]
     assert any(m.startswith("swapping model 'sim-a' -> 'sim-b' for job") for m in said)
+
+
+def test_a_burst_of_waiting_streams_replays_the_queue_a_few_times_not_once_each(
+    gateway: Gateway,
+) -> None:
+    """Each admission changes the queue; looking up positions for each new
+    stream replayed a growing queue once per request (500 at once held the
+    event loop for 5 s in bench/gateway_load.py). Positions are looked up at
+    most every POSITION_INTERVAL for all streams: every stream is still told
+    its place, with a handful of replays instead of one per stream."""
+    policy = gateway.core.scheduler.policy
+    real_queue_order = policy.queue_order
+    replays = 0
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal replays
+        replays += 1
+        return real_queue_order(*args, **kwargs)
+
+    streams = 120
+
+    async def first_position(client: httpx.AsyncClient) -> tuple[int, int, int]:
+        body = {**chat_body(max_tokens=2), "stream": True}
+        async with client.stream(
+            "POST", "/v1/chat/completions", json=body, headers=GANA
+        ) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith(": tierlm queued"):
+                    return queued(line)
+        raise AssertionError("the stream ended without a position")
+
+    async def burst() -> list[tuple[int, int, int]]:
+        limits = httpx.Limits(max_connections=streams + 1)
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=WAIT, limits=limits) as client:
+            return await asyncio.gather(*(first_position(client) for _ in range(streams)))
+
+    with sse(gateway, chat_body(max_tokens=LONG)):  # the blocker: everything waits
+        gateway.wait_running("chat")
+        policy.queue_order = counted  # type: ignore[method-assign]
+        try:
+            told = asyncio.run(burst())
+        finally:
+            policy.queue_order = real_queue_order  # type: ignore[method-assign]
+    assert len({job for job, _, _ in told}) == streams
+    assert all(tier == 4 and position >= 1 for _, tier, position in told)
+    assert replays <= streams // 4, replays

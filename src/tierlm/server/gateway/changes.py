@@ -5,17 +5,21 @@ waits for it to change (``changed``). A waiting request's stream that shows its
 queue position ``watch``-es: it is woken after events, at most every
 ``POSITION_INTERVAL``, to look up its position again
 (``Scheduler.queue_positions``). Nothing here copies the queue: the positions
-are the scheduler's.
+are the scheduler's, looked up at most every ``POSITION_INTERVAL`` (``position``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Mapping
 
 from tierlm.shell.events import SchedulerEvent
 
-__all__ = ["POSITION_INTERVAL", "Changes"]
+__all__ = ["POSITION_INTERVAL", "Changes", "Positions"]
+
+Positions = Mapping[int, tuple[int, int]]
+"""{job id: (effective tier, place in the queue)}: ``Scheduler.queue_positions``."""
 
 # How often, at most, waiting streams are told a new position: a person reading
 # "waiting behind 3 jobs" needs a few updates a second, not one per event. With
@@ -37,6 +41,8 @@ class Changes:
         self._wake_pending = False
         self.loop: asyncio.AbstractEventLoop | None = None
         """The app's loop, once started."""
+        self._positions: Positions = {}
+        self._positions_at = -POSITION_INTERVAL  # loop time of that look-up
 
     def start(self) -> None:
         """Bind to the running loop (the app's lifespan)."""
@@ -61,6 +67,33 @@ class Changes:
 
     def unwatch(self, wake: asyncio.Event) -> None:
         self._watchers.discard(wake)
+
+    def position(
+        self, job_id: int, wake: asyncio.Event, look_up: Callable[[], Positions]
+    ) -> tuple[int, int] | None:
+        """Where ``job_id`` waits, from ``look_up`` (the policy's dispatch order)
+        called at most every ``POSITION_INTERVAL``; between, the last answer.
+
+        Every admission changes the queue, so looking up per stream start costs
+        O(queue log queue) each: 500 requests arriving together held the event
+        loop for seconds (bench/gateway_load.py; docs/design.md §2 "Snapshot and
+        queue order"). A job the
+        last answer does not know yet (it arrived since) gets None, and ``wake``
+        is set when the next look-up is allowed, so it is told its place then.
+        """
+        loop = self.loop
+        if loop is None:  # not started (a test's bare gateway): no throttle
+            return look_up().get(job_id)
+        now = loop.time()
+        next_allowed = self._positions_at + POSITION_INTERVAL
+        if now >= next_allowed:
+            self._positions = look_up()
+            self._positions_at = now
+            return self._positions.get(job_id)
+        where = self._positions.get(job_id)
+        if where is None:
+            loop.call_at(next_allowed, wake.set)
+        return where
 
     def close(self) -> None:
         """Live views end (they check ``closing`` when woken)."""

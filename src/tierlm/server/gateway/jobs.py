@@ -140,7 +140,9 @@ class GatewayJob:
         token; None once it produces."""
         state = self.handle.state
         if state is JobState.QUEUED:
-            where = self.gateway.scheduler.queue_positions().get(self.id)
+            where = self.gateway.changes.position(
+                self.id, self.wake, self.gateway.scheduler.queue_positions
+            )
             if where is None:
                 return None
             tier, position = where
