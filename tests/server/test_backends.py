@@ -13,6 +13,7 @@ import pytest
 from tests.runners.fake_servers import make_app
 from tests.runners.helpers import FakeState, free_port
 from tests.server.helpers import MESSAGES, Gateway, run_app, serve
+from tierlm.server.settings.embedders import minilm_installed
 from tierlm.server.settings.sources import settings_from_dict
 
 
@@ -28,7 +29,9 @@ def test_openai_backend(upstream: Gateway) -> None:
     )
     with serve(settings) as gw:
         client = gw.openai()
-        assert [m.id for m in client.models.list()] == ["up"]
+        # MiniLM too, by default, wherever the [embed] extra is installed.
+        embed = ["all-MiniLM-L6-v2"] if minilm_installed() else []
+        assert [m.id for m in client.models.list()] == ["up", *embed]
         completion = client.chat.completions.create(model="up", messages=MESSAGES, max_tokens=4)
         assert completion.choices[0].message.content == "w0 w1 w2 w3 "
         stream = client.completions.create(model="up", prompt="x", max_tokens=3, stream=True)
@@ -41,8 +44,10 @@ def test_openai_backend_without_models_passes_names_upstream(upstream: Gateway) 
     settings = settings_from_dict({"backend": {"kind": "openai", "url": f"{upstream.url}/v1"}})
     with serve(settings) as gw:
         client = gw.openai()
-        # Whatever the upstream lists (here a sim gateway, its embedding model too).
-        assert [m.id for m in client.models.list()] == ["sim-a", "sim-b", "sim-embed"]
+        # Whatever the upstream lists (here a sim gateway, its embedding model too),
+        # then this gateway's own embedding model (MiniLM by default with [embed]).
+        embed = ["all-MiniLM-L6-v2"] if minilm_installed() else []
+        assert [m.id for m in client.models.list()] == ["sim-a", "sim-b", "sim-embed", *embed]
         completion = client.chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=2)
         assert completion.choices[0].message.content == "w0 w1 "
 

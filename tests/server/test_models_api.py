@@ -89,7 +89,11 @@ def test_unload_waits_for_the_running_job(gw: Gateway) -> None:
 
 def test_an_upstream_backend_cannot_unload(gw: Gateway) -> None:
     settings = settings_from_dict(
-        {"backend": {"kind": "openai", "url": gw.url, "api_key": "sk-user", "models": ["sim-a"]}}
+        {
+            "backend": {"kind": "openai", "url": gw.url, "api_key": "sk-user", "models": ["sim-a"]},
+            # The LLM models' cards only (MiniLM is served by default with [embed]).
+            "embeddings": {"backend": "none"},
+        }
     )
     with serve(settings) as upstream:
         assert states(upstream, "x") == {"sim-a": "upstream"}
@@ -135,7 +139,9 @@ def test_llama_cpp_models_show_their_load_options(tiny_models: TinyModels) -> No
                     "a": {"path": str(tiny_models.a), **model},
                     "b": {"path": str(tiny_models.b), **model, "keep_alive": "1h"},
                 },
-            }
+            },
+            # The LLM models' cards only (MiniLM is served by default with [embed]).
+            "embeddings": {"backend": "none"},
         }
     )
     with serve(settings) as gw:

@@ -61,6 +61,7 @@ from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.openai.embedding_request import MAX_INPUTS, EmbeddingRequest
 from tierlm.server.openai.requests import parse
+from tierlm.server.settings.embedders import LazyEmbedder, off_message
 
 __all__ = ["MAX_INPUTS", "render", "routes", "shorten"]
 
@@ -145,14 +146,17 @@ async def create_embeddings(request: Request) -> Response:
     if service is None:
         raise APIError(
             404,
-            "/v1/embeddings: embeddings are not enabled on this gateway; set "
-            "[embeddings] backend in the config file (or --embed-backend)",
+            off_message(),
             code="embeddings_disabled",
             reason="embeddings_disabled",
         )
     body = await read_json(request, gateway.settings.limits.max_body_bytes)
-    params = _embedding_request(body, service)
     lane = service.running_lane()
+    if isinstance(lane.embedder, LazyEmbedder) and not lane.embedder.loaded:
+        # The default MiniLM loads on its first request (seconds: torch), in a
+        # thread: token ids are read with its tokenizer before the lane runs.
+        await _load(lane.embedder, service.model)
+    params = _embedding_request(body, service)
     try:
         vectors = await _embed(request, lane, params.texts)
     except LaneFull:
@@ -181,6 +185,21 @@ async def create_embeddings(request: Request) -> Response:
     else:
         payload = render(vectors, params, service.model, max_tokens)
     return Response(payload, media_type="application/json")
+
+
+async def _load(embedder: LazyEmbedder, model: str) -> None:
+    try:
+        await asyncio.to_thread(embedder.load)
+    except Exception as exc:
+        # The cause goes to the log, not to the client; the next request tries again.
+        logger.error("embedder %r failed to load: %r", model, exc)
+        raise APIError(
+            500,
+            f"embedder {model!r} failed to load; the gateway's log has the details "
+            f"(request id {current_request_id()})",
+            code="backend_error",
+            type="server_error",
+        ) from None
 
 
 def _embedder_failed(exc: EmbeddingFailed, params: EmbeddingRequest, model: str) -> APIError:

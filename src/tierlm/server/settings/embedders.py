@@ -5,26 +5,45 @@ how to build it. ``AnyEmbeddings`` is the registry (docs/design.md §5)."""
 from __future__ import annotations
 
 import importlib.util
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, Field
 
-from tierlm.embedding import Embedder
+from tierlm.embedding import Embedder, Vector
 from tierlm.embedding.lane import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, DEFAULT_MAX_WAIT_MS
 from tierlm.server.settings.backends.llama_cpp import GGUFFile
 from tierlm.server.settings.schema import Flag, PathField, Required, Schema
+
+if TYPE_CHECKING:
+    from tierlm.embedding import SentenceTransformerEmbedder
 
 __all__ = [
     "EMBEDDERS",
     "AnyEmbeddings",
     "EmbeddingSettings",
+    "LazyEmbedder",
     "LlamaCppEmbeddings",
     "MiniLMEmbeddings",
     "NoEmbeddings",
     "SimEmbeddings",
+    "default_embedder",
+    "minilm_installed",
+    "off_message",
     "off_summary",
 ]
+
+logger = logging.getLogger("tierlm.server")
+
+# The packaged all-MiniLM-L6-v2's dimension and input window (its
+# 1_Pooling/config.json and sentence_bert_config.json): known without loading
+# it, so the lane is built around it before torch is imported.
+PACKAGED_MINILM_DIM = 384
+PACKAGED_MINILM_WINDOW = 256
 
 
 class EmbeddingSettings(Schema):
@@ -131,12 +150,86 @@ class MiniLMEmbeddings(EmbeddingSettings):
         return needed
 
     def summary(self) -> str:
-        return super().summary() + (f" ({self.path})" if self.path else "")
+        if self.path is not None:
+            return f"{super().summary()} ({self.path})"
+        return f"{super().summary()} (loaded on the first request)"
 
     def make_embedder(self) -> Embedder:
         from tierlm.embedding import SentenceTransformerEmbedder
 
-        return SentenceTransformerEmbedder(self.path)
+        if self.path is not None:
+            # Another model's dimension is only known once loaded: loaded now.
+            return SentenceTransformerEmbedder(self.path)
+        # The packaged model is served by default wherever [embed] is installed:
+        # importing torch and loading it costs seconds and ~300 MB, which a
+        # gateway that never embeds should not pay at every start.
+        return LazyEmbedder(
+            SentenceTransformerEmbedder,
+            PACKAGED_MINILM_DIM,
+            PACKAGED_MINILM_WINDOW,
+            name=self.default_model,
+        )
+
+
+class LazyEmbedder:
+    """An embedder whose model is loaded on its first use, with its dimension and
+    window given up front so the lane can be built before that.
+
+    ``load`` blocks (seconds: torch); the lane calls ``embed_batch`` in a worker
+    thread, and ``/v1/embeddings`` calls ``load`` in one before reading token
+    ids with the tokenizer, so the event loop never waits for it. A failed load
+    is tried again on the next request. Thread-safe: one load, however many
+    batches start at once."""
+
+    def __init__(
+        self,
+        build: Callable[[], SentenceTransformerEmbedder],
+        dim: int,
+        max_input_tokens: int,
+        *,
+        name: str,
+    ) -> None:
+        self.name = name
+        self.dim = dim
+        self.max_input_tokens = max_input_tokens
+        self._build = build
+        self._embedder: SentenceTransformerEmbedder | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._embedder is not None
+
+    def load(self) -> SentenceTransformerEmbedder:
+        """The model, loaded now if it is not yet."""
+        with self._lock:
+            if self._embedder is None:
+                started = time.monotonic()
+                embedder = self._build()
+                if (embedder.dim, embedder.max_input_tokens) != (self.dim, self.max_input_tokens):
+                    # The lane checks every vector against `dim`: a mismatch
+                    # would fail every batch, said here once instead.
+                    raise ValueError(
+                        f"{embedder.model_path}: {embedder.dim} dimensions and a window of "
+                        f"{embedder.max_input_tokens} tokens, expected {self.dim} and "
+                        f"{self.max_input_tokens}"
+                    )
+                self._embedder = embedder
+                logger.info(
+                    "embeddings: loaded %s in %.1f s (its first request)",
+                    self.name,
+                    time.monotonic() - started,
+                )
+            return self._embedder
+
+    def embed_batch(self, texts: Sequence[str]) -> list[Vector]:
+        """Blocking (the first call loads the model): the lane runs it in a thread."""
+        return self.load().embed_batch(texts)
+
+    @property
+    def _model(self) -> Any:
+        # What the token-id decoder reads the tokenizer from (token_decoder).
+        return self.load()._model
 
 
 class LlamaCppEmbeddings(EmbeddingSettings):
@@ -173,21 +266,50 @@ class LlamaCppEmbeddings(EmbeddingSettings):
 
 class NoEmbeddings(EmbeddingSettings):
     """Nothing: ``/v1/embeddings`` answers 404. A gateway in front of a real model
-    does not answer with made-up vectors unless asked to."""
+    does not answer with made-up vectors: without the ``[embed]`` extra, or when
+    asked (``backend = "none"``), it answers none."""
 
     backend: Literal["none"] = "none"
     enabled: ClassVar[bool] = False
 
 
+def minilm_installed() -> bool:
+    """The ``[embed]`` extra is installed: sentence-transformers and the packaged
+    MiniLM (found without importing them)."""
+    return not MiniLMEmbeddings().missing_packages()
+
+
+def default_embedder(backend_default: str) -> str:
+    """What ``[embeddings]`` without ``backend`` serves: the LLM backend's
+    default, except that "none" is MiniLM when the ``[embed]`` extra is
+    installed (installing it is asking for it; it is loaded on the first request)."""
+    if backend_default == "none" and minilm_installed():
+        return "minilm"
+    return backend_default
+
+
 def off_summary() -> str:
-    """How the logs and ``--check`` say embeddings are off: with the way to turn
-    them on when the ``[embed]`` extra is installed (off by default all the
-    same: loading torch and MiniLM costs seconds and memory nobody asked for)."""
-    if MiniLMEmbeddings().missing_packages():
-        return "off"
+    """How the logs and ``--check`` say embeddings are off, and how to turn them
+    on: install the extra, or (installed, so "none" was asked for) unset it."""
+    if not minilm_installed():
+        return (
+            "off (the [embed] extra is not installed: pip install 'tierlm[embed]' "
+            "serves all-MiniLM-L6-v2)"
+        )
+    return 'off (embeddings.backend = "none"; --embed-backend minilm serves all-MiniLM-L6-v2)'
+
+
+def off_message() -> str:
+    """The 404 of ``/v1/embeddings`` when embeddings are off: why, and how to turn them on."""
+    if not minilm_installed():
+        return (
+            "/v1/embeddings: embeddings are off on this gateway: the [embed] extra is not "
+            "installed (pip install 'tierlm[embed]' serves all-MiniLM-L6-v2 by default), or "
+            "set [embeddings] backend in the config file (or --embed-backend)"
+        )
     return (
-        "off (the [embed] extra is installed: --embed-backend minilm, or "
-        '[embeddings] backend = "minilm", serves all-MiniLM-L6-v2)'
+        '/v1/embeddings: embeddings are off on this gateway (embeddings.backend = "none"); '
+        "--embed-backend minilm (or leaving it unset) serves all-MiniLM-L6-v2"
     )
 
 
@@ -198,8 +320,9 @@ AnyEmbeddings = Annotated[
     _Embedders, Field(discriminator="backend"), Flag("--embed-backend", "KIND")
 ]
 """``[embeddings]``: one of ``EMBEDDERS``, told apart by ``backend``. Unset, it
-is the LLM backend's ``default_embedder``: ``sim`` with the sim backend, so
-``tierlm serve`` serves the whole API out of the box; ``none`` otherwise."""
+is ``default_embedder`` of the LLM backend's: ``sim`` with the sim backend, so
+``tierlm serve`` serves the whole API out of the box; otherwise ``minilm`` when
+the ``[embed]`` extra is installed, else ``none``."""
 
 
 def with_backend(value: Any, default: str) -> Any:

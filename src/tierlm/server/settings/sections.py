@@ -43,7 +43,12 @@ from tierlm.server.settings.access import (
     resolve_keys,
 )
 from tierlm.server.settings.backends import DEFAULT_BACKEND, AnyBackend, backend_class
-from tierlm.server.settings.embedders import AnyEmbeddings, SimEmbeddings, with_backend
+from tierlm.server.settings.embedders import (
+    AnyEmbeddings,
+    SimEmbeddings,
+    default_embedder,
+    with_backend,
+)
 from tierlm.server.settings.schema import Expect, FieldError, Flag, Schema
 
 __all__ = [
@@ -302,7 +307,8 @@ class ServerSettings(Schema):
     """``/metrics``: without a key, vLLM's names (docs/distributed.md)."""
     embeddings: AnyEmbeddings = Field(default_factory=SimEmbeddings)
     """``/v1/embeddings``, on the embedding lane: ``backend`` = minilm, llama-cpp,
-    sim or none (unset: sim with the sim backend, none otherwise)."""
+    sim or none (unset: sim with the sim backend, else minilm when the ``[embed]``
+    extra is installed, else none)."""
 
     _classes: dict[str, TaskClass] = PrivateAttr(default_factory=dict)
     _queue_limits: dict[str, int] = PrivateAttr(default_factory=dict)
@@ -315,7 +321,9 @@ class ServerSettings(Schema):
         if not isinstance(value, Mapping):
             return value
         backend = backend_class(value.get("backend")) or DEFAULT_BACKEND
-        embeddings = with_backend(value.get("embeddings", {}), backend.default_embedder)
+        embeddings = with_backend(
+            value.get("embeddings", {}), default_embedder(backend.default_embedder)
+        )
         value = {**value, "embeddings": embeddings}
         # [limits] without default_max_tokens: the backend's own, if it has one.
         limits = value.get("limits", {})
