@@ -60,7 +60,7 @@ streaming while a long background prompt is read; large enough that a
 DEFAULT_SLOTS = 8
 """The slots to deploy llama.cpp with when batching (docs/design.md §2): the
 last doubling of k that still gains >= 1.4x aggregate tokens/s at the default
-thread count on the quiet-machine curve (shared/FACTS.md: 2 threads 96 -> 142
+thread count on the curve measured on a quiet machine here (2 threads 96 -> 142
 tokens/s for k = 4 -> 8, 1.48x; 8 -> 16 gains 1.35x for twice the KV memory),
 and what bench/results/batched_decode.json shows here. ``LlamaCppRunner``'s
 own default stays 1 (one at a time) until the shell runs several generations
@@ -86,7 +86,7 @@ def _step_cost(aggregate: dict[int, float], slots: int) -> tuple[float, ...]:
 
 CPU_STEP_COST = _step_cost({1: 33.0, 2: 59.0, 4: 96.0, 8: 142.0, 16: 192.0}, 256)
 """The step time of n sequences relative to one on these machines' CPUs (2
-threads, SmolLM2-135M Q4_1, shared/FACTS.md "Batching": 33, 59, 96, 142, 192
+threads, SmolLM2-135M Q4_1, measured on a quiet machine here: 33, 59, 96, 142, 192
 tokens/s for k = 1, 2, 4, 8, 16): 1.0, 1.12, 1.38, 1.86, 2.75. The chat
 latency guard reads it (docs/design.md §4.7); a GPU's curve is flatter, so on
 one the guard cuts more than it must, never less."""
