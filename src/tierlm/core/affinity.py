@@ -3,17 +3,20 @@ best job on the loaded model, which one runs, or whether to wait.
 
 - B's model is loaded (or none is): run B.
 - B is T0 or T1 (a person is waiting): swap and run B.
-- Same-model work first, falling through tiers, unless B has waited
-  ``max_affinity_wait`` (the starvation bound).
+- Same-model work first, falling through tiers, unless some model's best job
+  has waited ``max_affinity_wait`` (the starvation bound, over every model):
+  then swap to the one that has waited longest.
 - Otherwise swap to B, but not while a person may type again on the loaded
-  model (``SwapHolds``: chat_grace, chat_idle with the chat page open, both
-  capped by ski rental when the device would idle).
+  model (``SwapHolds``: chat_grace, chat_idle with the chat page open; the
+  grace capped by ski rental when the device would idle), nor for a moment
+  after a job ends whose producer sends its next at once (``Anticipation``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tierlm.core.anticipation import Anticipation
 from tierlm.core.classes import Tier
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Job
@@ -41,18 +44,40 @@ def choose(
     max_affinity_wait: float,
     holds: SwapHolds,
     chat_open: bool,
+    oldest: tuple[int, Job] | None = None,
+    anticipation: Anticipation | None = None,
+    loaded_job: Job | None = None,
 ) -> Choice:
+    """``oldest``: of the best jobs of the models not loaded, the one that was
+    submitted first (id, job); ``anticipation``: the producers' think times;
+    ``loaded_job``: ``best_loaded``'s job."""
     rank, _key, best_id = best
     if loaded_model is None or best_job.model_id == loaded_model:
         return Choice(best_id)
     if rank <= Tier.T1:
         return Choice(best_id)
-    starve_at = best_job.submitted_at + max_affinity_wait
-    if best_loaded is not None and now < starve_at:
-        return Choice(best_loaded[2], affinity_expiry=starve_at)
+    waiting_id, waiting = oldest if oldest is not None else (best_id, best_job)
+    starve_at = min(best_job.submitted_at, waiting.submitted_at) + max_affinity_wait
+    if now >= starve_at:
+        # docs/design.md §4.8: no model's work waits past max_affinity_wait
+        # for its swap, whichever model the pool would pick; the loaded
+        # model's work that has waited as long goes first (one swap, a batch).
+        older = waiting.submitted_at < best_job.submitted_at
+        target_id, target = (waiting_id, waiting) if older else (best_id, best_job)
+        if loaded_job is not None and loaded_job.submitted_at <= target.submitted_at:
+            assert best_loaded is not None
+            return Choice(best_loaded[2])
+    else:
+        target_id, target = best_id, best_job
+        if best_loaded is not None:
+            return Choice(best_loaded[2], affinity_expiry=starve_at)
+        if anticipation is not None:
+            held = anticipation.hold_end(now, loaded_model, holds.swap_estimate(target.model_id))
+            if held is not None:
+                return Choice(None, hold_expiry=min(held, starve_at))
     hold_end = holds.hold_end(
-        now, loaded_model, best_job.model_id, chat_open=chat_open, idle=best_loaded is None
+        now, loaded_model, target.model_id, chat_open=chat_open, idle=best_loaded is None
     )
     if hold_end is not None and now < hold_end:
         return Choice(best_loaded[2] if best_loaded is not None else None, hold_expiry=hold_end)
-    return Choice(best_id)
+    return Choice(target_id)

@@ -63,6 +63,13 @@ class Device:
     ``(1.0, 1.1, 1.3, ...)``. Empty: unknown, taken as flat. The chat latency
     guard reads it (docs/design.md §4.7)."""
 
+    evaluations: Mapping[int, float] = field(default_factory=dict)
+    """Seconds each running job's current run spent before its first token
+    (so far, while it has none): the evaluation a resume without its KV state
+    would redo. A fair slice grows to be worth it (docs/design.md §4.6 a slice
+    worth its resume). Empty when the runner restores KV state
+    (``Runner.restores_kv``); a job still swapping is absent."""
+
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ValueError(f"Device.slots: must be >= 1, got {self.slots!r}")

@@ -13,13 +13,21 @@ Both are capped by ski rental: idling costs what it lasts, a swap costs what
 it measures, so with work queued for another model the device idles at most
 ``grace_factor`` swap times (a 0.1 s swap never idles the device for 30 s; a
 10 s phone swap keeps the seed's 30 s). The cap counts from when the device
-started idling with that work waiting. A hold that only delays a swap while
-same-model work runs costs nothing and is not capped.
+started idling with that work waiting. With the chat page open the cap is
+``OPEN_PAGE_SWAPS`` swaps instead: the bet is on a person's wait. A hold that
+only delays a swap while same-model work runs costs nothing and is not capped.
 """
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SWAP_ESTIMATE", "SwapHolds"]
+__all__ = ["DEFAULT_SWAP_ESTIMATE", "OPEN_PAGE_SWAPS", "SwapHolds"]
+
+OPEN_PAGE_SWAPS = 10.0
+"""With the chat page open, the most swap times a hold idles the device for
+(docs/design.md §4.8). A lost bet there costs a person a swap's wait, which
+tierlm promises not to make them pay for background work; an idle second costs
+background throughput. Ten swaps keep the whole 60 s ``chat_idle`` on the
+seed's 10 s swap, and a 0.1 s swap still frees the device after 1 s."""
 
 DEFAULT_SWAP_ESTIMATE = 10.0
 """Seed: "a model swap costs ~10 s". Used until a swap has been measured."""
@@ -78,8 +86,13 @@ class SwapHolds:
             return None
         end = last_chat + (self.chat_idle if chat_open else self.chat_grace)
         if idle:
+            # docs/design.md §4.8 ski rental. With the chat page open a lost
+            # bet costs a person the swap back, so the hold may idle up to
+            # OPEN_PAGE_SWAPS swaps: a person typing every 40-50 s under the
+            # 3-swap cap waited 10-20 s on most messages.
+            swaps = OPEN_PAGE_SWAPS if chat_open else self.grace_factor
             since = self._held_since if self._held_since is not None else now
-            end = min(end, since + self.grace_factor * self.swap_estimate(target_model))
+            end = min(end, since + swaps * self.swap_estimate(target_model))
         return end
 
     def idling(self, now: float) -> None:

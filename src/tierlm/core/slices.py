@@ -12,8 +12,18 @@ the share is all of it: the slice is the wall-clock slice, as before.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
-__all__ = ["SliceClocks"]
+__all__ = ["RESUME_SHARE", "SliceClocks"]
+
+RESUME_SHARE = 0.25
+"""docs/design.md §4.6 a slice worth its resume: a fair slice never cuts a job
+whose resume would redo more than this share of the slice. A backend without
+KV restore re-evaluates the prompt on resume; a 20 000-token prompt (10 s) cut
+at every 4 s slice advanced about a token per turn and finished after 414 s
+instead of 30 s, the device spending ~90 % re-evaluating. A quarter keeps the
+re-evaluation to at most a quarter of each of the job's turns, while prompts of
+up to 1 s (most of them) still rotate at the 4 s slice."""
 
 _EPSILON = 1e-9  # float slack on timer instants (a boundary must be hit, not missed)
 
@@ -26,6 +36,16 @@ class SliceClocks:
         self.slice = slice_seconds
         self._used: dict[int, float | None] = {}
         self._clock = 0.0
+        self.evaluations: Mapping[int, float] = {}
+        """The last decision's ``Device.evaluations``: what each running job's
+        resume would redo (docs/design.md §4.6 a slice worth its resume)."""
+
+    def length(self, job_id: int) -> float:
+        """Its slice: the configured one, or longer so that what a resume
+        would redo is at most RESUME_SHARE of it. A runner that restores KV
+        reports no evaluations, and one whose resumes prove cheap measures
+        that on its next run: the configured slice again."""
+        return max(self.slice, self.evaluations.get(job_id, 0.0) / RESUME_SHARE)
 
     def _tick(self, now: float) -> None:
         """Share the time since the last change among the running jobs."""
@@ -64,14 +84,15 @@ class SliceClocks:
         """Whether its current slice still has time in it (a job whose slice
         has not begun is in it)."""
         used = self._used_at(job_id, now)
-        return used is None or used < self.slice - _EPSILON
+        return used is None or used < self.length(job_id) - _EPSILON
 
     def next_end(self, job_id: int, now: float) -> float:
         """When its current slice ends, if the running set stays as it is (a
         change is an event, after which this is asked again)."""
         used = self._used_at(job_id, now)
         assert used is not None
-        remaining = self.slice * max(1, math.ceil(used / self.slice)) - used
+        length = self.length(job_id)
+        remaining = length * max(1, math.ceil(used / length)) - used
         if remaining <= _EPSILON:
-            remaining += self.slice
+            remaining += length
         return now + remaining * len(self._used)

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 
 from tierlm.core import fair_choice
 from tierlm.core.affinity import choose
+from tierlm.core.anticipation import Anticipation
 from tierlm.core.book import JobBook
 from tierlm.core.budget import BudgetMeter
 from tierlm.core.classes import T1, T2, T3, T4, TaskClass, Tier
@@ -26,6 +27,7 @@ from tierlm.core.queues import T3_AFTER_POOL, Candidate
 from tierlm.core.slices import SliceClocks
 from tierlm.core.slots import plan
 from tierlm.core.turns import chat_order
+from tierlm.core.wakeups import next_wakeup
 
 __all__ = ["TieredPolicy"]
 
@@ -62,6 +64,7 @@ class TieredPolicy:
         )
         self.floor = PoolFloor(config.pool_floor, exit_after=config.slice)
         self.holds = SwapHolds(config.chat_grace, config.chat_idle, config.grace_factor)
+        self.anticipation = Anticipation()  # docs/design.md §4.8 anticipatory holds
         self.foreground: Foreground | None = None
         self._book = JobBook(self.fair)
         self._jobs = self._book.jobs
@@ -87,12 +90,14 @@ class TieredPolicy:
     def submit(self, job: Job, now: float) -> None:
         self._book.advance(now)
         self._book.add(job, now)
+        self.anticipation.submitted(job.producer, job.model_id, now)
 
     def requeue(self, job: Job, now: float) -> None:
         """docs/design.md §4 re-queue: back to the front of its tier (it keeps its
         id); in the pool a return at the same instant keeps its place."""
         self._book.advance(now)
         self._book.add(job, now)
+        self.anticipation.returned(job.producer, job.model_id)
 
     def remove(self, job: Job, now: float) -> None:
         if job.id in self._book.live:
@@ -145,6 +150,8 @@ class TieredPolicy:
         self._remix(now)
         if job.task_class.tier == Tier.T0:
             self.holds.chat_ended(job.model_id, now)
+        else:  # a person's next message is the chat holds' business
+            self.anticipation.ended(job.producer, job.model_id, now)
 
     def swapped(self, model_id: str, seconds: float, now: float) -> None:
         """The shell measured a swap (docs/design.md §4 affinity, ski rental).
@@ -270,6 +277,7 @@ class TieredPolicy:
         stands for it): enough to know whether anything outranks ``extra``."""
         best: Candidate | None = None
         best_loaded: Candidate | None = None
+        oldest: tuple[int, Job] | None = None  # the longest-waiting model's best job
         in_pool = mine = None
         if extra is not None:
             mine = self._candidate(extra, now, skip)
@@ -305,6 +313,10 @@ class TieredPolicy:
                 best = candidate
             if model_id == loaded_model:
                 best_loaded = candidate
+            else:
+                job = self._job_of(candidate[2], extra)
+                if oldest is None or job.submitted_at < oldest[1].submitted_at:
+                    oldest = (candidate[2], job)
         if best is None:
             return None
         best_job = extra if extra is not None and extra.id == best[2] else self._jobs[best[2]]
@@ -317,11 +329,18 @@ class TieredPolicy:
             max_affinity_wait=self.config.max_affinity_wait,
             holds=self.holds,
             chat_open=self._chat_surface_open(),
+            oldest=oldest,
+            anticipation=self.anticipation,
+            loaded_job=self._job_of(best_loaded[2], extra) if best_loaded is not None else None,
         )
         for expiry in (choice.affinity_expiry, choice.hold_expiry):
             if expiry is not None:
                 self._wake.append(expiry)
         return choice.job_id
+
+    def _job_of(self, job_id: int, extra: Job | None) -> Job:
+        """A candidate's job: queued, or ``extra`` (the running one, in the pick)."""
+        return extra if extra is not None and extra.id == job_id else self._jobs[job_id]
 
     def _chat_surface_open(self) -> bool:
         foreground = self.foreground
@@ -342,6 +361,7 @@ class TieredPolicy:
         §4.7 (``slots.plan``) over this policy's one-sequence answers."""
         self._wake = []
         self.holds.runner_estimate = device.swap_estimate
+        self._slices.evaluations = device.evaluations
         decision = plan(self, now, device, self.config.chat_slowdown)
         self._wake = []
         return decision
@@ -422,32 +442,19 @@ class TieredPolicy:
         return left is not None and now < left[1] and left[0].matches(job)
 
     def next_wakeup(self, now: float) -> float | None:
-        """When the last decision may change with no event.
-
-        A fair job's deadline (it becomes T3 and may preempt), the end of a
-        chat hold, a best job reaching ``max_affinity_wait``, the running pool
-        job's next slice boundary, and the moment overdue work would bring the
-        pool to its floor. Not the budget window: a budget never idles the
-        device and never preempts, so its edge changes nothing until the next
-        dispatch.
-        """
+        """When the last decision may change with no event (``wakeups``)."""
         self._book.advance(now)  # deadlines due by now are applied, not reported again
-        times = [expiry for expiry in self._wake if expiry > now]
-        deadline = self._book.next_deadline()
-        if deadline is not None:
-            times.append(deadline)
-        queued = self._book.fresh + len(self._book.overdue)
-        for running in self._running.values():
-            if not (running.task_class.requeue and queued):
-                continue
-            if running.task_class.fair and self._slices.begun(running.id):
-                times.append(self._slices.next_end(running.id, now))
-            overdue_runs = running.task_class.tier == Tier.T3 or (
-                running.task_class.fair and running.id not in self._pool_running
-            )
-            if overdue_runs and self._book.fresh and not self.floor.active:
-                times.append(self.floor.wakeup(now))
-        return min(times) if times else None
+        return next_wakeup(
+            now,
+            expiries=self._wake,
+            next_deadline=self._book.next_deadline(),
+            queued=self._book.fresh + len(self._book.overdue),
+            fresh=self._book.fresh,
+            running=self._running.values(),
+            pool_running=self._pool_running,
+            slices=self._slices,
+            floor=self.floor,
+        )
 
     # -- observation ----------------------------------------------------------
 

@@ -90,6 +90,8 @@ class Entry(Generic[T]):
     preemptions: int = 0
     cancel_requested: CancelReason | None = None
     started_at: float | None = None
+    context: JobContext | None = None
+    """The current run's context, once its work began (after any swap)."""
 
 
 # How a run ended: the shell's typed results.
@@ -128,6 +130,9 @@ class Dispatcher:
         # What the runner knows of its swaps before one is measured (docs/design.md §4.8).
         estimate = getattr(runner, "swap_estimate", None)
         self.swap_estimate: float | None = float(estimate) if estimate is not None else None
+        # A runner that resumes from KV snapshots redoes no evaluation: its
+        # slices need not stretch (docs/design.md §4.6 a slice worth its resume).
+        self.restores_kv = bool(getattr(runner, "restores_kv", False))
         self.model: str | None = runner.loaded_model
         """The model the device holds, or is swapping to."""
         self.swapping_to: str | None = None
@@ -264,7 +269,12 @@ class Dispatcher:
         self.version += 1
         now = self.loop.time()
         stopping = {}
+        evaluations = {}
         for job_id, entry in self.running.items():
+            ctx = entry.context
+            if ctx is not None and not self.restores_kv:
+                first = ctx.first_live_at
+                evaluations[job_id] = (now if first is None else first) - ctx.started_at
             assert entry.token is not None
             reason = entry.token.reason
             if reason is not None:
@@ -280,6 +290,7 @@ class Dispatcher:
             whole=frozenset(j for j, e in self.running.items() if not e.job.resumable),
             swap_estimate=self.swap_estimate,
             step_cost=self.step_cost,
+            evaluations=evaluations,
         )
         decision = self.policy.decide(now, device)
         for job, preemption in decision.stop:
@@ -319,6 +330,7 @@ class Dispatcher:
         _transition(entry, JobState.RUNNING)
         self.running[entry.job.id] = entry
         entry.started_at = now
+        entry.context = None  # the new run's, once its work begins
         if self.model != entry.job.model_id or self.runner.loaded_model != entry.job.model_id:
             # Its swap starts now: no other sequence joins until it is done
             # (a swap empties every slot, docs/design.md §4.7).
@@ -344,6 +356,7 @@ class Dispatcher:
                 entry.journal,
                 on_direct=lambda: self._drives_runner(entry),
             )
+            entry.context = ctx
             outcome = _Returned(await entry.work(ctx))
         except Cancelled as exc:
             outcome = _Stopped(token.reason or exc.reason)
@@ -437,6 +450,7 @@ class Dispatcher:
         self.policy.finished(job, now)
         self.running.pop(job.id, None)
         entry.started_at = None
+        entry.context = None
         self.stuck.pop(job.id, None)
         if isinstance(outcome, _Stopped):
             reason = entry.cancel_requested or outcome.reason

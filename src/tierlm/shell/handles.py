@@ -136,7 +136,17 @@ class JobContext:
     ``runner`` already holds ``model_id`` when ``work`` starts.
     """
 
-    __slots__ = ("_journal", "_on_direct", "_runner", "attempt", "cancel", "job_id", "model_id")
+    __slots__ = (
+        "_journal",
+        "_on_direct",
+        "_runner",
+        "attempt",
+        "cancel",
+        "first_live_at",
+        "job_id",
+        "model_id",
+        "started_at",
+    )
 
     def __init__(
         self,
@@ -156,6 +166,18 @@ class JobContext:
         """1 on the first run, 2 after one preemption, and so on."""
         self._journal = journal
         self._on_direct = on_direct
+        self.started_at = asyncio.get_running_loop().time()
+        """When this run's work began (after any swap)."""
+        self.first_live_at: float | None = None
+        """When the runner gave this run its first token (a journal replay's
+        are not the runner's): ``started_at`` to here is what the run spent
+        evaluating, what a resume without its KV state redoes (docs/design.md
+        §4.6 a slice worth its resume)."""
+
+    def _live(self) -> None:
+        """The runner produced a token for this run."""
+        if self.first_live_at is None:
+            self.first_live_at = asyncio.get_running_loop().time()
 
     @property
     def runner(self) -> Runner:
@@ -214,6 +236,7 @@ class JobContext:
         if journal is None:
             async with aclosing_stream(self._runner.generate(request, self.cancel)) as stream:
                 async for piece in stream:
+                    self._live()
                     yield piece
             self.cancel.raise_if_cancelled()
             return
@@ -226,6 +249,7 @@ class JobContext:
             if live is not None:
                 async with aclosing_stream(self._runner.generate(live, self.cancel)) as stream:
                     async for piece in stream:
+                        self._live()
                         journal.add(record, piece)
                         yield piece
             if not self.cancel.cancelled:
@@ -302,6 +326,7 @@ class ResumingGeneration:
                 async with aclosing_stream(ctx._runner.generate(live, ctx.cancel)) as stream:
                     async for piece in stream:
                         last = loop.time()
+                        ctx._live()
                         if first is None:
                             first = last
                             if self.first_token_at is None:

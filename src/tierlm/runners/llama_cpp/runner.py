@@ -160,6 +160,12 @@ class LlamaCppRunner:
     # -- state --------------------------------------------------------------
 
     @property
+    def restores_kv(self) -> bool:
+        """A preempted generation resumes from its KV snapshot, not by
+        re-evaluating (the shell's slices read it: docs/design.md §4.6)."""
+        return self.kv_pool_bytes > 0
+
+    @property
     def worker_pid(self) -> int | None:
         """The worker process's pid (this process's with ``isolation="thread"``);
         None before the first load and while no worker runs."""
