@@ -25,7 +25,7 @@ definition is here or in the module it names, with its reason:
 - budget (``tierlm.sim.budget_metrics``): each budgeted class's share of busy
   time in every 300 s window, and in the windows contended by work the policy
   could have run.
-- waits: per class, from submit to the job's first dispatch.
+- waits: per class (and per producer), from submit to the job's first dispatch.
 - deadlines: lateness = max(0, end - deadline); a job not done by the end
   counts with horizon - deadline (a lower bound).
 - percentiles interpolate linearly between order statistics.
@@ -72,6 +72,7 @@ def compute_metrics(rec: SimRecords) -> dict[str, Any]:
         "fairness": fairness(rec, runs_by_job),
         "budget": budget(rec, runs_by_job),
         "waits": _waits(rec),
+        "waits_by_producer": _waits(rec, by_producer=True),
         "deadlines": _deadlines(rec),
     }
 
@@ -192,15 +193,16 @@ def _service(
     return dict(sorted(service.items()))
 
 
-def _waits(rec: SimRecords) -> dict[str, Any]:
-    """From submit to first dispatch, per class; a job never started by the end
-    counts with its wait so far (a lower bound)."""
+def _waits(rec: SimRecords, *, by_producer: bool = False) -> dict[str, Any]:
+    """From submit to first dispatch, per class (or producer); a job never
+    started by the end counts with its wait so far (a lower bound)."""
     waits: dict[str, list[float]] = defaultdict(list)
     for job in _submitted(rec.jobs, rec.horizon):
+        key = job.producer if by_producer else job.class_name
         if job.runs and job.runs[0].start <= rec.horizon:
-            waits[job.class_name].append(job.runs[0].start - job.submitted)
+            waits[key].append(job.runs[0].start - job.submitted)
         elif job.outcome != "cancelled":
-            waits[job.class_name].append(rec.horizon - job.submitted)
+            waits[key].append(rec.horizon - job.submitted)
     return {
         name: {"count": len(w), "p50": percentile(w, 50), "max": max(w)}
         for name, w in sorted(waits.items())

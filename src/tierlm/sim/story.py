@@ -18,8 +18,10 @@ __all__ = [
     "class_share",
     "class_wait",
     "min_window_share",
+    "others_wait",
     "producer_share",
     "wasted_share",
+    "work_share",
 ]
 
 Metrics = Mapping[str, Any]
@@ -91,6 +93,26 @@ def class_wait(class_name: str) -> Callable[[Metrics], float | None]:
         return None if waits is None else float(waits["max"])
 
     return read
+
+
+def others_wait(prefix: str, but: str) -> Callable[[Metrics], float | None]:
+    """The longest first-dispatch wait of the producers named ``prefix...``
+    other than ``but``."""
+
+    def read(m: Metrics) -> float | None:
+        waits = [
+            float(w["max"])
+            for producer, w in m["waits_by_producer"].items()
+            if producer.startswith(prefix) and producer != but
+        ]
+        return max(waits) if waits else None
+
+    return read
+
+
+def work_share(m: Metrics) -> float | None:
+    """The device's time doing work (busy, less swaps), as a share of the run."""
+    return (float(m["busy_seconds"]) - float(m["swaps"]["seconds"])) / float(m["horizon"])
 
 
 def wasted_share(m: Metrics) -> float | None:

@@ -14,6 +14,7 @@ from tierlm.sim.workloads.frequent_chat import FrequentChat
 from tierlm.sim.workloads.issue118 import Issue118
 from tierlm.sim.workloads.many_producers import ManyProducers
 from tierlm.sim.workloads.mixed_models import MixedModels
+from tierlm.sim.workloads.model_cases import ChatCrowd, ChatOverBackfill, FourModels, TwoModelAgents
 from tierlm.sim.workloads.pool_cases import (
     DeadlineAbuse,
     GanasVsNataraj,
@@ -44,6 +45,10 @@ WORKLOADS: dict[str, type[Workload]] = {
         ChatIdle,
         LongPrompt,
         ManyProducers,
+        TwoModelAgents,
+        FourModels,
+        ChatCrowd,
+        ChatOverBackfill,
     )
 }
 
@@ -56,6 +61,10 @@ CASES: tuple[str, ...] = (
     TwoSizes.name,
     ChatIdle.name,
     LongPrompt.name,
+    TwoModelAgents.name,
+    FourModels.name,
+    ChatCrowd.name,
+    ChatOverBackfill.name,
 )
 """The adversarial cases of docs/design.md §8, each with its story (``Workload.story``)."""
 
