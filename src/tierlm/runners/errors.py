@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from tierlm.errors import TierlmError
 
-__all__ = ["InvalidRequest", "RunnerError", "unknown_model"]
+__all__ = ["DeviceCrashed", "InvalidRequest", "RunnerError", "unknown_model"]
 
 
 class RunnerError(TierlmError):
@@ -22,6 +22,15 @@ class RunnerError(TierlmError):
     def __init__(self, message: str, *, model_id: str | None = None) -> None:
         self.model_id = model_id
         super().__init__(message)
+
+
+class DeviceCrashed(RunnerError):
+    """The process running the model died under this job (a native crash, the
+    OOM killer, the watchdog's kill of a stalled worker) and was restarted.
+
+    Nothing the job asked for caused it, so the shell re-queues the job once,
+    to continue from its partial output; a job present at two crashes fails
+    with this (docs/design.md §4.9 re-queue after a crash)."""
 
 
 class InvalidRequest(RunnerError):

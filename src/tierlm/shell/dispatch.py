@@ -15,15 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from tierlm.core.config import SchedulerConfig
-from tierlm.core.jobs import Job
 from tierlm.core.policy import Device, Policy, Preemption
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
-from tierlm.runners.errors import RunnerError
+from tierlm.runners.errors import DeviceCrashed, RunnerError
 from tierlm.runners.protocol import Runner, Unloadable, runner_slots
+from tierlm.shell.entries import Entry, Outcome, Raised, Returned, Stopped, transition
 from tierlm.shell.events import (
     JobCancelled,
     JobCompleted,
@@ -40,7 +39,6 @@ from tierlm.shell.events import (
     SwapStarted,
 )
 from tierlm.shell.handles import JobContext, JobHandle, JobState
-from tierlm.shell.journal import Journal
 from tierlm.shell.snapshot import SchedulerStats
 
 __all__ = ["Dispatcher", "Entry", "Listener"]
@@ -56,61 +54,6 @@ _REASONS = {Preemption.YIELD: CancelReason.YIELD, Preemption.PREEMPT: CancelReas
 _PREEMPTIONS = frozenset(_REASONS.values())
 # A stop under way, as the policy sees it: only a yield may still be cut short.
 _STOPPING = {CancelReason.YIELD: Preemption.YIELD}
-
-# One table of a job's state transitions (h11's rule): from, to.
-_TRANSITIONS = {
-    (JobState.QUEUED, JobState.RUNNING),
-    (JobState.RUNNING, JobState.QUEUED),  # re-queued after a preemption
-    (JobState.RUNNING, JobState.DONE),
-    (JobState.RUNNING, JobState.FAILED),
-    (JobState.RUNNING, JobState.CANCELLED),
-    (JobState.QUEUED, JobState.CANCELLED),  # cancelled, or closed, while queued
-}
-
-
-def _transition(entry: Entry[Any], state: JobState) -> None:
-    handle = entry.handle
-    if (handle.state, state) not in _TRANSITIONS:
-        raise AssertionError(f"job #{entry.job.id}: {handle.state.value} -> {state.value}")
-    handle.state = state
-
-
-@dataclass(eq=False, slots=True)
-class Entry(Generic[T]):
-    """The shell's side of a job: its work, future, handle, journal and current run."""
-
-    job: Job
-    work: Callable[[JobContext], Awaitable[T]]
-    future: asyncio.Future[T]
-    handle: JobHandle[T]
-    journal: Journal
-    token: CancelToken | None = None
-    task: asyncio.Task[None] | None = None
-    attempts: int = 0
-    preemptions: int = 0
-    cancel_requested: CancelReason | None = None
-    started_at: float | None = None
-    context: JobContext | None = None
-    """The current run's context, once its work began (after any swap)."""
-
-
-# How a run ended: the shell's typed results.
-@dataclass(frozen=True, slots=True)
-class _Returned:
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _Raised:
-    error: Exception
-
-
-@dataclass(frozen=True, slots=True)
-class _Stopped:
-    reason: CancelReason
-
-
-_Outcome = _Returned | _Raised | _Stopped
 
 
 class Dispatcher:
@@ -191,7 +134,7 @@ class Dispatcher:
             self.stop_running(entry, reason)
             return True
         self.policy.remove(entry.job, self.now())
-        self._resolve(entry, _Stopped(reason))
+        self._resolve(entry, Stopped(reason))
         self.reschedule()
         return True
 
@@ -203,7 +146,7 @@ class Dispatcher:
         for entry in list(self.entries.values()):
             if entry.job.id not in self.running:
                 self.policy.remove(entry.job, now)
-                self._resolve(entry, _Stopped(CancelReason.SHUTDOWN))
+                self._resolve(entry, Stopped(CancelReason.SHUTDOWN))
         for entry in list(self.running.values()):
             self.stop_running(entry, CancelReason.SHUTDOWN)
 
@@ -327,7 +270,7 @@ class Dispatcher:
         assert self.loop is not None and self._idle is not None
         entry.token = CancelToken()
         entry.attempts += 1
-        _transition(entry, JobState.RUNNING)
+        transition(entry, JobState.RUNNING)
         self.running[entry.job.id] = entry
         entry.started_at = now
         entry.context = None  # the new run's, once its work begins
@@ -341,7 +284,7 @@ class Dispatcher:
 
     async def _run(self, entry: Entry[Any], token: CancelToken) -> None:
         job = entry.job
-        outcome: _Outcome
+        outcome: Outcome
         try:
             if self.model != job.model_id or self.runner.loaded_model != job.model_id:
                 await self._swap(entry, job.model_id)
@@ -357,16 +300,16 @@ class Dispatcher:
                 on_direct=lambda: self._drives_runner(entry),
             )
             entry.context = ctx
-            outcome = _Returned(await entry.work(ctx))
+            outcome = Returned(await entry.work(ctx))
         except Cancelled as exc:
-            outcome = _Stopped(token.reason or exc.reason)
+            outcome = Stopped(token.reason or exc.reason)
         except asyncio.CancelledError:
             # Forced after cancel_grace (see _on_stuck), or the loop is closing.
-            outcome = _Stopped(token.reason or CancelReason.SHUTDOWN)
+            outcome = Stopped(token.reason or CancelReason.SHUTDOWN)
         except Exception as exc:
             # Level-triggered cancel: an error raised while stopping (a closed
             # stream, say) is the stop, not a failure of the job.
-            outcome = _Stopped(token.reason) if token.reason is not None else _Raised(exc)
+            outcome = Stopped(token.reason) if token.reason is not None else Raised(exc)
         self._finish(entry, outcome)
 
     async def _swap(self, entry: Entry[Any], model_id: str) -> None:
@@ -443,7 +386,7 @@ class Dispatcher:
         self.emit(JobStuck(self.loop.time(), entry.job))
         entry.task.cancel()
 
-    def _finish(self, entry: Entry[Any], outcome: _Outcome) -> None:
+    def _finish(self, entry: Entry[Any], outcome: Outcome) -> None:
         assert self._idle is not None
         now = self.now()
         job = entry.job
@@ -452,11 +395,11 @@ class Dispatcher:
         entry.started_at = None
         entry.context = None
         self.stuck.pop(job.id, None)
-        if isinstance(outcome, _Stopped):
+        if isinstance(outcome, Stopped):
             reason = entry.cancel_requested or outcome.reason
             if reason in _PREEMPTIONS and job.task_class.requeue and not self.closed:
                 entry.preemptions += 1
-                _transition(entry, JobState.QUEUED)
+                transition(entry, JobState.QUEUED)
                 self.stats.requeues += 1
                 self.policy.requeue(job, now)
                 self.emit(Requeued(now, job))
@@ -464,14 +407,36 @@ class Dispatcher:
                 # Its caller is told "preempted", whichever kind stopped it:
                 # the difference is the device's, not the caller's.
                 preempted = CancelReason.PREEMPTED if reason in _PREEMPTIONS else reason
-                self._resolve(entry, _Stopped(preempted))
+                self._resolve(entry, Stopped(preempted))
+        elif self._survives_crash(entry, outcome):
+            # docs/design.md §4.9: the device crashed under it, through no fault
+            # of its own; it continues from its partial output, once.
+            entry.crashes += 1
+            transition(entry, JobState.QUEUED)
+            self.stats.requeues += 1
+            logger.warning(
+                "job #%d (%s) re-queued after a crash of the device", job.id, job.class_name
+            )
+            self.policy.requeue(job, now)
+            self.emit(Requeued(now, job))
         else:
             self._resolve(entry, outcome)
         if not self.running:
             self._idle.set()
         self.reschedule()
 
-    def _resolve(self, entry: Entry[Any], outcome: _Outcome) -> None:
+    def _survives_crash(self, entry: Entry[Any], outcome: Outcome) -> bool:
+        """A first crash of the device under a job that resumes without loss
+        (a generation, or work that reaches the runner only via ctx.generate)."""
+        return (
+            isinstance(outcome, Raised)
+            and isinstance(outcome.error, DeviceCrashed)
+            and entry.crashes == 0
+            and entry.job.resumable
+            and not self.closed
+        )
+
+    def _resolve(self, entry: Entry[Any], outcome: Outcome) -> None:
         """End a job for good: exactly once (docs/design.md §7 invariant)."""
         job = entry.job
         self.entries.pop(job.id, None)
@@ -479,19 +444,19 @@ class Dispatcher:
         if entry.future.done():
             return
         now = self.now()
-        if isinstance(outcome, _Returned):
-            _transition(entry, JobState.DONE)
+        if isinstance(outcome, Returned):
+            transition(entry, JobState.DONE)
             self.stats.completed += 1
             entry.future.set_result(outcome.value)
             self.emit(JobCompleted(now, job))
-        elif isinstance(outcome, _Raised):
-            _transition(entry, JobState.FAILED)
+        elif isinstance(outcome, Raised):
+            transition(entry, JobState.FAILED)
             self.stats.failed += 1
             entry.future.set_exception(outcome.error)
             logger.info("job #%d (%s) failed: %r", job.id, job.class_name, outcome.error)
             self.emit(JobFailed(now, job, outcome.error))
         else:
-            _transition(entry, JobState.CANCELLED)
+            transition(entry, JobState.CANCELLED)
             self.stats.cancelled += 1
             detail = ""
             if outcome.reason is CancelReason.PREEMPTED:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tierlm.runners.cancellation import CancelToken
-from tierlm.runners.errors import RunnerError, unknown_model
+from tierlm.runners.errors import DeviceCrashed, RunnerError, unknown_model
 from tierlm.runners.llama_cpp.batch import CPU_STEP_COST
 from tierlm.runners.llama_cpp.calls import WorkerCrashed
 from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT, MAX_LANES, StopReason
@@ -415,7 +415,7 @@ class LlamaCppRunner:
         except WorkerCrashed as crash:
             outcome = await self._supervisor.recover(worker)
             self.last_crash = f"{label} (model {request.model_id!r}): crashed ({crash})"
-            raise RunnerError(
+            raise DeviceCrashed(
                 f"the llama.cpp worker crashed ({crash}) while generating for {label} "
                 f"(model {request.model_id!r}); {outcome}",
                 model_id=request.model_id,
