@@ -423,3 +423,18 @@ def test_deadline_lateness() -> None:
     assert deadlines["late"] == 2
     assert deadlines["lateness_p95"] == pytest.approx(19.0)
     assert deadlines["lateness_max"] == pytest.approx(20.0)
+
+
+def test_a_batch_s_time_is_shared_by_the_sequences_in_it() -> None:
+    """The budget's share counts slot-time (docs/design.md §4.7): alone, a run
+    has the device; beside three others, a quarter of it."""
+    from tierlm.sim.intervals import Coverage, SharedTime
+
+    alone = SharedTime([(0.0, 10.0)], [(10.0, 20.0)])
+    assert alone.overlap(0.0, 20.0) == Coverage([(0.0, 10.0)]).overlap(0.0, 20.0) == 10.0
+    batch = SharedTime([(0.0, 8.0)], [(0.0, 8.0), (0.0, 8.0), (0.0, 8.0)])
+    assert batch.overlap(0.0, 8.0) == 2.0
+    # Two of mine beside two others for 4 s, then mine alone for 4 s.
+    mixed = SharedTime([(0.0, 4.0), (0.0, 8.0)], [(0.0, 4.0), (0.0, 4.0)])
+    assert mixed.overlap(0.0, 8.0) == 2.0 + 4.0
+    assert mixed.overlap(2.0, 6.0) == 1.0 + 2.0

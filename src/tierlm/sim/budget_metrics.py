@@ -20,7 +20,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tierlm.sim.intervals import EPS, Coverage, Interval, intersect, merge, presence, subtract
+from tierlm.sim.intervals import (
+    EPS,
+    Coverage,
+    Interval,
+    SharedTime,
+    intersect,
+    merge,
+    presence,
+    subtract,
+)
 from tierlm.sim.records import SimRecords
 
 __all__ = ["BUDGET_STEP", "BUDGET_WINDOW", "budget", "runnable_other_work"]
@@ -37,15 +46,18 @@ def budget(rec: SimRecords, runs_by_job: dict[int, list[Interval]]) -> dict[str,
         if name not in present:
             continue  # nothing to measure: the workload has none of its jobs
         mine: list[Interval] = []
-        everything: list[Interval] = []
+        others: list[Interval] = []
         longest = 0.0
         for job in rec.jobs:
-            everything.extend(runs_by_job[job.id])
             if job.class_name == name:
                 mine.extend(runs_by_job[job.id])
                 longest = max(longest, job.ideal_seconds)
-        used_by = Coverage(mine)
-        busy = Coverage(everything)
+            else:
+                others.extend(runs_by_job[job.id])
+        # Slot-time, as the budget is counted (docs/design.md §4.7): with k
+        # slots an extraction beside three other sequences uses a quarter.
+        used_by = SharedTime(mine, others)
+        busy = Coverage([*mine, *others])
         contention = Coverage(runnable_other_work(rec, name))
         shares: list[float] = []
         contended: list[float] = []

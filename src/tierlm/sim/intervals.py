@@ -12,6 +12,7 @@ __all__ = [
     "EPS",
     "Coverage",
     "Interval",
+    "SharedTime",
     "complement",
     "intersect",
     "merge",
@@ -116,6 +117,49 @@ class Coverage:
     def contains(self, t: float) -> bool:
         i = bisect.bisect_right(self._starts, t) - 1
         return i >= 0 and self._ends[i] > t
+
+
+class SharedTime:
+    """Device time of some runs among all, each moment shared equally by the
+    runs in it (docs/design.md §4.7: a step's time is shared by the sequences
+    in it). With one slot no runs overlap, and this is ``Coverage`` of
+    ``mine``; with k slots, a job beside three others has a quarter of the
+    device, not all of it."""
+
+    __slots__ = ("_before", "_rates", "_starts")
+
+    def __init__(self, mine: Iterable[Interval], others: Iterable[Interval]) -> None:
+        edges: list[tuple[float, int, int]] = []  # (time, +-1 mine, +-1 all)
+        for a, b in mine:
+            edges += [(a, 1, 1), (b, -1, -1)]
+        for a, b in others:
+            edges += [(a, 0, 1), (b, 0, -1)]
+        edges.sort()
+        self._starts: list[float] = []
+        self._rates: list[float] = []
+        self._before = [0.0]
+        n_mine = n_all = 0
+        for i, (t, d_mine, d_all) in enumerate(edges):
+            n_mine += d_mine
+            n_all += d_all
+            end = edges[i + 1][0] if i + 1 < len(edges) else t
+            if end > t:
+                rate = n_mine / n_all if n_all > 0 else 0.0
+                self._starts.append(t)
+                self._rates.append(rate)
+                self._before.append(self._before[-1] + rate * (end - t))
+        self._starts.append(edges[-1][0] if edges else 0.0)
+
+    def _cumulative(self, t: float) -> float:
+        i = bisect.bisect_right(self._starts, t) - 1
+        if i < 0:
+            return 0.0
+        if i >= len(self._rates):
+            return self._before[-1]
+        return self._before[i] + self._rates[i] * (t - self._starts[i])
+
+    def overlap(self, start: float, end: float) -> float:
+        return max(0.0, self._cumulative(end) - self._cumulative(start))
 
 
 def runs(job: JobRecord, horizon: float) -> list[Interval]:
