@@ -43,6 +43,7 @@ class Changes:
         """The app's loop, once started."""
         self._positions: Positions = {}
         self._positions_at = -POSITION_INTERVAL  # loop time of that look-up
+        self._positions_version = -1  # ``version`` at that look-up
 
     def start(self) -> None:
         """Bind to the running loop (the app's lifespan)."""
@@ -79,7 +80,8 @@ class Changes:
         loop for seconds (bench/gateway_load.py; docs/design.md §2 "Snapshot and
         queue order"). A job the
         last answer does not know yet (it arrived since) gets None, and ``wake``
-        is set when the next look-up is allowed, so it is told its place then.
+        is set when the next look-up is allowed, so it is told its place then;
+        so is any stream given an answer older than the last event.
         """
         loop = self.loop
         if loop is None:  # not started (a test's bare gateway): no throttle
@@ -89,10 +91,11 @@ class Changes:
         if now >= next_allowed:
             self._positions = look_up()
             self._positions_at = now
+            self._positions_version = self.version
             return self._positions.get(job_id)
         where = self._positions.get(job_id)
-        if where is None:
-            loop.call_at(next_allowed, wake.set)
+        if where is None or self._positions_version != self.version:
+            loop.call_at(next_allowed, wake.set)  # look again when allowed
         return where
 
     def close(self) -> None:
