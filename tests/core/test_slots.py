@@ -99,10 +99,12 @@ def test_a_person_on_a_full_device_stops_one_sequence_the_lowest_ranked() -> Non
 
 
 def test_the_chat_latency_guard_cuts_the_batch_around_a_person() -> None:
-    """Step cost 1 + 0.2 (n - 1): with chat_slowdown 1.25 a chat shares the
-    device with one more sequence at most; the others yield."""
+    """Step cost 1 + 0.2 (n - 1): while the chat's prompt evaluates (within
+    PROMPT_SLOWDOWN, 1.05) it runs alone, the others stopped at once; from its
+    first token (chat_slowdown 1.25) it shares the device with one more."""
     curve = tuple(1 + 0.2 * (n - 1) for n in range(1, 5))
     assert guard_cap(curve, 1.25, 4) == 2
+    assert guard_cap(curve, 1.05, 4) == 1
     p = policy()
     pool = [job("nataraj", producer=f"a{i}") for i in range(3)]
     for j in pool:
@@ -113,8 +115,26 @@ def test_the_chat_latency_guard_cuts_the_batch_around_a_person() -> None:
     p.submit(chat, 1.0)
     decision = p.decide(1.0, Device("m1", slots=4, running=started, step_cost=curve))
     assert decision.start == (chat,)
-    assert len(decision.stop) == 2
-    assert {how for _job, how in decision.stop} == {Preemption.YIELD}
+    assert len(decision.stop) == 3
+    assert {how for _job, how in decision.stop} == {Preemption.PREEMPT}
+    # Its first token: one background sequence may rejoin beside it.
+    for stopped, _how in decision.stop:
+        p.finished(stopped, 1.1)
+        p.requeue(stopped, 1.1)
+    decoding = Device(
+        "m1", slots=4, running=(chat,), step_cost=curve, decoding=frozenset({chat.id})
+    )
+    rejoined = p.decide(1.2, decoding)
+    assert len(rejoined.start) == 1 and rejoined.stop == ()
+    assert (
+        p.decide(
+            1.2,
+            Device(
+                "m1", 4, (chat, *rejoined.start), step_cost=curve, decoding=frozenset({chat.id})
+            ),
+        ).start
+        == ()
+    )
 
 
 def test_on_a_flat_curve_nothing_is_paused_for_a_person() -> None:

@@ -63,6 +63,9 @@ class Device:
     ``(1.0, 1.1, 1.3, ...)``. Empty: unknown, taken as flat. The chat latency
     guard reads it (docs/design.md §4.7)."""
 
+    decoding: frozenset[int] = frozenset()
+    """Running jobs whose current run has produced a token: the others are
+    still evaluating their prompt (the guard protects a person's, §4.7)."""
     evaluations: Mapping[int, float] = field(default_factory=dict)
     """Seconds each running job's current run spent before its first token
     (so far, while it has none): the evaluation a resume without its KV state

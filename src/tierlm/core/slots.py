@@ -17,8 +17,10 @@ by the same rules:
   device: the others yield and none joins while it runs.
 - The chat latency guard: while a person's sequence (T0, T1) runs, the batch
   is cut to the largest size whose step time stays within ``chat_slowdown`` of
-  one sequence's, by the runner's step-time curve; the sequences left out
-  yield (their KV kept, docs/design.md §2 slots) and rejoin when it ends.
+  one sequence's, by the runner's step-time curve; while its prompt is still
+  evaluated, within ``PROMPT_SLOWDOWN`` (the first token is what a person
+  waits for). The sequences left out yield (their KV kept, docs/design.md §2
+  slots) and rejoin when it ends.
 
 With one slot this is exactly the single-sequence shell: start the pick when
 the device is free, else ask whether the running job should stop.
@@ -33,7 +35,14 @@ from tierlm.core.classes import T1
 from tierlm.core.device import Decision, Device, Preemption
 from tierlm.core.jobs import Job
 
-__all__ = ["SlotRules", "guard_cap", "plan"]
+__all__ = ["PROMPT_SLOWDOWN", "SlotRules", "guard_cap", "plan"]
+
+PROMPT_SLOWDOWN = 1.05
+"""docs/design.md §4.7: how much slower than alone a person's prompt may be
+evaluated beside the batch. The first token is what a person waits for, and
+tierlm promises it within 5 % of an idle device's (``tierlm demo``'s target);
+on the CPU curve that is the person's sequence alone (a prompt evaluation is
+short: a few hundred ms), on a GPU's flat curve the whole batch."""
 
 
 class SlotRules(Protocol):
@@ -80,16 +89,26 @@ def plan(
     staying = [j for j in device.running if j.id not in device.stopping]
     starts: list[Job] = []
     cap = guard_cap(device.step_cost, chat_slowdown, device.slots)
+    prompt_cap = min(cap, guard_cap(device.step_cost, PROMPT_SLOWDOWN, device.slots))
 
     def person(jobs: Iterable[Job]) -> bool:
         return any(rules.tier(j, now) <= T1 for j in jobs)
+
+    def person_evaluating(jobs: Iterable[Job]) -> bool:
+        return any(rules.tier(j, now) <= T1 and j.id not in device.decoding for j in jobs)
+
+    def limit_now() -> int:
+        if chat_slowdown is not None and (person_evaluating(staying) or person_evaluating(starts)):
+            return prompt_cap
+        if person(staying) or person(starts):
+            return cap
+        return device.slots
 
     def room() -> int:
         if device.whole:
             return 0  # a job that drives the runner itself holds the whole device
         in_batch = len(staying) + len(starts)
-        limit = cap if person(staying) or person(starts) else device.slots
-        return min(device.free - len(starts), limit - in_batch)
+        return min(device.free - len(starts), limit_now() - in_batch)
 
     draining = False
     while device.can_start and room() > 0:
@@ -129,9 +148,13 @@ def plan(
         staying = [job for job in staying if job.id in device.whole]
     # The chat latency guard cuts the batch around a person's sequence.
     if person(staying) or person(starts):
-        over = len(staying) + len(starts) - cap
+        over = len(staying) + len(starts) - limit_now()
         if over > 0:
             background = [j for j in reversed(staying) if rules.tier(j, now) > T1]
             background.sort(key=lambda j: -rules.tier(j, now))
-            stops.extend((job, Preemption.YIELD) for job in background[:over])
+            # While the person's prompt evaluates, a person waits: the cut
+            # sequences stop at once, a prompt evaluation of theirs too (§4.6).
+            waiting = person_evaluating(staying) or person_evaluating(starts)
+            how = Preemption.PREEMPT if waiting else Preemption.YIELD
+            stops.extend((job, how) for job in background[:over])
     return Decision(tuple(starts), tuple(stops), rules.next_wakeup(now))

@@ -339,9 +339,17 @@ class SimulatedRunner:
         cancel that aborts prompts cut it (``call``: a yield lets it finish)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        if await call.wait(ready.cost * self._slowdown()):
-            spent = loop.time() - started
-            return spent, self._prefill_cut(request, call.token, ready, spent)
+        # One slot: one timer. With slots, the evaluation follows the batch's
+        # size as it changes, a step's time at a time (the guard may cut the
+        # batch around a person's prompt: docs/design.md §4.7).
+        step = ready.cost if self.slots == 1 else self.token_interval
+        remaining = ready.cost
+        while remaining > 1e-12:
+            piece = min(remaining, step)
+            if await call.wait(piece * self._slowdown()):
+                spent = loop.time() - started
+                return spent, self._prefill_cut(request, call.token, ready, spent)
+            remaining -= piece
         self._prefill_done(request, ready)
         return None
 

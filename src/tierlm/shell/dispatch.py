@@ -213,8 +213,11 @@ class Dispatcher:
         now = self.loop.time()
         stopping = {}
         evaluations = {}
+        decoding = set()
         for job_id, entry in self.running.items():
             ctx = entry.context
+            if ctx is not None and ctx.first_live_at is not None:
+                decoding.add(job_id)
             if ctx is not None and not self.restores_kv:
                 first = ctx.first_live_at
                 evaluations[job_id] = (now if first is None else first) - ctx.started_at
@@ -233,6 +236,7 @@ class Dispatcher:
             whole=frozenset(j for j, e in self.running.items() if not e.job.resumable),
             swap_estimate=self.swap_estimate,
             step_cost=self.step_cost,
+            decoding=frozenset(decoding),
             evaluations=evaluations,
         )
         decision = self.policy.decide(now, device)
