@@ -259,6 +259,12 @@ class Dispatcher:
             self._timer_when = when
             self._timer = self.loop.call_at(when, self._on_timer)
 
+    def _soon_reschedule(self) -> None:
+        """Decide again once the current callback returns (not inside a
+        runner's stream)."""
+        if self.loop is not None:
+            self.loop.call_soon(self.reschedule)
+
     def _on_timer(self) -> None:
         self._timer = self._timer_when = None
         self.reschedule()
@@ -304,6 +310,10 @@ class Dispatcher:
                 on_direct=lambda: self._drives_runner(entry),
             )
             entry.context = ctx
+            if self.slots > 1:
+                # docs/design.md §4.7: a person's first token ends the prompt
+                # guard, and the sequences it cut may rejoin: decide again.
+                ctx.on_first_token = self._soon_reschedule
             outcome = Returned(await entry.work(ctx))
         except Cancelled as exc:
             outcome = Stopped(token.reason or exc.reason)

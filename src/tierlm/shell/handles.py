@@ -145,6 +145,7 @@ class JobContext:
         "first_live_at",
         "job_id",
         "model_id",
+        "on_first_token",
         "started_at",
     )
 
@@ -169,6 +170,8 @@ class JobContext:
         self.started_at = asyncio.get_running_loop().time()
         """When this run's work began (after any swap)."""
         self.first_live_at: float | None = None
+        self.on_first_token: Callable[[], None] | None = None
+        """Told once, at ``first_live_at`` (the shell decides again then)."""
         """When the runner gave this run its first token (a journal replay's
         are not the runner's): ``started_at`` to here is what the run spent
         evaluating, what a resume without its KV state redoes (docs/design.md
@@ -178,6 +181,8 @@ class JobContext:
         """The runner produced a token for this run."""
         if self.first_live_at is None:
             self.first_live_at = asyncio.get_running_loop().time()
+            if self.on_first_token is not None:
+                self.on_first_token()
 
     @property
     def runner(self) -> Runner:
