@@ -33,24 +33,25 @@ __all__ = ["ChatCrowd", "ChatOverBackfill", "FourModels", "TwoModelAgents"]
 PROMPT = 60  # tokens: 0.4 s of prefill on the default device
 
 
+def one_at_a_time(
+    sim: SimContext, models: dict[str, str], seconds: float
+) -> list[Coroutine[Any, Any, None]]:
+    """Producers (name: model) each sending its next ``seconds`` job the
+    moment its last ends."""
+    output = output_for(sim.device, seconds, PROMPT)
+    return [
+        backlogged(sim, name, model=model, outstanding=1, prompt=(PROMPT, PROMPT), output=output)
+        for name, model in models.items()
+    ]
+
+
 class TwoModelAgents(Workload):
     name = "two-model-agents"
     description = "two agents on two models, each sending its next 5 s job the moment its last ends"
     default_duration = 1800.0  # "121 swaps in 30 min"
 
     def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
-        output = output_for(sim.device, 5.0, PROMPT)
-        return [
-            backlogged(
-                sim,
-                f"gana:agent-{m}",
-                model=m,
-                outstanding=1,
-                prompt=(PROMPT, PROMPT),
-                output=output,
-            )
-            for m in ("m1", "m2")
-        ]
+        return one_at_a_time(sim, {f"gana:agent-{m}": m for m in ("m1", "m2")}, 5.0)
 
     def story(self) -> Story:
         return Story(
@@ -69,19 +70,8 @@ class FourModels(Workload):
     MODELS = ("m1", "m2", "m3", "m4")
 
     def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
-        output = output_for(sim.device, 10.0, PROMPT)
-        return [
-            backlogged(
-                sim,
-                f"gana:{m}-{k}",
-                model=m,
-                outstanding=1,
-                prompt=(PROMPT, PROMPT),
-                output=output,
-            )
-            for m in self.MODELS
-            for k in (1, 2)
-        ]
+        producers = {f"gana:{m}-{k}": m for m in self.MODELS for k in (1, 2)}
+        return one_at_a_time(sim, producers, 10.0)
 
     def story(self) -> Story:
         # max_affinity_wait (120 s) + (models - 1) x (two 10 s jobs + a 10 s
