@@ -28,6 +28,7 @@ openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.ray
 
 WAIT = 60.0
+STATS_PERIOD = 0.5  # s between the router's reads of each replica's routing stats
 SETTINGS: dict[str, Any] = {
     "backend": {
         "kind": "sim",
@@ -53,7 +54,7 @@ def url() -> Iterator[str]:
     port = free_port()
     start_local(port, num_cpus=2)
     try:
-        serve.run(build(SETTINGS, replicas=2, stats_period_s=0.5), route_prefix="/")
+        serve.run(build(SETTINGS, replicas=2, stats_period_s=STATS_PERIOD), route_prefix="/")
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + WAIT
         while httpx.get(f"{base}/health", timeout=5).status_code != 200:
@@ -183,12 +184,18 @@ def test_a_request_queued_on_a_replica_that_dies_is_served_by_another(url: str) 
 
 def test_stats_reach_the_router(url: str) -> None:
     """Requests of one model keep to the replica that holds it (the router
-    reads the replicas' routing stats and its own placements)."""
+    reads the replicas' routing stats and its own placements).
+
+    One request at a time, each after the replicas' stats have been read
+    again (``stats_period_s`` 0.5): a placement the router made since the last
+    stats counts as backlog there (so that two requests between polls do not
+    both see one idle replica as idle), and both replicas hold sim-a from the
+    start, so a request sent 0.2 s after the last one went to the other."""
     seen = set()
     for _ in range(4):
         replica, text, status = stream(url, "sim-a", "nataraj", 3)
         assert status == 200, text
         if replica is not None:
             seen.add(replica)
-        time.sleep(0.2)
+        time.sleep(3 * STATS_PERIOD)
     assert len(seen) == 1
