@@ -43,12 +43,14 @@ def read_raw_stream(url: str, max_tokens: int) -> tuple[list[str], list[str]]:
 
 
 def wait_refused(url: str) -> None:
-    """Poll until a new connection is refused: the listening socket is closed."""
+    """Poll until a new connection is refused: the listening socket is closed.
+    A connection the kernel accepted into the socket's backlog just before it
+    closed is reset instead of refused: the same answer, never served."""
     deadline = time.monotonic() + WAIT
     while True:
         try:
             httpx.get(f"{url}/health", timeout=1)
-        except httpx.ConnectError:
+        except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
             return
         assert time.monotonic() < deadline, "still accepting connections"
         time.sleep(0.02)
