@@ -84,8 +84,8 @@ def stream(
     on_replica: Callable[[str], None] | None = None,
 ) -> tuple[str | None, str, int]:
     """A streamed chat read raw: (the replica it queued on, its text, status).
-    The replica is in the comment line of a waiting stream; ``on_replica`` is
-    told it as soon as it comes."""
+    The replica is in the response's ``X-Tierlm-Replica`` header, and in the
+    comment line of a waiting stream; ``on_replica`` is told it at once."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": "hi"}],
@@ -103,21 +103,24 @@ def stream(
         if response.status_code != 200:
             response.read()
             return None, response.text, response.status_code
+        replica = response.headers.get("x-tierlm-replica")
+        assert replica, response.headers
+        if on_replica is not None:
+            on_replica(replica)
         for line in response.iter_lines():
             found = re.search(r"replica=(\S+)", line)
-            if found and replica is None:
-                replica = found.group(1)
-                if on_replica is not None:
-                    on_replica(replica)
+            assert found is None or found.group(1) == replica, (line, replica)
             text += line + "\n"
     return replica, text, 200
 
 
 def test_a_chat_streamed_and_not(url: str) -> None:
     chat = client(url)
-    answer = chat.chat.completions.create(
+    raw = chat.chat.completions.with_raw_response.create(
         model="sim-a", messages=[{"role": "user", "content": "hi"}], max_tokens=5
     )
+    assert raw.headers.get("x-tierlm-replica")  # which replica answered
+    answer = raw.parse()
     assert answer.choices[0].message.content
     pieces = [
         c.choices[0].delta.content or ""
@@ -182,20 +185,39 @@ def test_a_request_queued_on_a_replica_that_dies_is_served_by_another(url: str) 
     assert "died" in running_text and "[DONE]" not in running_text
 
 
-def test_stats_reach_the_router(url: str) -> None:
-    """Requests of one model keep to the replica that holds it (the router
-    reads the replicas' routing stats and its own placements).
+def wait_for_replicas(count: int) -> None:
+    """Until Serve runs ``count`` tierlm replicas (one killed by the test
+    before is replaced), then until the router has read their stats again."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        app = serve.status().applications.get("default")
+        deployment = app.deployments.get("tierlm-replica") if app is not None else None
+        states = deployment.replica_states if deployment is not None else {}
+        if states.get("RUNNING", 0) == count and sum(states.values()) == count:
+            break
+        assert time.monotonic() < deadline, f"replicas: {states}"
+        time.sleep(0.2)
+    time.sleep(3 * STATS_PERIOD)
 
-    One request at a time, each after the replicas' stats have been read
-    again (``stats_period_s`` 0.5): a placement the router made since the last
-    stats counts as backlog there (so that two requests between polls do not
-    both see one idle replica as idle), and both replicas hold sim-a from the
-    start, so a request sent 0.2 s after the last one went to the other."""
-    seen = set()
-    for _ in range(4):
-        replica, text, status = stream(url, "sim-a", "nataraj", 3)
+
+def test_stats_reach_the_router(url: str) -> None:
+    """Each chat goes to the replica that holds its model, which the router
+    knows from the replicas' routing stats: sim-b and sim-a alternate, and
+    each keeps to its own replica. Without the stats every replica would cost
+    the same swap, and the tie would send every chat to the same one.
+
+    Both replicas hold sim-a from the start (preload), or one holds sim-b
+    after an earlier test: the first sim-b chat goes to the one holding sim-b
+    or, on a tie, to the first by name, which then holds it. One request at a
+    time, each after the stats were read again (``stats_period_s`` 0.5): a
+    placement the router made since a replica's stats counts as backlog there."""
+    wait_for_replicas(2)
+    where: dict[str, set[str]] = {"sim-a": set(), "sim-b": set()}
+    for model in ["sim-b", "sim-a"] * 3:
+        replica, text, status = stream(url, model, "nataraj", 3)
         assert status == 200, text
-        if replica is not None:
-            seen.add(replica)
+        assert replica is not None
+        where[model].add(replica)
         time.sleep(3 * STATS_PERIOD)
-    assert len(seen) == 1
+    assert len(where["sim-a"]) == 1 and len(where["sim-b"]) == 1, where
+    assert where["sim-a"] != where["sim-b"], where

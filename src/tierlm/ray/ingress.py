@@ -42,13 +42,15 @@ from tierlm.server.openai.pipeline import parse_chat, parse_completion
 from tierlm.server.openai.streaming import JobResult, JobStream
 from tierlm.server.settings.sources import settings_from_dict
 
-__all__ = ["RemoteJob", "TierlmIngress"]
+__all__ = ["REPLICA_HEADER", "RemoteJob", "TierlmIngress"]
 
 logger = logging.getLogger("tierlm.ray")
 
 # Attempts at most per request (each a replica not tried before, or a retry
 # after a replica died): a bound, whatever the cluster does.
 MAX_ATTEMPTS = 16
+# The response header naming the replica that took the request (docs/distributed.md).
+REPLICA_HEADER = "X-Tierlm-Replica"
 
 
 class _NoChanges:
@@ -166,9 +168,13 @@ class TierlmIngress:
         job.feeding = asyncio.ensure_future(self._feed(job, params, stream))
         answer = Answer(params)
         gateway_job = cast(GatewayJob, job)
+        # Which replica took it, for the operator (and the tests): a request
+        # re-queued after its replica died ran elsewhere, named in the stream.
+        where = {REPLICA_HEADER: job.replica} if job.replica is not None else {}
         if params.stream:
-            return JobStream(gateway_job, answer, _error_of, self.settings.server.sse_heartbeat)
-        return JobResult(gateway_job, answer.render, _error_of)
+            heartbeat = self.settings.server.sse_heartbeat
+            return JobStream(gateway_job, answer, _error_of, heartbeat, headers=where)
+        return JobResult(gateway_job, answer.render, _error_of, headers=where)
 
     def _call(self, params: Params, meta: JobMeta, exclude: set[str]) -> Any:
         return self.replicas.options(stream=True).generate.remote(

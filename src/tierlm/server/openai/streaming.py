@@ -52,9 +52,12 @@ class JobResult(Response):
         render: Callable[[GatewayJob], Mapping[str, Any]],
         error: Callable[[GatewayJob], APIError | None],
         more: Sequence[GatewayJob] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.job = job
         self.jobs = [job, *more]
+        self.extra_headers = dict(headers or {})
+        """Sent besides the job's own (the Ray ingress: the replica it ran on)."""
         self.render_body = render
         self.error = error
         self.background = None
@@ -71,11 +74,15 @@ class JobResult(Response):
                 failed = [f for f in map(self.error, self.jobs) if f is not None]
                 failure = failed[0] if failed else None
                 if failure is not None:
-                    failure.headers.update(_headers(job))
+                    failure.headers.update({**_headers(job), **self.extra_headers})
                     response = failure.response()
                 else:
                     body = json.dumps(self.render_body(job), separators=(",", ":")).encode()
-                    response = Response(body, media_type="application/json", headers=_headers(job))
+                    response = Response(
+                        body,
+                        media_type="application/json",
+                        headers={**_headers(job), **self.extra_headers},
+                    )
                 await response(scope, receive, send)
         finally:
             # The client left, or our task was cancelled (server shutdown): so is the job.
@@ -117,6 +124,7 @@ class JobStream(Response):
         heartbeat: float,
         more: Sequence[tuple[GatewayJob, SSEFormat]] = (),
         finale: Callable[[], list[Mapping[str, Any]]] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.job = job
         self.fmt = fmt
@@ -127,6 +135,8 @@ class JobStream(Response):
         (they run together: each one's pieces wait in ``produced``)."""
         self.finale = finale
         """Chunks after the last job's (the usage of all of them)."""
+        self.extra_headers = dict(headers or {})
+        """Sent besides the job's own (the Ray ingress: the replica it runs on)."""
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -136,6 +146,7 @@ class JobStream(Response):
             # nginx and others buffer responses unless told not to: tokens would arrive in bursts.
             "X-Accel-Buffering": "no",
             **_headers(job),
+            **self.extra_headers,
         }
         try:
             async with client_gone(receive) as gone:
