@@ -254,13 +254,25 @@ class TieredPolicy:
 
     # -- decisions ------------------------------------------------------------
 
-    def _over_budget(self, now: float) -> frozenset[str]:
+    def _over_budget(self, now: float, joining: bool = False) -> frozenset[str]:
+        """The budgeted classes the picker skips now; ``joining``: for a free
+        slot beside running sequences, which also skips a class whose part of
+        the batch would pass its cap with one more (docs/design.md §4.7)."""
         if self.floor.active:
             # docs/design.md §4.3: while the backlogged pool is owed its floor,
             # budgeted work waits as overdue work does, within its cap or not
             # (a chat's share would otherwise leave the pool nothing).
             return frozenset(self._meters)
         over = [name for name, meter in self._meters.items() if meter.share(now) > self._caps[name]]
+        running = list(self._running.values())
+        if joining and running:
+            # docs/design.md §4.7 budgets in a batch: the meter sees a filled
+            # batch only as its span runs, so k sequences started at once would
+            # overrun the cap by k jobs' length before it could say so.
+            for name in self._meters:
+                part = sum(j.class_name == name for j in running) + 1
+                if name not in over and part / (len(running) + 1) > self._caps[name]:
+                    over.append(name)
         return frozenset(over) if over else _NO_SKIP
 
     def _choose(
@@ -349,12 +361,19 @@ class TieredPolicy:
     def _select(
         self, now: float, loaded_model: str | None, extra: Job | None, t4: bool = True
     ) -> int | None:
-        skip = self._over_budget(now) if self._meters else _NO_SKIP
+        skip = self._over_budget(now, joining=extra is None) if self._meters else _NO_SKIP
         choice = self._choose(now, loaded_model, skip, extra, t4)
-        if choice is None and skip:
-            # Work-conserving budget (docs/design.md §6.4): the device never idles for it.
+        if choice is None and skip and (extra is not None or self._only_running(skip)):
+            # Work-conserving budget (docs/design.md §6.4): the device never
+            # idles for it. A free slot beside other classes' sequences may stay
+            # free: the device is busy, and each sequence more slows every other
+            # one's step (docs/design.md §4.7 budgets in a batch).
             choice = self._choose(now, loaded_model, _NO_SKIP, extra, t4)
         return choice
+
+    def _only_running(self, classes: frozenset[str]) -> bool:
+        """Whether every running sequence is of ``classes`` (none running: True)."""
+        return all(job.class_name in classes for job in self._running.values())
 
     def decide(self, now: float, device: Device) -> Decision:
         """docs/design.md §2 decide: this step's plan, by the k-slot rules of
