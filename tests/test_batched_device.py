@@ -14,6 +14,7 @@ from tierlm import (
     SchedulerConfig,
     SchedulerEvent,
 )
+from tierlm.core.slots import PROMPT_SLOWDOWN
 from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.runners.simulated import LLAMA_CPP_CPU_BATCH_COST
 from tierlm.testing import run_virtual
@@ -230,3 +231,60 @@ def test_a_batch_rotates_producers_no_more_often_than_one_slot() -> None:
     one, eight = fairness_preemptions(1), fairness_preemptions(8)
     assert one > 0
     assert eight <= one, (one, eight)
+
+
+def test_a_persons_long_prompt_is_evaluated_alone_from_the_step_it_starts() -> None:
+    """docs/design.md §4.7: a chat that meets a full batch stops, at one step
+    boundary, every sequence the latency guard would cut once it runs (on the
+    0.12 curve its prompt evaluates alone: two sequences cost 1.12x one, past
+    PROMPT_SLOWDOWN). Stopped one at a time, the ones left beside its prompt's
+    first chunk each made a token after it started."""
+    runner = SimulatedRunner(
+        token_interval=TOKEN,
+        prefill_per_token=0.002,
+        initial_model="m1",
+        slots=4,
+        batch_cost=LLAMA_CPP_CPU_BATCH_COST,
+    )
+
+    async def main() -> tuple[int, float]:
+        async with Scheduler(runner) as sched:
+            produced: list[float] = []  # when each background token came
+            handles = [
+                sched.submit_generation(
+                    "nataraj",
+                    GenerationRequest(model_id="m1", prompt=f"stream {i}", max_tokens=2000),
+                    lambda _p: produced.append(sched.now()),
+                    producer=f"agent{i}",
+                )
+                for i in range(4)
+            ]
+            await asyncio.sleep(3.01)  # mid-step
+            started: list[float] = []
+
+            def watch(event: SchedulerEvent) -> None:
+                if isinstance(event, JobStarted) and event.job.class_name == "chat":
+                    started.append(sched.now())
+
+            sched.add_listener(watch)
+            request = GenerationRequest(
+                model_id="m1", prompt="a long message", max_tokens=2, prompt_tokens=400
+            )
+            submitted = sched.now()
+            first: list[float] = []
+            chat = sched.submit_generation(
+                "chat", request, lambda _p: first.append(sched.now()) if not first else None
+            )
+            await chat
+            for handle in handles:
+                handle.cancel()
+            # The step it started after delivers its tokens over a moment
+            # (one sequence after another); a later step's come a step on.
+            beside = sum(started[0] + step / 2 < at <= first[0] for at in produced)
+            return beside, first[0] - submitted
+
+    step = TOKEN * (1 + LLAMA_CPP_CPU_BATCH_COST * 3)  # a step of the full batch
+    beside, ttft = run_virtual(main())
+    assert beside == 0, beside
+    # One step boundary, then its prompt within PROMPT_SLOWDOWN of alone and a token.
+    assert ttft <= step + 400 * 0.002 * PROMPT_SLOWDOWN + TOKEN + 1e-9, ttft

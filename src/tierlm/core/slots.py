@@ -135,9 +135,10 @@ def plan(
         # Lowest-ranked first; among equals the latest started (it has the least sunk).
         order = sorted(reversed(staying), key=lambda j: -rules.tier(j, now))
         one_at_a_time = not draining
+        need = _slots_needed(rules, now, device, staying, prompt_cap, chat_slowdown)
         for job in order:
-            if one_at_a_time and (device.stopping or stops):
-                break  # a slot is already being freed
+            if one_at_a_time and len(device.stopping) + len(stops) >= need:
+                break  # enough slots are already being freed
             preemption = rules.should_preempt(job, now, loaded)
             if preemption is not None:
                 stops.append((job, preemption))
@@ -158,3 +159,24 @@ def plan(
             how = Preemption.PREEMPT if waiting else Preemption.YIELD
             stops.extend((job, how) for job in background[:over])
     return Decision(tuple(starts), tuple(stops), rules.next_wakeup(now))
+
+
+def _slots_needed(
+    rules: SlotRules,
+    now: float,
+    device: Device,
+    staying: Sequence[Job],
+    prompt_cap: int,
+    chat_slowdown: float | None,
+) -> int:
+    """How many running sequences a full device stops for the best waiting
+    job: one slot; for a person's, as many as the latency guard would cut once
+    it starts (its prompt evaluates within ``PROMPT_SLOWDOWN``), all at the
+    same step boundary, so that its prompt does not share the first step with
+    sequences stopped one step later (docs/design.md §4.7)."""
+    if chat_slowdown is None:
+        return 1
+    waiting = rules.peek(now, device.loaded_model)
+    if waiting is None or rules.tier(waiting, now) > T1:
+        return 1
+    return max(1, len(staying) - (prompt_cap - 1))
