@@ -7,14 +7,22 @@ unseen). Idle time counts for no one.
 
 One device runs one job at a time, so busy intervals never overlap and arrive in
 order: at most one interval straddles the window's start. Keeping running sums
-and trimming from the left makes every query O(1) amortised.
+and trimming from the left makes every query O(1) amortised. With k slots a
+span carries the class's part of the running set (docs/design.md §4.7).
+
+``Budgets`` holds every budgeted class's meter and cap, and answers which of
+them the picker skips now.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection, Mapping
 
-__all__ = ["BudgetMeter"]
+from tierlm.core.classes import TaskClass
+from tierlm.core.jobs import Job
+
+__all__ = ["BudgetMeter", "Budgets"]
 
 
 class BudgetMeter:
@@ -82,3 +90,48 @@ class BudgetMeter:
         """This class's share of busy time in the window (0 when nothing ran)."""
         mine, total = self.usage(now)
         return mine / total if total > 0 else 0.0
+
+
+class Budgets:
+    """The budgeted classes' meters and caps (docs/design.md §4.3, §4.7)."""
+
+    __slots__ = ("_caps", "_meters")
+
+    def __init__(self, classes: Mapping[str, TaskClass]) -> None:
+        self._meters = {
+            name: BudgetMeter(c.budget.window) for name, c in classes.items() if c.budget
+        }
+        self._caps = {name: c.budget.share for name, c in classes.items() if c.budget}
+
+    def __bool__(self) -> bool:
+        return bool(self._meters)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self._meters)
+
+    def remix(self, now: float, running: Collection[Job]) -> None:
+        """The running set changed: each class counts its part of it from now
+        (slot-time; with one slot the running job's class has all of it)."""
+        for name, meter in self._meters.items():
+            if not running:
+                meter.stop(now)
+            else:
+                meter.start(now, sum(j.class_name == name for j in running) / len(running))
+
+    def over(self, now: float, running: Collection[Job], joining: bool) -> list[str]:
+        """The classes past their cap now. ``joining``: for a free slot beside
+        ``running``, also those whose part of the batch would pass their cap
+        with one more (docs/design.md §4.7 budgets in a batch: the meter sees a
+        filled batch only as its span runs, so k sequences started at once
+        would overrun the cap by k jobs' length before it could say so)."""
+        over = [name for name, meter in self._meters.items() if meter.share(now) > self._caps[name]]
+        if joining and running:
+            for name, cap in self._caps.items():
+                part = sum(j.class_name == name for j in running) + 1
+                if name not in over and part / (len(running) + 1) > cap:
+                    over.append(name)
+        return over
+
+    def shares(self, now: float) -> dict[str, float]:
+        return {name: meter.share(now) for name, meter in self._meters.items()}

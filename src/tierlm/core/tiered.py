@@ -14,7 +14,7 @@ from tierlm.core import fair_choice
 from tierlm.core.affinity import choose
 from tierlm.core.anticipation import Anticipation
 from tierlm.core.book import JobBook
-from tierlm.core.budget import BudgetMeter
+from tierlm.core.budget import Budgets
 from tierlm.core.classes import T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.device import Decision, Device, Preemption
@@ -68,10 +68,7 @@ class TieredPolicy:
         self.foreground: Foreground | None = None
         self._book = JobBook(self.fair)
         self._jobs = self._book.jobs
-        self._meters: dict[str, BudgetMeter] = {
-            name: BudgetMeter(c.budget.window) for name, c in self.classes.items() if c.budget
-        }
-        self._caps = {n: c.budget.share for n, c in self.classes.items() if c.budget}
+        self._budgets = Budgets(self.classes)
         # The jobs holding a slot, in start order (docs/design.md §4.7).
         self._running: dict[int, Job] = {}
         self._slices = SliceClocks(config.slice)  # each one's slice: after its swap
@@ -128,15 +125,11 @@ class TieredPolicy:
         """The running set changed: the budgets and the floor count each class's
         part of it from now (slot-time, docs/design.md §4.7; with one slot the
         running job's class has all of it)."""
-        running = len(self._running)
-        if not running:
-            for meter in self._meters.values():
-                meter.stop(now)
+        self._budgets.remix(now, self._running.values())
+        if self._running:
+            self.floor.start(now, len(self._pool_running) / len(self._running))
+        else:
             self.floor.stop(now)
-            return
-        for name, meter in self._meters.items():
-            meter.start(now, sum(j.class_name == name for j in self._running.values()) / running)
-        self.floor.start(now, len(self._pool_running) / running)
 
     def finished(self, job: Job, now: float) -> None:
         self._book.advance(now)
@@ -256,23 +249,13 @@ class TieredPolicy:
 
     def _over_budget(self, now: float, joining: bool = False) -> frozenset[str]:
         """The budgeted classes the picker skips now; ``joining``: for a free
-        slot beside running sequences, which also skips a class whose part of
-        the batch would pass its cap with one more (docs/design.md §4.7)."""
+        slot beside running sequences (``Budgets.over``)."""
         if self.floor.active:
             # docs/design.md §4.3: while the backlogged pool is owed its floor,
             # budgeted work waits as overdue work does, within its cap or not
             # (a chat's share would otherwise leave the pool nothing).
-            return frozenset(self._meters)
-        over = [name for name, meter in self._meters.items() if meter.share(now) > self._caps[name]]
-        running = list(self._running.values())
-        if joining and running:
-            # docs/design.md §4.7 budgets in a batch: the meter sees a filled
-            # batch only as its span runs, so k sequences started at once would
-            # overrun the cap by k jobs' length before it could say so.
-            for name in self._meters:
-                part = sum(j.class_name == name for j in running) + 1
-                if name not in over and part / (len(running) + 1) > self._caps[name]:
-                    over.append(name)
+            return self._budgets.names
+        over = self._budgets.over(now, self._running.values(), joining)
         return frozenset(over) if over else _NO_SKIP
 
     def _choose(
@@ -361,7 +344,7 @@ class TieredPolicy:
     def _select(
         self, now: float, loaded_model: str | None, extra: Job | None, t4: bool = True
     ) -> int | None:
-        skip = self._over_budget(now, joining=extra is None) if self._meters else _NO_SKIP
+        skip = self._over_budget(now, joining=extra is None) if self._budgets else _NO_SKIP
         choice = self._choose(now, loaded_model, skip, extra, t4)
         if choice is None and skip and (extra is not None or self._only_running(skip)):
             # Work-conserving budget (docs/design.md §6.4): the device never
@@ -487,7 +470,7 @@ class TieredPolicy:
         return fair_choice.vruntimes(self.fair)
 
     def budget_shares(self, now: float) -> dict[str, float]:
-        return {name: meter.share(now) for name, meter in self._meters.items()}
+        return self._budgets.shares(now)
 
     def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
         """Every queued job in the order ``pick`` would dispatch them, call after
@@ -495,7 +478,7 @@ class TieredPolicy:
         turns, each charged one slice: ``pool_order``), affinity and swaps;
         holds and deadlines still ahead are ignored. A query: it changes
         nothing (docs/design.md §2 queue positions)."""
-        skip = self._over_budget(now) if self._meters else _NO_SKIP
+        skip = self._over_budget(now) if self._budgets else _NO_SKIP
         return policy_order(
             list(self._jobs.values()),
             now,
