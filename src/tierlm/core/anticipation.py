@@ -89,6 +89,19 @@ class Anticipation:
         if ended is not None and ended.producer == producer and ended.model_id == model_id:
             self._ended = None  # it came back: the hold is over
 
+    def turn_hold(self, now: float) -> tuple[str, float] | None:
+        """(the producer, until when) to keep a free slot for the pool producer
+        whose job just ended mid-turn, when it sends its next within a round
+        trip (docs/design.md §4.4 turns); None when it does not."""
+        ended = self._ended
+        if ended is None:
+            return None
+        think = self._think.get((ended.producer, ended.model_id))
+        if think is None or 2 * think > MIN_HOLD:
+            return None
+        end = ended.at + MIN_HOLD
+        return (ended.producer, end) if now < end else None
+
     def hold_end(self, now: float, loaded_model: str, swap_estimate: float) -> float | None:
         """Until when to keep ``loaded_model`` for the producer whose job just
         ended on it, rather than swap; None when no hold is worth it."""

@@ -35,6 +35,8 @@ class SliceClocks:
     def __init__(self, slice_seconds: float) -> None:
         self.slice = slice_seconds
         self._used: dict[int, float | None] = {}
+        self._turns: dict[str, tuple[float, float]] = {}
+        """Per producer whose job just ended: (the slice it had used, when)."""
         self._clock = 0.0
         self.evaluations: Mapping[int, float] = {}
         """The last decision's ``Device.evaluations``: what each running job's
@@ -57,19 +59,43 @@ class SliceClocks:
                     self._used[job_id] = used + elapsed / share
         self._clock = max(self._clock, now)
 
-    def start(self, job_id: int, now: float, *, begun: bool) -> None:
-        """A job holds a slot; its slice begins now, or when ``restart`` says."""
+    def start(self, job_id: int, now: float, *, begun: bool, turn: str | None = None) -> None:
+        """A job holds a slot; its slice begins now, or when ``restart`` says.
+
+        ``turn``: its producer. A producer whose job ended at this instant,
+        not preempted, goes on with the slice it was in (docs/design.md §4.4
+        turns): a job that finished 3.5 s into a 4 s slice leaves its
+        successor 0.5 s, not a fresh 4 s, or a producer of short jobs would
+        hold the device for up to two slices at a turn."""
         self._tick(now)
-        self._used[job_id] = 0.0 if begun else None
+        carried = self._turns.pop(turn, None) if turn is not None else None
+        used = 0.0
+        if carried is not None and abs(carried[1] - now) <= _EPSILON:
+            used = carried[0]
+        self._used[job_id] = used if begun else None
 
     def restart(self, job_id: int, now: float) -> None:
         """Its slice begins now (its swap ended)."""
         self._tick(now)
         self._used[job_id] = 0.0
 
-    def stop(self, job_id: int, now: float) -> None:
+    def stop(self, job_id: int, now: float, *, turn: str | None = None) -> None:
+        """A job left its slot; ``turn``: its producer, whose next job started
+        at this instant continues its slice (``start``)."""
         self._tick(now)
-        self._used.pop(job_id, None)
+        used = self._used.pop(job_id, None)
+        if turn is not None and used is not None:
+            self._turns[turn] = (used % self.length(job_id), now)
+
+    def turn_left(self, turn: str, now: float) -> bool:
+        """Whether ``turn``'s producer had a job end at ``now``... or since,
+        with its slice not used up (its next job would go on with it)."""
+        carried = self._turns.get(turn)
+        return carried is not None and carried[0] < self.slice - _EPSILON
+
+    def end_turn(self, turn: str) -> None:
+        """The producer's turn ended (its job was preempted): its next starts afresh."""
+        self._turns.pop(turn, None)
 
     def begun(self, job_id: int) -> bool:
         return self._used.get(job_id) is not None

@@ -15,7 +15,7 @@ from tierlm.core.affinity import choose
 from tierlm.core.anticipation import Anticipation
 from tierlm.core.book import JobBook
 from tierlm.core.budget import Budgets
-from tierlm.core.classes import T1, T2, T3, T4, TaskClass, Tier
+from tierlm.core.classes import T2, T3, T4, TaskClass, Tier
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.device import Decision, Device, Preemption
 from tierlm.core.fairness import FairPool
@@ -23,6 +23,7 @@ from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.order import policy_order
+from tierlm.core.preemption import preemption
 from tierlm.core.queues import T3_AFTER_POOL, Candidate
 from tierlm.core.slices import SliceClocks
 from tierlm.core.slots import plan
@@ -95,6 +96,7 @@ class TieredPolicy:
         self._book.advance(now)
         self._book.add(job, now)
         self.anticipation.returned(job.producer, job.model_id)
+        self._slices.end_turn(job.producer)
 
     def remove(self, job: Job, now: float) -> None:
         if job.id in self._book.live:
@@ -113,13 +115,19 @@ class TieredPolicy:
         if job.task_class.tier == Tier.T0:
             self._book.turns.served(job.producer)  # docs/design.md §4.2 persons in turn
         # A job that needs a swap starts its slice when the swap ends (swapped).
-        self._slices.start(job.id, now, begun=job.model_id == self._loaded_at_pick)
+        begun = job.model_id == self._loaded_at_pick
+        self._slices.start(job.id, now, begun=begun, turn=self._turn_of(job))
         self.holds.busy()
         if job.task_class.fair:
             self.fair.start(job, now)
             if self._rank(job, now) == T4:
                 self._pool_running.add(job.id)
         self._remix(now)
+
+    @staticmethod
+    def _turn_of(job: Job) -> str | None:
+        """Whose turn a job's slice is part of: its producer's, in the pool."""
+        return job.producer if job.task_class.fair else None
 
     def _remix(self, now: float) -> None:
         """The running set changed: the budgets and the floor count each class's
@@ -135,7 +143,7 @@ class TieredPolicy:
         self._book.advance(now)
         if self._running.pop(job.id, None) is None:
             return
-        self._slices.stop(job.id, now)
+        self._slices.stop(job.id, now, turn=self._turn_of(job))
         self._pool_running.discard(job.id)
         if job.task_class.fair:
             # docs/design.md §4 fair pool: "you ran, you pay", cancelled or not, swap included.
@@ -380,7 +388,25 @@ class TieredPolicy:
                 else:
                     self.holds.busy()
             return None
-        return self._jobs[choice]
+        best = self._jobs[choice]
+        if self._held_for_turn(best, now):
+            return None
+        return best
+
+    def _held_for_turn(self, best: Job, now: float) -> bool:
+        """docs/design.md §4.4 turns: a pool producer whose job ended mid-turn
+        and that sends its next within a round trip keeps its slot that long,
+        rather than lose the rest of its turn in the instant between (an
+        agent sending one job at a time lost it at every job). Only against
+        the pool's own order: never against a person, a budget or a deadline."""
+        found = self.anticipation.turn_hold(now)
+        if found is None or self._rank(best, now) != T4:
+            return False
+        producer, until = found
+        if producer == best.producer or not self._slices.turn_left(producer, now):
+            return False
+        self._wake.append(until)
+        return True
 
     def take(self, job: Job, now: float) -> None:
         self._book.remove(job, now, to_run=True)
@@ -389,17 +415,10 @@ class TieredPolicy:
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
     ) -> Preemption | None:
-        """docs/design.md §4 preemption: best = pick(queue + running); stop if it
-        ranks higher. Inside the pool, also when the running job has used its
-        slice and an eligible producer has an earlier virtual deadline.
-
-        How (§4 preemption kinds): ``PREEMPT`` for T0 or T1 work (a person is
-        waiting), ``YIELD`` for everything else (fairness, overdue work, any
-        tier below T1), which never cuts a prompt evaluation short.
-
-        Because the running job takes part in the pick, a preemption that would
-        only lead back to it, or to a pointless swap, never happens (§6.6).
-        """
+        """docs/design.md §4 preemption: best = pick(queue + running), and
+        whether and how to stop for it (``core/preemption.py``). Because the
+        running job takes part in the pick, a preemption that would only lead
+        back to it, or to a pointless swap, never happens (§6.6)."""
         if running.task_class.tier == Tier.T0:
             return None  # T0 only loses to itself, and it is first in line.
         if not self._jobs:
@@ -415,29 +434,14 @@ class TieredPolicy:
         if choice is None or choice == running.id:
             return None
         best = self._jobs[choice]
-        best_rank = self._rank(best, now)
-        # Budgeted work at its own tier waits for the device instead of
-        # preempting: otherwise each time its share dips under the cap it would
-        # cut a fair-pool job short (docs/design.md §4 budget).
-        if best_rank >= T2 and best.task_class.budget is not None:
-            return None
-        if best_rank < (T3 if run_rank == _T3_AFTER_POOL else run_rank):
-            # A higher tier (waiting for the floor leaves overdue work T3).
-            if best_rank == T1 and self._just_left(running, now):
-                # Foreground flapping (docs/design.md §4.6): the new surface
-                # does not cut the evaluation of the one the person just left.
-                return Preemption.YIELD
-            return Preemption.PREEMPT if best_rank <= T1 else Preemption.YIELD
-        # Fairness preempts only what goes back to the queue and loses nothing
-        # there: a job that would start over, cut at every slice, could never
-        # finish (docs/design.md §4 preemption kinds).
-        if not running.task_class.requeue or not running.resumable:
-            return None
-        if run_rank == _T3_AFTER_POOL:
-            return Preemption.YIELD if best_rank == T4 else None  # the pool is owed its floor
-        if run_rank == best_rank == T4 and not in_slice:
-            return Preemption.YIELD
-        return None
+        return preemption(
+            run_rank,
+            self._rank(best, now),
+            best_budgeted=best.task_class.budget is not None,
+            person_just_left=self._just_left(running, now),
+            requeues_whole=running.task_class.requeue and running.resumable,
+            in_slice=in_slice,
+        )
 
     def _just_left(self, job: Job, now: float) -> bool:
         left = self._left
