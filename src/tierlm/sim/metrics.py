@@ -26,6 +26,10 @@ definition is here or in the module it names, with its reason:
   time in every 300 s window, and in the windows contended by work the policy
   could have run.
 - waits: per class (and per producer), from submit to the job's first dispatch.
+- arrival waits: per producer, from each moment it arrives (a job submitted
+  while none of its jobs is queued or running) to the first dispatch of any
+  of its jobs: how long a newcomer waits for its first turn, whatever its own
+  backlog (a burst's eighth job waits behind its own seven under any policy).
 - deadlines: lateness = max(0, end - deadline); a job not done by the end
   counts with horizon - deadline (a lower bound).
 - percentiles interpolate linearly between order statistics.
@@ -33,13 +37,14 @@ definition is here or in the module it names, with its reason:
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from tierlm.sim.budget_metrics import budget
 from tierlm.sim.fairness_metrics import fairness
-from tierlm.sim.intervals import Interval, runs
+from tierlm.sim.intervals import Interval, merge, presence, runs
 from tierlm.sim.records import PREEMPTED, JobRecord, SimRecords
 from tierlm.sim.stats import jain_index, percentile
 
@@ -73,6 +78,7 @@ def compute_metrics(rec: SimRecords) -> dict[str, Any]:
         "budget": budget(rec, runs_by_job),
         "waits": _waits(rec),
         "waits_by_producer": _waits(rec, by_producer=True),
+        "arrival_waits": _arrival_waits(rec),
         "deadlines": _deadlines(rec),
     }
 
@@ -207,6 +213,25 @@ def _waits(rec: SimRecords, *, by_producer: bool = False) -> dict[str, Any]:
         name: {"count": len(w), "p50": percentile(w, 50), "max": max(w)}
         for name, w in sorted(waits.items())
     }
+
+
+def _arrival_waits(rec: SimRecords) -> dict[str, Any]:
+    """Per producer: from each arrival to its first dispatch after it (module
+    docstring); an arrival not served by the end counts with its wait so far."""
+    by_producer: dict[str, list[JobRecord]] = defaultdict(list)
+    for job in _submitted(rec.jobs, rec.horizon):
+        by_producer[job.producer].append(job)
+    out: dict[str, Any] = {}
+    for producer, jobs in sorted(by_producer.items()):
+        starts = sorted(run.start for job in jobs for run in job.runs if run.start <= rec.horizon)
+        waits = []
+        for arrived, left in merge(presence(job, rec.horizon) for job in jobs):
+            i = bisect.bisect_left(starts, arrived)
+            served = i < len(starts) and starts[i] <= left
+            waits.append((starts[i] if served else rec.horizon) - arrived)
+        if waits:
+            out[producer] = {"count": len(waits), "p50": percentile(waits, 50), "max": max(waits)}
+    return out
 
 
 def _submitted(jobs: Sequence[JobRecord], horizon: float) -> list[JobRecord]:

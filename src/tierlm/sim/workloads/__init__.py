@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tierlm.sim.workload import Workload
 from tierlm.sim.workloads.azure_chat import AzureChat
+from tierlm.sim.workloads.azure_pool import AzurePool
 from tierlm.sim.workloads.backfill_flood import BackfillFlood
 from tierlm.sim.workloads.chat_idle import ChatIdle
 from tierlm.sim.workloads.fair_pool import FairPool
@@ -35,6 +36,7 @@ WORKLOADS: dict[str, type[Workload]] = {
         FairPool,
         MixedModels,
         AzureChat,
+        AzurePool,
         FrequentChat,
         DeadlineAbuse,
         OverdueFlood,
@@ -74,7 +76,7 @@ def get_workload(
 ) -> Workload:
     """A workload by name, with its ``parameters`` set from ``params``.
 
-    ``azure-chat`` reads its trace now (clear error if a named file is missing).
+    ``azure-chat`` and ``azure-pool`` read their trace now (clear error if a named file is missing).
     """
     cls = WORKLOADS.get(name)
     if cls is None:
@@ -86,6 +88,6 @@ def get_workload(
         raise ValueError(
             f"workload {name}: unknown parameter(s) {', '.join(unknown)}; known: {known}"
         )
-    if cls is AzureChat:
-        return AzureChat(trace, **params)
+    if cls is AzureChat or cls is AzurePool:
+        return cls(trace, **params)
     return cls(**params)

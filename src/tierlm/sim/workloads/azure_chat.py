@@ -18,7 +18,7 @@ second model).
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,7 +29,7 @@ from tierlm.sim.trace import ATTRIBUTION, ReplayPlan, TraceRequest, load_trace, 
 from tierlm.sim.workload import Workload
 from tierlm.sim.workloads.producers import Deck, deck_filler, extraction, gana_cron
 
-__all__ = ["AzureChat"]
+__all__ = ["AzureChat", "trace_chats", "trace_plan"]
 
 DEFAULT_CHAT_LOAD = 0.3
 CONTEXT_CAP = 4096
@@ -57,19 +57,12 @@ class AzureChat(Workload):
 
     def plan(self, device: DeviceModel, duration: float, seed: int) -> ReplayPlan:
         """The requests this run replays (the same for every policy)."""
-        phase = SimContext.random_stream(self.name, seed, "trace-phase").random()
-        return replay_plan(
-            self.requests,
-            lambda r: _service(device, r),
-            load=self.chat_load,
-            duration=duration,
-            phase=phase,
-        )
+        return trace_plan(self.name, self.requests, device, self.chat_load, duration, seed)
 
     def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
         plan = self.plan(sim.device, sim.duration, sim.seed)
         return [
-            _chats(sim, plan),
+            trace_chats(sim, plan),
             deck_filler(sim, Deck(target=10)),
             extraction(sim, notes=500, interval=1.0, start=1.0),
             gana_cron(sim, "gana:digest", period=180.0, first=30.0, slack=60.0),
@@ -89,6 +82,22 @@ class AzureChat(Workload):
         }
 
 
+def trace_plan(
+    name: str,
+    requests: Sequence[TraceRequest],
+    device: DeviceModel,
+    load: float,
+    duration: float,
+    seed: int,
+) -> ReplayPlan:
+    """The trace's requests a run of workload ``name`` replays as chats, at
+    offered ``load`` (the same for every policy: the phase is the seed's)."""
+    phase = SimContext.random_stream(name, seed, "trace-phase").random()
+    return replay_plan(
+        requests, lambda r: _service(device, r), load=load, duration=duration, phase=phase
+    )
+
+
 def _service(device: DeviceModel, request: TraceRequest) -> float:
     prompt, output = _sizes(request)
     return device.job_seconds(prompt, output)
@@ -98,7 +107,8 @@ def _sizes(request: TraceRequest) -> tuple[int, int]:
     return min(request.context_tokens, CONTEXT_CAP), max(1, request.generated_tokens)
 
 
-async def _chats(sim: SimContext, plan: ReplayPlan) -> None:
+async def trace_chats(sim: SimContext, plan: ReplayPlan) -> None:
+    """The plan's requests as chats of one person, the chat surface open."""
     sim.set_foreground("chat")
     for at, request in plan.arrivals:
         await sim.sleep_until(at)
