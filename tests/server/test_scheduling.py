@@ -10,6 +10,7 @@ which cancels its job: the blocker ends with its block.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import re
 from typing import Any
@@ -77,8 +78,13 @@ def test_chat_preempts_a_running_background_request(gateway: Gateway) -> None:
     assert gateway.metric("tierlm_jobs_total", class_="chat", outcome="completed") == 1
 
 
-def test_a_waiting_stream_is_told_its_position_and_tier(gateway: Gateway) -> None:
-    with sse(gateway, chat_body(max_tokens=LONG)):
+def test_a_waiting_stream_is_told_its_position_and_tier() -> None:
+    # No pool floor: with it, a chat's busy time leaves the backlogged pool
+    # owed its floor, and extraction would wait behind the gana (§4.3; below).
+    with (
+        serve(sim_settings({"scheduler": {"pool_floor": 0}})) as gateway,
+        sse(gateway, chat_body(max_tokens=LONG)),
+    ):
         gateway.wait_running("chat")
         with sse(gateway, chat_body(max_tokens=3), GANA) as gana:
             job, tier, position = queued(gana.next())
@@ -89,6 +95,25 @@ def test_a_waiting_stream_is_told_its_position_and_tier(gateway: Gateway) -> Non
                 assert queued(gana.next()) == (gana.job_id, 4, 2)
             # The extract client left: its job is gone, the gana is first again.
             assert queued(gana.next()) == (gana.job_id, 4, 1)
+
+
+def test_a_pool_owed_its_floor_is_ahead_of_extraction_in_the_positions(gateway: Gateway) -> None:
+    """docs/design.md §4.3: a chat's busy time leaves the backlogged pool owed
+    its floor, so extraction waits behind it, and the positions say so (they
+    are computed with the floor's state as of now, as the next decision would
+    see it): when the chat ends, the gana runs first."""
+    with contextlib.ExitStack() as streams:
+        chat = streams.enter_context(sse(gateway, chat_body(max_tokens=LONG)))
+        gateway.wait_running("chat")
+        gana = streams.enter_context(sse(gateway, chat_body(max_tokens=3), GANA))
+        assert queued(gana.next()) == (gana.job_id, 4, 1)
+        extract_headers = {"X-Tierlm-Class": "extract"}
+        extract = streams.enter_context(sse(gateway, chat_body(max_tokens=3), extract_headers))
+        assert queued(extract.next()) == (extract.job_id, 2, 2)
+        chat.response.close()  # the person's client leaves: the device frees
+        gateway.wait(lambda s: s["stats"]["completed"] >= 2, "the gana and the extraction")
+    done = {job["id"]: job["ended_at"] for job in gateway.state()["gateway"]["recent"]}
+    assert done[gana.job_id] < done[extract.job_id]
 
 
 def test_a_quiet_stream_gets_heartbeats() -> None:

@@ -480,8 +480,10 @@ class TieredPolicy:
         """Every queued job in the order ``pick`` would dispatch them, call after
         call, if the device freed now: tiers, each tier's order (the pool's
         turns, each charged one slice: ``pool_order``), affinity and swaps;
-        holds and deadlines still ahead are ignored. A query: it changes
-        nothing (docs/design.md §2 queue positions)."""
+        holds and deadlines still ahead are ignored (docs/design.md §2 queue
+        positions). It changes nothing but the pool floor's state, brought up
+        to now as a decision would (§4.3), so positions tell the next one."""
+        self.floor.update(now, self._book.fresh > 0)
         skip = self._over_budget(now) if self._budgets else _NO_SKIP
         return policy_order(
             list(self._jobs.values()),
