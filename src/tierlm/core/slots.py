@@ -135,10 +135,14 @@ def plan(
         # Lowest-ranked first; among equals the latest started (it has the least sunk).
         order = sorted(reversed(staying), key=lambda j: -rules.tier(j, now))
         one_at_a_time = not draining
-        need = _slots_needed(rules, now, device, staying, prompt_cap, chat_slowdown)
+        batch = len(staying)
+        need: int | None = None  # asked only once a stop is under way (it peeks)
         for job in order:
-            if one_at_a_time and len(device.stopping) + len(stops) >= need:
-                break  # enough slots are already being freed
+            if one_at_a_time and (device.stopping or stops):
+                if need is None:
+                    need = _slots_needed(rules, now, device, batch, prompt_cap, chat_slowdown)
+                if len(device.stopping) + len(stops) >= need:
+                    break  # enough slots are already being freed
             preemption = rules.should_preempt(job, now, loaded)
             if preemption is not None:
                 stops.append((job, preemption))
@@ -165,18 +169,19 @@ def _slots_needed(
     rules: SlotRules,
     now: float,
     device: Device,
-    staying: Sequence[Job],
+    batch: int,
     prompt_cap: int,
     chat_slowdown: float | None,
 ) -> int:
-    """How many running sequences a full device stops for the best waiting
-    job: one slot; for a person's, as many as the latency guard would cut once
-    it starts (its prompt evaluates within ``PROMPT_SLOWDOWN``), all at the
-    same step boundary, so that its prompt does not share the first step with
-    sequences stopped one step later (docs/design.md §4.7)."""
+    """How many of the ``batch`` running sequences (those not already being
+    stopped) a full device stops for the best waiting job: one slot; for a
+    person's, as many as the latency guard would cut once it starts (its
+    prompt evaluates within ``PROMPT_SLOWDOWN``), all at the same step
+    boundary, so that its prompt does not share the first step with sequences
+    stopped one step later (docs/design.md §4.7)."""
     if chat_slowdown is None:
         return 1
     waiting = rules.peek(now, device.loaded_model)
     if waiting is None or rules.tier(waiting, now) > T1:
         return 1
-    return max(1, len(staying) - (prompt_cap - 1))
+    return max(1, batch - (prompt_cap - 1))
