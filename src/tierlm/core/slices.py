@@ -88,8 +88,8 @@ class SliceClocks:
             self._turns[turn] = (used % self.length(job_id), now)
 
     def turn_left(self, turn: str, now: float) -> bool:
-        """Whether ``turn``'s producer had a job end at ``now``... or since,
-        with its slice not used up (its next job would go on with it)."""
+        """Whether ``turn``'s producer had a job end with its slice not used
+        up, and has not started another since (its next job would go on with it)."""
         carried = self._turns.get(turn)
         return carried is not None and carried[0] < self.slice - _EPSILON
 
