@@ -263,3 +263,31 @@ def test_many_preempted_jobs_stay_within_the_total_bound() -> None:
             assert sched.snapshot().journal_bytes == 0
 
     run_virtual(main())
+
+
+def test_a_round_past_its_journal_bound_still_finishes_between_slices() -> None:
+    """docs/design.md §4.6 a slice worth its resume, for closure jobs: with no
+    journal a resumed round generates its calls again, so a 6 s round cut at
+    every 3 s slice redid its 3 s and was cut again, and never finished. The
+    run's redo counts as what its resume costs (time until it passes what its
+    earlier runs produced): its slice stretches and each turn gains ground."""
+    rounds = 2
+
+    async def main() -> tuple[list[list[str]], Counter[str], float]:
+        device = CountingRunner(runner())
+        config = SchedulerConfig(journal_bytes_per_job=0, slice=3.0)
+        async with Scheduler(device, config=config) as sched:
+            handles = [
+                sched.submit("gana", "m1", agent_round(), producer=f"gana:{i}")
+                for i in range(rounds)
+            ]
+            # Bounded in virtual time: before the rule the rounds never ended.
+            answers = await asyncio.wait_for(asyncio.gather(*handles), timeout=600.0)
+            return answers, device.tokens, sched.now()
+
+    answers, tokens, ended = run_virtual(main())
+    expected = ["".join(f"w{i} " for i in range(STEP_TOKENS))] * 3
+    assert answers == [expected] * rounds
+    # Each round's 120 tokens, plus at most one redo of a turn's work each.
+    assert sum(tokens.values()) <= rounds * 3 * STEP_TOKENS * 2
+    assert ended < 60.0  # 12 s of work; the redo adds less than as much again

@@ -218,9 +218,13 @@ class Dispatcher:
             ctx = entry.context
             if ctx is not None and ctx.first_live_at is not None:
                 decoding.add(job_id)
-            if ctx is not None and not self.restores_kv:
-                first = ctx.first_live_at
-                evaluations[job_id] = (now if first is None else first) - ctx.started_at
+            if ctx is not None and (not self.restores_kv or entry.preemptions):
+                # docs/design.md §4.6: what this run redid before it made new
+                # progress, what its next resume redoes too. A device that
+                # restores KV redoes nothing on a first run; on a resume, what
+                # its journal could not keep.
+                progress = ctx.progress_at
+                evaluations[job_id] = (now if progress is None else progress) - ctx.started_at
             assert entry.token is not None
             reason = entry.token.reason
             if reason is not None:

@@ -146,6 +146,7 @@ class JobContext:
         "job_id",
         "model_id",
         "on_first_token",
+        "progress_at",
         "started_at",
     )
 
@@ -170,17 +171,25 @@ class JobContext:
         self.started_at = asyncio.get_running_loop().time()
         """When this run's work began (after any swap)."""
         self.first_live_at: float | None = None
+        """When the runner gave this run its first token (a journal replay's
+        are not the runner's): its prompt is evaluated."""
         self.on_first_token: Callable[[], None] | None = None
         """Told once, at ``first_live_at`` (the shell decides again then)."""
-        """When the runner gave this run its first token (a journal replay's
-        are not the runner's): ``started_at`` to here is what the run spent
-        evaluating, what a resume without its KV state redoes (docs/design.md
-        §4.6 a slice worth its resume)."""
+        self.progress_at: float | None = None
+        """When this run first went past what earlier runs of the job had
+        produced: ``started_at`` to here is what the run redid (a prompt
+        evaluated again, calls past the journal's bound generated again), what
+        the next resume will redo as well (docs/design.md §4.6 a slice worth
+        its resume). Without a journal every live token is new."""
 
-    def _live(self) -> None:
-        """The runner produced a token for this run."""
+    def _live(self, *, new: bool = True) -> None:
+        """The runner produced a token for this run (``new``: past what earlier
+        runs had produced)."""
+        now = asyncio.get_running_loop().time()
+        if new and self.progress_at is None:
+            self.progress_at = now
         if self.first_live_at is None:
-            self.first_live_at = asyncio.get_running_loop().time()
+            self.first_live_at = now
             if self.on_first_token is not None:
                 self.on_first_token()
 
@@ -248,13 +257,14 @@ class JobContext:
         record = journal.open(request)
         for piece in record.pieces[:]:  # replay: a copy, the live part appends
             self.cancel.raise_if_cancelled()  # a token boundary, as live
+            journal.count()
             yield piece
         if not record.finished:
             live = continued(request, record.pieces)
             if live is not None:
                 async with aclosing_stream(self._runner.generate(live, self.cancel)) as stream:
                     async for piece in stream:
-                        self._live()
+                        self._live(new=journal.count())
                         journal.add(record, piece)
                         yield piece
             if not self.cancel.cancelled:

@@ -89,7 +89,7 @@ class CallRecord:
 class Journal:
     """One job's ``ctx.generate`` calls, kept across its runs (module docstring)."""
 
-    __slots__ = ("_budget", "_calls", "_cursor", "bytes")
+    __slots__ = ("_budget", "_calls", "_cursor", "_run_pieces", "bytes", "reached")
 
     def __init__(self, budget: JournalBudget) -> None:
         self._budget = budget
@@ -97,6 +97,12 @@ class Journal:
         self._cursor = 0
         self.bytes = 0
         """Bytes this journal holds (counted in its budget's ``used``)."""
+        self.reached = 0
+        """The most pieces any earlier run of the job yielded: a run is redoing
+        earlier work until it passes this mark, whether its pieces come from
+        the journal or, past its bound, from the runner again (docs/design.md
+        §4.6 a slice worth its resume)."""
+        self._run_pieces = 0
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -104,6 +110,14 @@ class Journal:
     def start_run(self) -> None:
         """A run of the job starts: its first call is position 0 again."""
         self._cursor = 0
+        self.reached = max(self.reached, self._run_pieces)
+        self._run_pieces = 0
+
+    def count(self) -> bool:
+        """One more piece yielded to the work in this run; True once the run
+        is past what any earlier run yielded (it makes new progress)."""
+        self._run_pieces += 1
+        return self._run_pieces > self.reached
 
     def open(self, request: GenerationRequest) -> CallRecord:
         """The record for the work's next call: the recorded one if the request
