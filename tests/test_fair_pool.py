@@ -300,7 +300,7 @@ async def test_a_slice_starts_after_the_swap_it_paid_for() -> None:
         swap_end = rec.kinds(SwapFinished)[0].time
         run = rec.runs[0]
         assert run.job_id == first.id and run.start < swap_end
-        assert run.end is not None and run.end - swap_end >= 4.0
+        assert run.end is not None and run.end - swap_end >= SchedulerConfig().slice
 
 
 # -- 100 000 distinct producers --------------------------------------------------

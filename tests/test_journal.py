@@ -43,6 +43,10 @@ class CountingRunner:
     def loaded_model(self) -> str | None:
         return self.inner.loaded_model
 
+    @property
+    def restores_kv(self) -> bool:
+        return self.inner.restores_kv
+
     async def load(self, model_id: str) -> None:
         await self.inner.load(model_id)
 
@@ -265,7 +269,8 @@ def test_many_preempted_jobs_stay_within_the_total_bound() -> None:
     run_virtual(main())
 
 
-def test_a_round_past_its_journal_bound_still_finishes_between_slices() -> None:
+@pytest.mark.parametrize("resume", ["re-evaluate", "restore"])
+def test_a_round_past_its_journal_bound_still_finishes_between_slices(resume: str) -> None:
     """docs/design.md §4.6 a slice worth its resume, for closure jobs: with no
     journal a resumed round generates its calls again, so a 6 s round cut at
     every 3 s slice redid its 3 s and was cut again, and never finished. The
@@ -274,7 +279,7 @@ def test_a_round_past_its_journal_bound_still_finishes_between_slices() -> None:
     rounds = 2
 
     async def main() -> tuple[list[list[str]], Counter[str], float]:
-        device = CountingRunner(runner())
+        device = CountingRunner(runner(resume=resume))
         config = SchedulerConfig(journal_bytes_per_job=0, slice=3.0)
         async with Scheduler(device, config=config) as sched:
             handles = [

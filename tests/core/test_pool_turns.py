@@ -12,7 +12,9 @@ from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.testing import run_virtual
 
 TOKEN = 0.05
-SLICE = SchedulerConfig().slice
+SLICE = 4.0
+"""Pinned, so that the jobs below keep their relation to it (3 s jobs inside a
+slice, 40 s ones several) whatever the default slice is."""
 
 
 class Turns:
@@ -52,7 +54,7 @@ def run(producers: dict[str, float], *, one_at_a_time: str | None = None) -> Tur
 
     async def main() -> Turns:
         runner = SimulatedRunner(token_interval=TOKEN, initial_model="m1")
-        async with Scheduler(runner) as sched:
+        async with Scheduler(runner, config=SchedulerConfig(slice=SLICE)) as sched:
             turns = Turns(sched)
             sched.add_listener(turns)
             handles: list[asyncio.Future[str]] = []

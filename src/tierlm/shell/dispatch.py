@@ -218,13 +218,16 @@ class Dispatcher:
             ctx = entry.context
             if ctx is not None and ctx.first_live_at is not None:
                 decoding.add(job_id)
-            if ctx is not None and (not self.restores_kv or entry.preemptions):
+            if ctx is not None:
                 # docs/design.md §4.6: what this run redid before it made new
                 # progress, what its next resume redoes too. A device that
-                # restores KV redoes nothing on a first run; on a resume, what
-                # its journal could not keep.
-                progress = ctx.progress_at
-                evaluations[job_id] = (now if progress is None else progress) - ctx.started_at
+                # restores KV evaluates nothing again; only the calls a closure
+                # job's journal could not keep are generated again.
+                progress = now if ctx.progress_at is None else ctx.progress_at
+                if not self.restores_kv:
+                    evaluations[job_id] = progress - ctx.started_at
+                elif ctx.first_live_at is not None and progress > ctx.first_live_at:
+                    evaluations[job_id] = progress - ctx.first_live_at
             assert entry.token is not None
             reason = entry.token.reason
             if reason is not None:

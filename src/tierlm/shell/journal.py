@@ -89,7 +89,7 @@ class CallRecord:
 class Journal:
     """One job's ``ctx.generate`` calls, kept across its runs (module docstring)."""
 
-    __slots__ = ("_budget", "_calls", "_cursor", "_run_pieces", "bytes", "reached")
+    __slots__ = ("_budget", "_call_pieces", "_calls", "_cursor", "_generated", "bytes")
 
     def __init__(self, budget: JournalBudget) -> None:
         self._budget = budget
@@ -97,12 +97,13 @@ class Journal:
         self._cursor = 0
         self.bytes = 0
         """Bytes this journal holds (counted in its budget's ``used``)."""
-        self.reached = 0
-        """The most pieces any earlier run of the job yielded: a run is redoing
-        earlier work until it passes this mark, whether its pieces come from
-        the journal or, past its bound, from the runner again (docs/design.md
-        §4.6 a slice worth its resume)."""
-        self._run_pieces = 0
+        self._generated: list[tuple[bytes, int]] = []
+        """Per position, kept or not: the call's digest and the most pieces any
+        run generated for it. A piece at or below that mark is earlier work
+        done again, whether it comes from the journal or, past its bound, from
+        the runner (docs/design.md §4.6 a slice worth its resume). Small (a
+        digest and a count a call) and dropped with the journal."""
+        self._call_pieces = 0
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -110,14 +111,17 @@ class Journal:
     def start_run(self) -> None:
         """A run of the job starts: its first call is position 0 again."""
         self._cursor = 0
-        self.reached = max(self.reached, self._run_pieces)
-        self._run_pieces = 0
 
     def count(self) -> bool:
-        """One more piece yielded to the work in this run; True once the run
-        is past what any earlier run yielded (it makes new progress)."""
-        self._run_pieces += 1
-        return self._run_pieces > self.reached
+        """One more piece of the call last opened reached the work; True when
+        no earlier run had generated it (the job makes new progress)."""
+        position = self._cursor - 1
+        key, most = self._generated[position]
+        self._call_pieces += 1
+        if self._call_pieces <= most:
+            return False
+        self._generated[position] = (key, self._call_pieces)
+        return True
 
     def open(self, request: GenerationRequest) -> CallRecord:
         """The record for the work's next call: the recorded one if the request
@@ -125,6 +129,10 @@ class Journal:
         key = request_key(request)
         position = self._cursor
         self._cursor += 1
+        self._call_pieces = 0
+        if position >= len(self._generated) or self._generated[position][0] != key:
+            del self._generated[position:]  # new work from here on
+            self._generated.append((key, 0))
         if position < len(self._calls):
             record = self._calls[position]
             if record.key == key:
@@ -156,6 +164,7 @@ class Journal:
     def clear(self) -> None:
         """The job ended: free everything."""
         self._drop_from(0)
+        self._generated.clear()
 
     def _reserve(self, size: int) -> bool:
         budget = self._budget
