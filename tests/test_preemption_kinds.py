@@ -27,6 +27,7 @@ from tierlm import (
     JobContext,
     Preempting,
     Scheduler,
+    SchedulerConfig,
     TaskClass,
 )
 from tierlm.core import default_classes
@@ -37,6 +38,9 @@ from tierlm.testing import run_virtual
 PREFILL = 0.01  # seconds a prompt token: 100 tokens/s
 LONG = 1000  # prompt tokens: 10 s of evaluation, longer than a slice
 EVALUATION = LONG * PREFILL
+SLICE = SchedulerConfig(slice=4.0)
+"""The instants below (a slice ending at 4 s, a chat or a foreground change at
+3 s inside it) are laid out around a 4 s slice, pinned here."""
 
 
 class Device:
@@ -73,7 +77,7 @@ def scenario(
 ) -> None:
     async def main() -> None:
         device = Device()
-        async with Scheduler(device.runner, classes=classes) as sched:
+        async with Scheduler(device.runner, classes=classes, config=SLICE) as sched:
             await body(sched, device, Recorder.attach(sched))
 
     run_virtual(main())

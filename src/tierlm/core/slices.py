@@ -23,7 +23,7 @@ KV restore re-evaluates the prompt on resume; a 20 000-token prompt (10 s) cut
 at every 4 s slice advanced about a token per turn and finished after 414 s
 instead of 30 s, the device spending ~90 % re-evaluating. A quarter keeps the
 re-evaluation to at most a quarter of each of the job's turns, while prompts of
-up to 1 s (most of them) still rotate at the 4 s slice."""
+up to 0.75 s (most of them) still rotate at the default 3 s slice."""
 
 _EPSILON = 1e-9  # float slack on timer instants (a boundary must be hit, not missed)
 
