@@ -165,7 +165,11 @@ def test_a_request_queued_on_a_replica_that_dies_is_served_by_another(url: str) 
         time.sleep(1.0)
         first: Future[str] = Future()
         running = pool.submit(stream, url, "sim-b", "extract", 600, first.set_result)
-        time.sleep(1.0)  # generating
+        first.result(timeout=WAIT)  # generating on its replica
+        # Until the router has read stats that show it there: on a loaded
+        # machine a second after the start was not always enough, and the
+        # queued request went to the other replica.
+        time.sleep(3 * STATS_PERIOD)
         where: Future[str] = Future()
         queued = pool.submit(stream, url, "sim-b", "extract", 5, where.set_result)
         victim = where.result(timeout=WAIT)  # queued behind the first, same model
