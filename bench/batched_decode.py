@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # as the worker (transport.py)
+from tierlm.runners.llama_cpp.transport import with_omp_defaults
+
+# OpenMP waits as in the worker, for the raw curve measured in this process.
+os.environ.update(with_omp_defaults(os.environ))
 
 import argparse
 import asyncio

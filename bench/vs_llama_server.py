@@ -10,7 +10,8 @@ streams of 256 tokens each (end-of-generation banned: ``ignore_eos`` for the
 server, a -100 ``logit_bias`` for tierlm), greedy. llama-server runs with
 ``--no-repack`` (the AMX crash, shared/FACTS.md) and ``-fa off`` (as
 llama-cpp-python), ``-c`` = 1024 x 8 (1024 per slot, as the runner's
-``n_ctx=1024``). Aggregate
+``n_ctx=1024``) and OpenMP waiting as in tierlm's worker
+(``with_omp_defaults``: a short spin, docs/design.md §1). Aggregate
 tokens/s = all streams' tokens / the wall time from the first request to the
 last token; systems alternate within each repeat.
 
@@ -47,6 +48,7 @@ from _results import results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
+from tierlm.runners.llama_cpp.transport import with_omp_defaults
 from tierlm.runners.requests import GenerationRequest
 
 RESULTS = results_file("vs_llama_server")
@@ -80,7 +82,7 @@ class Server:
             "-tb", str(threads), "--no-repack", "-fa", "off", "--host", "127.0.0.1",
             "--port", str(self.port), "--no-webui",
         ]  # fmt: skip
-        env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive")}
+        env = with_omp_defaults(os.environ)  # OpenMP waits as in tierlm's worker
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
         )

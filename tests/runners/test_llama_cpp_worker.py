@@ -36,6 +36,7 @@ from tierlm.runners.llama_cpp import (  # noqa: E402
     physical_cores,
 )
 from tierlm.runners.llama_cpp.faults import FaultInjection  # noqa: E402
+from tierlm.runners.llama_cpp.transport import OMP_DEFAULTS, with_omp_defaults  # noqa: E402
 
 THREADS = 1  # see tests/runners/test_llama_cpp_runner.py
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]
@@ -384,6 +385,14 @@ def environ_of(pid: int) -> list[bytes]:
     return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
 
 
+def test_a_wait_the_user_chose_is_left_alone() -> None:
+    """Either variable set: tierlm adds neither (GOMP_SPINCOUNT=1000 beside a
+    user's OMP_WAIT_POLICY=active would cut the spinning they asked for)."""
+    assert with_omp_defaults({"PATH": "/bin"}) == {"PATH": "/bin", **OMP_DEFAULTS}
+    assert with_omp_defaults({"OMP_WAIT_POLICY": "active"}) == {"OMP_WAIT_POLICY": "active"}
+    assert with_omp_defaults({"GOMP_SPINCOUNT": "0"}) == {"GOMP_SPINCOUNT": "0"}
+
+
 def threads_of(pid: int) -> set[str]:
     return set(os.listdir(f"/proc/{pid}/task"))
 
@@ -391,18 +400,20 @@ def threads_of(pid: int) -> set[str]:
 def test_the_worker_waits_passively_and_decodes_on_one_persistent_thread(
     tiny_models: TinyModels,
 ) -> None:
-    """OMP_WAIT_POLICY=passive in the worker (spinning OpenMP threads crawl on a
-    busy machine), and no new thread per generation (a fresh OpenMP team per
-    thread costs first-token time): the worker's threads are the same after
-    many generations as after the first."""
+    """The worker's OpenMP threads spin briefly, then sleep (docs/design.md §1
+    "OpenMP waits"), unless the user chose how they wait; and no new thread per
+    generation (a fresh OpenMP team per thread costs first-token time): the
+    worker's threads are the same after many generations as after the first."""
 
     async def main() -> None:
         runner = LlamaCppRunner({"a": LlamaModelSpec(tiny_models.a, n_threads=2)})
         await runner.load("a")
         pid = runner.worker_pid
         assert pid is not None
-        expected = os.environ.get("OMP_WAIT_POLICY", "passive")
-        assert f"OMP_WAIT_POLICY={expected}".encode() in environ_of(pid)
+        environ = environ_of(pid)
+        for name, value in with_omp_defaults(os.environ).items():
+            if name in OMP_DEFAULTS:
+                assert f"{name}={value}".encode() in environ
         await text(runner, chat(max_tokens=5))
         threads = threads_of(pid)
         for _ in range(5):

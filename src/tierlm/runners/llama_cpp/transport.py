@@ -13,10 +13,9 @@ seconds is stopped (SIGSTOP), wedged or swapped out beyond use; it is killed,
 so that its calls fail and the runner starts another, instead of every
 request hanging behind it.
 
-The process gets ``OMP_WAIT_POLICY=passive`` unless the user set a policy:
-with the default (active) policy, llama.cpp's OpenMP threads spin while they
-wait for each other, and on a busy machine decoding fell from 75 to 1.4
-tokens/s; passive held ~24 at any load (measured on a 2-core machine).
+The process gets ``OMP_DEFAULTS`` (a short spin, then sleep) unless the user
+set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (docs/design.md §1 "OpenMP
+waits").
 """
 
 from __future__ import annotations
@@ -36,13 +35,37 @@ from tierlm.runners.llama_cpp.messages import Shutdown
 from tierlm.runners.llama_cpp.service import DecodeService
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from tierlm.runners.llama_cpp.messages import Command, Event
 
-__all__ = ["OMP_DEFAULTS", "Worker", "WorkerProcess", "WorkerThread"]
+__all__ = ["OMP_DEFAULTS", "Worker", "WorkerProcess", "WorkerThread", "with_omp_defaults"]
 
-OMP_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
+OMP_DEFAULTS = {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": "1000"}
+"""How llama.cpp's OpenMP threads wait for one another (docs/design.md §1).
+
+ggml ends every graph node with an OpenMP barrier, hundreds per decode step.
+Spinning without end (libgomp's active policy, ~300 000 spins by default)
+crawls when a peer thread is descheduled: 2 threads fell from 75 to 1.4
+tokens/s on a busy 2-core machine. Sleeping at once (passive) pays a kernel
+wake-up at every barrier, and any other process awake then (the gateway, its
+clients) delays it: a gateway with 8 slots and 2 threads decoded half as fast
+as its own runner driven directly. A short spin (1 000 turns of GNU
+libgomp's ``GOMP_SPINCOUNT``: microseconds) covers a barrier whose peer is almost there and
+sleeps when it is not. Measured on a 2-core AMD EPYC, 8 streams, 2 threads
+(``LlamaCppRunner(slots=8)``): quiet, passive 62-104 tokens/s, this 109-132,
+active 117-159; beside 3 busy processes, passive 35, this 37-39, active 10.5.
+``OMP_WAIT_POLICY=passive`` stays for OpenMP runtimes that do not read
+``GOMP_SPINCOUNT`` (libgomp lets it override the policy's spin count)."""
+
+
+def with_omp_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus ``OMP_DEFAULTS``, unless it chooses how OpenMP waits itself."""
+    if any(name in env for name in OMP_DEFAULTS):
+        return dict(env)
+    return {**env, **OMP_DEFAULTS}
+
+
 # How long a worker may take to finish after Shutdown before it is killed.
 _SHUTDOWN_SECONDS = 10.0
 
@@ -79,9 +102,7 @@ class WorkerProcess:
         self._beats = -1
         self._beat_at = time.monotonic()  # from spawn: starting counts as silence
         ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        for name, value in OMP_DEFAULTS.items():
-            env.setdefault(name, value)
+        env = with_omp_defaults(os.environ)
         # The worker imports this very tierlm, wherever it was imported from.
         package_root = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = os.pathsep.join(
@@ -175,9 +196,8 @@ class WorkerThread:
         stall_timeout: float = DEFAULT_STALL_TIMEOUT,
     ) -> None:
         del stall_timeout  # a thread of this process: nothing to kill
-        for name, value in OMP_DEFAULTS.items():
-            # Read by the OpenMP runtime when llama.cpp is first loaded here.
-            os.environ.setdefault(name, value)
+        # Read by the OpenMP runtime when llama.cpp is first loaded here.
+        os.environ.update(with_omp_defaults(os.environ))
         self.pid = os.getpid()
         self.control = ControlBlock()
         self.control.release_fd()
