@@ -33,7 +33,7 @@ def raw_rate(
     spec: LlamaModelSpec, k: int, threads: int, prompts: list[list[int]], steps: int
 ) -> float:
     """Aggregate decode tokens/s of ``k`` greedy sequences decoded together for
-    ``steps`` steps after their prompts (evaluated in one batch, untimed)."""
+    ``steps`` steps after their prompts (evaluated first, untimed)."""
     import llama_cpp
 
     model = open_model("raw", replace(spec, n_threads=threads), slots=k)
@@ -42,7 +42,7 @@ def raw_rate(
         ctx = llm._ctx.ctx
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
         banned = eog_tokens(llm)
-        capacity = max(sum(len(p) for p in prompts[:k]), k)
+        capacity = max(max(len(p) for p in prompts[:k]), k)
         batch = llama_cpp.llama_batch_init(capacity, 0, 1)
         samplers = []
         for _ in range(k):
@@ -58,14 +58,19 @@ def raw_rate(
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
             samplers.append(chain)
         try:
-            n, rows = 0, []
+            # Each prompt but its last token alone (k prompts together can pass
+            # n_batch), then the k last tokens in one batch, for their logits.
             for seq in range(k):
-                prompt = prompts[seq]
-                for pos, token in enumerate(prompt):
-                    _add(batch, n, token, pos, seq, pos == len(prompt) - 1)
-                    n += 1
-                rows.append(n - 1)
-            batch.n_tokens = n
+                head = prompts[seq][:-1]
+                for pos, token in enumerate(head):
+                    _add(batch, pos, token, pos, seq, False)
+                batch.n_tokens = len(head)
+                if head and llama_cpp.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed on a prompt")
+            for seq in range(k):
+                _add(batch, seq, prompts[seq][-1], len(prompts[seq]) - 1, seq, True)
+            rows = list(range(k))
+            batch.n_tokens = k
             if llama_cpp.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed on the prompts")
             past = [len(prompts[seq]) for seq in range(k)]

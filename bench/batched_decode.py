@@ -90,7 +90,8 @@ async def measure(ks: list[int], threads: list[int], repeats: int, tokens: int) 
     spec = replace(spec, n_ctx=512, use_extra_bufts=False if cpu_has_amx() else None)
     vocab = open_vocab(MODEL, spec)
     prompts = [
-        vocab.text.tokenize(vocab.text.render_chat(messages(i)), prompt=False)
+        # The tokens the runner evaluates for the same chat (its template).
+        vocab.text.prompt_tokens(GenerationRequest(model_id=MODEL, messages=messages(i)))[1]
         for i in range(max(ks))
     ]
     banned = _eog(vocab)

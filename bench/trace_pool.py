@@ -13,9 +13,11 @@ about:
 
 Deterministic (virtual time): the figures do not depend on the machine.
 
-    python bench/trace_pool.py [--hours 116] [--policies tierlm,fifo] [--seed 1]
+    python bench/trace_pool.py [--hours 116] [--policies tierlm,fifo] [--seed 1] [--slots 1]
 
-Writes ./bench-results/trace_pool.json and prints a table.
+``--slots k`` runs it on a batched device of k slots (the default llama.cpp
+curve, docs/design.md §4.7). Writes ./bench-results/trace_pool.json (with k > 1:
+trace_pool_slots<k>.json) and prints a table.
 """
 
 from __future__ import annotations
@@ -31,18 +33,24 @@ from rich.table import Table
 
 from _results import results_file
 from tierlm.sim import compute_metrics, simulate
+from tierlm.sim.device import DeviceModel
 from tierlm.sim.policies import parse_policy_names
 from tierlm.sim.workloads import get_workload
 from tierlm.sim.workloads.azure_pool import GAP_BOUND, gap_share, pool_wait
 
-RESULTS = results_file("trace_pool")
 # ~8 800 chats at the default chat load on the default device (~76 per hour).
 DEFAULT_HOURS = 116.0
 
 
-def measure(policy: str, hours: float, seed: int) -> dict[str, Any]:
+def measure(policy: str, hours: float, seed: int, slots: int) -> dict[str, Any]:
     started = time.perf_counter()
-    records = simulate(get_workload("azure-pool"), policy, seed=seed, duration=hours * 3600.0)
+    records = simulate(
+        get_workload("azure-pool"),
+        policy,
+        seed=seed,
+        duration=hours * 3600.0,
+        device=DeviceModel(slots=slots),
+    )
     metrics = compute_metrics(records)
     return {
         "chats": metrics["chat"]["count"],
@@ -61,14 +69,21 @@ def main() -> int:
     parser.add_argument("--hours", type=float, default=DEFAULT_HOURS)
     parser.add_argument("--policies", default="tierlm,fifo")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--slots", type=int, default=1, help="the device's slots (default 1)")
     args = parser.parse_args()
+    if args.slots < 1:
+        parser.error(f"--slots: must be >= 1, got {args.slots}")
+    name = "trace_pool" if args.slots == 1 else f"trace_pool_slots{args.slots}"
+    results_path = results_file(name)
     policies = parse_policy_names(args.policies)
     console = Console(stderr=True)
     results: dict[str, Any] = {}
     for policy in policies:
         console.print(f"simulating {policy} for {args.hours:g} h ...")
-        results[policy] = measure(policy, args.hours, args.seed)
-    table = Table(title=f"azure-pool, {args.hours:g} simulated hours, seed {args.seed}")
+        results[policy] = measure(policy, args.hours, args.seed, args.slots)
+    table = Table(
+        title=f"azure-pool, {args.hours:g} simulated hours, seed {args.seed}, {args.slots} slot(s)"
+    )
     for column in ("policy", "chats", "busy", "60 s gap", "arrival wait max", "chat wait max"):
         table.add_column(column, justify="right")
     for policy, r in results.items():
@@ -89,13 +104,19 @@ def main() -> int:
             verdict["arrival_wait_met"] = (
                 ours["arrival_wait_max_s"] <= results["fifo"]["arrival_wait_max_s"]
             )
-    RESULTS.write_text(
+    results_path.write_text(
         json.dumps(
-            {"hours": args.hours, "seed": args.seed, "policies": results, "targets": verdict},
+            {
+                "hours": args.hours,
+                "seed": args.seed,
+                "slots": args.slots,
+                "policies": results,
+                "targets": verdict,
+            },
             indent=2,
         )
     )
-    print(f"targets: {verdict}; wrote {RESULTS}", file=sys.stderr)
+    print(f"targets: {verdict}; wrote {results_path}", file=sys.stderr)
     return 0
 
 
