@@ -84,12 +84,15 @@ def _step_cost(aggregate: dict[int, float], slots: int) -> tuple[float, ...]:
     return tuple(costs)
 
 
-CPU_STEP_COST = _step_cost({1: 33.0, 2: 59.0, 4: 96.0, 8: 142.0, 16: 192.0}, 256)
+CPU_STEP_COST = _step_cost({1: 73.7, 2: 92.4, 4: 112.1, 8: 146.1, 16: 158.4}, 256)
 """The step time of n sequences relative to one on these machines' CPUs (2
-threads, SmolLM2-135M Q4_1, measured on a quiet machine here: 33, 59, 96, 142, 192
-tokens/s for k = 1, 2, 4, 8, 16): 1.0, 1.12, 1.38, 1.86, 2.75. The chat
-latency guard reads it (docs/design.md §4.7); a GPU's curve is flatter, so on
-one the guard cuts more than it must, never less."""
+threads, SmolLM2-135M Q4_1, OpenMP waits as the worker's, docs/design.md §1;
+``bench/batched_decode.py`` raw curve: 73.7, 92.4, 112.1, 146.1, 158.4 tokens/s
+for k = 1, 2, 4, 8, 16): 1.0, 1.6, 2.6, 4.0, 7.4. (With passive waits one
+sequence ran at 33 tokens/s and the curve was 1.0, 1.12, 1.38, 1.86, 2.75: the
+guard let background beside a chat that now slows it past ``chat_slowdown``.)
+The chat latency guard reads it (docs/design.md §4.7); a GPU's curve is
+flatter, so on one the guard cuts more than it must, never less."""
 
 
 @dataclass(slots=True)
