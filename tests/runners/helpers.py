@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Coroutine
-    from pathlib import Path
 
 T = TypeVar("T")
 
@@ -74,3 +74,13 @@ class FakeState:
 class FakeServer:
     url: str
     state: FakeState
+
+
+def cpu_has_avx512() -> bool:
+    """Does this machine's CPU report AVX-512 (``avx512f``)? There, greedy text
+    of the real model can differ between a batch and one row (an open problem,
+    tests/runners/test_llama_cpp_batch.py)."""
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False

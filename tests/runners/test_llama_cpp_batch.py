@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runners.helpers import run
+from tests.runners.helpers import cpu_has_avx512, run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.requests import GenerationRequest
@@ -64,13 +64,6 @@ def ask(question: str, max_tokens: int = 32, **fields: object) -> GenerationRequ
 
 async def text(runner: LlamaCppRunner, request: GenerationRequest) -> str:
     return "".join([piece async for piece in runner.generate(request, CancelToken())])
-
-
-def cpu_has_avx512() -> bool:
-    try:
-        return " avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
 
 
 @pytest.mark.xfail(
