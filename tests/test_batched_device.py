@@ -233,6 +233,42 @@ def test_a_batch_rotates_producers_no_more_often_than_one_slot() -> None:
     assert eight <= one, (one, eight)
 
 
+def test_a_producer_arriving_beside_one_that_holds_every_slot_gets_one_within_a_slice() -> None:
+    """docs/design.md §4.7: a slice is its producer's turn, so jobs of a
+    producer holding every slot use their slices at the wall-clock rate. Per
+    job alone, eight jobs on eight slots each used a slice in eight, and a
+    producer arriving beside them waited for the whole batch to end."""
+    config = SchedulerConfig()
+
+    async def main() -> tuple[float, int]:
+        async with Scheduler(device(8), config=config) as sched:
+            first: list[float] = []
+
+            def watch(event: SchedulerEvent) -> None:
+                if isinstance(event, JobStarted) and event.job.producer == "late" and not first:
+                    first.append(sched.now())
+
+            sched.add_listener(watch)
+            counts: Counter[int] = Counter()
+            burst = background(sched, 8, 2_000, counts, producers=1)
+            await asyncio.sleep(0.5)
+            arrived = sched.now()
+            late = sched.submit_generation(
+                "nataraj",
+                GenerationRequest(model_id="m1", prompt="late", max_tokens=50),
+                lambda _piece: None,
+                producer="late",
+            )
+            await late
+            for handle in burst:
+                handle.cancel()
+            return first[0] - arrived, len(counts)
+
+    waited, streams = run_virtual(main())
+    assert streams == 8
+    assert waited <= config.slice + 0.5, waited
+
+
 def test_a_persons_long_prompt_is_evaluated_alone_from_the_step_it_starts() -> None:
     """docs/design.md §4.7: a chat that meets a full batch stops, at one step
     boundary, every sequence the latency guard would cut once it runs (on the

@@ -7,6 +7,12 @@ each job at every slice of the clock, rotating producers eight times as often
 as fairness asks; 32 streams on 8 llama.cpp slots then lost a quarter of
 their throughput to the hand-overs (bench/vs_llama_server.py). With one slot
 the share is all of it: the slice is the wall-clock slice, as before.
+
+A slice is a producer's turn (docs/design.md §4.4 turns), so a pool job counts
+its producer's share: m of its producer's jobs among n running use each of
+their slices at m / n. Counted per job alone, a producer holding all 8 slots
+used a slice in eight times its length, and one arriving beside it waited as
+long for a slot (docs/design.md §4.7 fairness in a batch).
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class SliceClocks:
     def __init__(self, slice_seconds: float) -> None:
         self.slice = slice_seconds
         self._used: dict[int, float | None] = {}
+        self._turn: dict[int, str | None] = {}
+        """Each running job's producer in the pool (None: a job outside it,
+        whose turn is its own)."""
         self._turns: dict[str, tuple[float, float]] = {}
         """Per producer whose job just ended: (the slice it had used, when)."""
         self._clock = 0.0
@@ -53,11 +62,16 @@ class SliceClocks:
         """Share the time since the last change among the running jobs."""
         elapsed = now - self._clock
         if elapsed > 0 and self._used:
-            share = len(self._used)
             for job_id, used in self._used.items():
                 if used is not None:
-                    self._used[job_id] = used + elapsed / share
+                    self._used[job_id] = used + elapsed * self._rate(job_id)
         self._clock = max(self._clock, now)
+
+    def _rate(self, job_id: int) -> float:
+        """How fast its slice runs: its producer's share of the running set."""
+        turn = self._turn.get(job_id)
+        held = 1 if turn is None else sum(1 for t in self._turn.values() if t == turn)
+        return held / len(self._used)
 
     def start(self, job_id: int, now: float, *, begun: bool, turn: str | None = None) -> None:
         """A job holds a slot; its slice begins now, or when ``restart`` says.
@@ -73,6 +87,7 @@ class SliceClocks:
         if carried is not None and abs(carried[1] - now) <= _EPSILON:
             used = carried[0]
         self._used[job_id] = used if begun else None
+        self._turn[job_id] = turn
 
     def restart(self, job_id: int, now: float) -> None:
         """Its slice begins now (its swap ended)."""
@@ -84,6 +99,7 @@ class SliceClocks:
         at this instant continues its slice (``start``)."""
         self._tick(now)
         used = self._used.pop(job_id, None)
+        self._turn.pop(job_id, None)
         if turn is not None and used is not None:
             self._turns[turn] = (used % self.length(job_id), now)
 
@@ -104,7 +120,7 @@ class SliceClocks:
         used = self._used.get(job_id)
         if used is None:
             return None
-        return used + max(0.0, now - self._clock) / len(self._used)
+        return used + max(0.0, now - self._clock) * self._rate(job_id)
 
     def in_slice(self, job_id: int, now: float) -> bool:
         """Whether its current slice still has time in it (a job whose slice
@@ -121,4 +137,4 @@ class SliceClocks:
         remaining = length * max(1, math.ceil(used / length)) - used
         if remaining <= _EPSILON:
             remaining += length
-        return now + remaining * len(self._used)
+        return now + remaining / self._rate(job_id)
