@@ -13,14 +13,15 @@ llama-cpp-python), ``-c`` = 1024 x 8 (1024 per slot, as the runner's
 ``n_ctx=1024``) and OpenMP waiting as in tierlm's worker
 (``with_omp_defaults``: a short spin, docs/design.md §1). Aggregate
 tokens/s = all streams' tokens / the wall time from the first request to the
-last token; systems alternate within each repeat.
+last token; systems alternate within each repeat (reversed every other
+repeat), and the ratios are medians of each repeat's own ratio.
 
 Build llama-server from the llama.cpp sources vendored in the llama-cpp-python
 sdist of the installed version (shared/FACTS.md), outside the repository, and
 pass its path:
 
     python bench/vs_llama_server.py --server /work/llama-server-build/build/bin/llama-server \
-        [--threads 1,2] [--streams 8,32] [--repeats 1]
+        [--threads 1,2] [--streams 8,32] [--repeats 3]
 
 Writes vs_llama_server.json to the results folder (bench/_results.py) and prints a table.
 """
@@ -171,6 +172,12 @@ async def runner_rate(runner: LlamaCppRunner, streams: int) -> float:
     return sum(counts) / (time.perf_counter() - started)
 
 
+async def rate_of(system: Server | Gateway | LlamaCppRunner, streams: int) -> float:
+    if isinstance(system, LlamaCppRunner):
+        return await runner_rate(system, streams)
+    return await http_rate(system, streams)
+
+
 async def measure(binary: str, threads: list[int], streams: list[int], repeats: int) -> list[Any]:
     spec = default_chat_spec()
     if spec is None:
@@ -190,11 +197,17 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
             await runner_rate(runner, 2)
             for n in streams:
                 rates: dict[str, list[float]] = {name: [] for name in SYSTEMS}
-                for _ in range(repeats):  # the systems alternate within a repeat
-                    rates["llama_server"].append(await http_rate(server, n))
-                    rates["gateway"].append(await http_rate(batched, n))
-                    rates["gateway_one_slot"].append(await http_rate(single, n))
-                    rates["runner"].append(await runner_rate(runner, n))
+                ups: dict[str, Server | Gateway | LlamaCppRunner] = {
+                    "llama_server": server, "gateway": batched, "gateway_one_slot": single,
+                    "runner": runner,
+                }  # fmt: skip
+                for repeat in range(repeats):
+                    # The systems alternate within a repeat, in reverse order every
+                    # other repeat: this shared machine's speed drifts by 10-20 %
+                    # over minutes, which a fixed order would charge to one system.
+                    order = SYSTEMS if repeat % 2 == 0 else SYSTEMS[::-1]
+                    for name in order:
+                        rates[name].append(await rate_of(ups[name], n))
                 row: dict[str, Any] = {"threads": t, "streams": n}
                 for name, seen in rates.items():
                     row[f"{name}_tokens_per_s"] = round(statistics.median(seen), 1)
@@ -222,7 +235,7 @@ def main() -> None:
     parser.add_argument("--server", required=True, help="path of the llama-server binary")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--streams", default="8,32")
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     streams = [int(n) for n in args.streams.split(",")]
