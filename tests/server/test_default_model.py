@@ -23,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.server.helpers import read_into
 from tests.server.serve_process import tierlm_serve
+from tierlm.runners.llama_cpp import DEFAULT_SLOTS, default_chat_spec
+from tierlm.runners.llama_cpp.capacity import auto_slots, physical_memory
 from tierlm.server.settings.backends import local_model_available
 from tierlm.server.settings.embedders import minilm_installed
 
@@ -86,6 +88,13 @@ def test_no_flags_answers_paris(served: tuple[str, str]) -> None:
     )
     assert "Paris" in (reply.choices[0].message.content or "")
     assert httpx.get(f"{url}/ready").json()["status"] == "ready"
+    # It decodes in a batch by default: as many slots as memory holds SmolLM2's
+    # KV for (45 MiB a context), 8 on any machine with 2 GiB.
+    spec = default_chat_spec()
+    assert spec is not None
+    slots = state(url)["slots"]
+    assert slots == auto_slots({MODEL: spec}).slots
+    assert slots == DEFAULT_SLOTS or (physical_memory() or 0) < 2 * 2**30
     # A fresh gateway has restarted nothing, whatever the CPU: on one with AMX
     # the model loads without repacking, and a start-up probe's crash is no restart.
     assert metrics(url)["tierlm_worker_restarts_total"] == 0

@@ -142,6 +142,7 @@ def describe(settings: ServerSettings) -> str:
     lines = [
         f"listen   http://{settings.server.host}:{settings.server.port}",
         f"backend  {backend.summary()}",
+        f"slots    {backend.slots_summary()}",
         "models   " + (", ".join(backend.model_ids()) or "(any, passed upstream)"),
         "classes  "
         + ", ".join(

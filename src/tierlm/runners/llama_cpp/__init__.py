@@ -9,6 +9,8 @@
   model lives (one decode thread, loading, the token loop, KV reuse);
 - ``batch``, ``batch_seq``, ``lanes``, ``cpu_flags``: ``slots`` > 1, continuous
   batching (one ``llama_batch`` per step) and the AMX check it needs;
+- ``capacity``, ``gguf_header``: how many slots when nobody says (the KV a
+  token takes, read from the GGUF header, against the machine's memory);
 - ``faults``: fault injection, for tests only.
 
 Importing this package does not import llama_cpp: that happens where the

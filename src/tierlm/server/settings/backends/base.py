@@ -90,10 +90,11 @@ class BackendSettings(Schema):
     kind: str
     preload: bool = True
     """Load the first model at startup, so the first request does not pay the swap."""
-    slots: Annotated[int, Flag("--slots", "N"), Field(ge=1, le=256)] = 1
+    slots: Annotated[int | None, Flag("--slots", "N"), Field(ge=1, le=256)] = None
     """Sequences the device decodes at once (docs/design.md §2 slots): an
     upstream's parallel streams (``llama-server -np N``, vLLM), the simulated
-    device's batch. 1: one at a time."""
+    device's batch, llama.cpp's batch. 1: one at a time. Unset: 1, but for
+    llama-cpp as many as the machine's memory holds KV for, up to 8."""
     models: Mapping[str, Schema] = Field(default_factory=dict)
     """The models clients may name, by the id they send as ``model``."""
 
@@ -115,6 +116,16 @@ class BackendSettings(Schema):
     def make_runner(self) -> Runner:
         """The runner these settings describe; optional packages are imported here."""
         raise NotImplementedError
+
+    def device_slots(self) -> int:
+        """``slots``, or the backend's default when unset (one at a time)."""
+        return 1 if self.slots is None else self.slots
+
+    def slots_summary(self) -> str:
+        """The slots and where their number comes from, for the start-up lines."""
+        slots = self.device_slots()
+        said = "set" if self.slots is not None else "default"
+        return f"{slots} ({said}{', one sequence at a time' if slots == 1 else ''})"
 
     @property
     def passthrough(self) -> bool:

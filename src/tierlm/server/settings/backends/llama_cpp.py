@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tierlm.runners.errors import RunnerError
+from tierlm.runners.llama_cpp.capacity import SlotChoice, auto_slots
 from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT
 from tierlm.runners.llama_cpp.default_model import (
     DEFAULT_CHAT_MODEL_ID,
@@ -27,6 +28,7 @@ from tierlm.runners.llama_cpp.default_model import (
     default_chat_model,
 )
 from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES
+from tierlm.runners.llama_cpp.spec import LlamaModelSpec
 from tierlm.runners.protocol import Runner
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.settings.backends.base import MODELS, BackendSettings
@@ -189,17 +191,35 @@ class LlamaCppBackend(BackendSettings):
             name: getattr(self, name) for name in _LOAD_OPTIONS if getattr(self, name) is not None
         }
 
-    def make_runner(self) -> Runner:
-        from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
-
+    def model_specs(self) -> dict[str, LlamaModelSpec]:
+        """Each model's file and load options (the backend's, then its own)."""
         defaults = self.load_defaults()
+        return {
+            model_id: LlamaModelSpec(model.path, **model.load_options(defaults))
+            for model_id, model in self.models.items()
+        }
+
+    def slot_choice(self) -> SlotChoice:
+        """docs/design.md §2 "How many slots": as set, or as many as the
+        machine's memory holds every model's KV for, up to ``DEFAULT_SLOTS``."""
+        if self.slots is not None:
+            return SlotChoice(self.slots, "set")
+        return auto_slots(self.model_specs())
+
+    def device_slots(self) -> int:
+        return self.slot_choice().slots
+
+    def slots_summary(self) -> str:
+        choice = self.slot_choice()
+        return f"{choice.slots} ({choice.reason})"
+
+    def make_runner(self) -> Runner:
+        from tierlm.runners.llama_cpp import LlamaCppRunner
+
         return LlamaCppRunner(
-            {
-                model_id: LlamaModelSpec(model.path, **model.load_options(defaults))
-                for model_id, model in self.models.items()
-            },
+            self.model_specs(),
             kv_pool_bytes=self.kv_pool_bytes,
-            slots=self.slots,
+            slots=self.device_slots(),
             stall_timeout=self.stall_timeout,
         )
 

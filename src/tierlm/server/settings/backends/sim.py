@@ -78,6 +78,6 @@ class SimBackend(BackendSettings):
             # The simulated device starts holding the first model (a preload for free).
             initial_model=models[0] if self.preload else None,
             models=models,
-            slots=self.slots,
+            slots=self.device_slots(),
             batch_cost=self.batch_cost,
         )

@@ -153,7 +153,7 @@ class OpenAIBackend(UpstreamBackend):
             stall_timeout=self.stall_timeout,
             first_byte_timeout=self.first_byte_timeout,
         )
-        runner.slots = self.slots  # the upstream's parallel streams
+        runner.slots = self.device_slots()  # the upstream's parallel streams
         return runner
 
 
@@ -186,5 +186,5 @@ class OllamaBackend(UpstreamBackend):
         )
         if self.keep_alive is not None:
             runner.keep_alive = self.keep_alive
-        runner.slots = self.slots  # OLLAMA_NUM_PARALLEL on the server
+        runner.slots = self.device_slots()  # OLLAMA_NUM_PARALLEL on the server
         return runner
