@@ -81,6 +81,12 @@ class GenerationStats:
     decode_seconds: float = 0.0
     """From the first token to the end."""
     ended: Ended = ""
+    decode_steps: int = 0
+    """Batched decode (slots > 1): steps in which it decoded a token."""
+    one_pass_steps: int = 0
+    """Of those, the steps llama.cpp ran as one pass over the weights: it
+    reused the step's compute graph (its own ``n_reused`` counter), which it
+    can only for a batch it did not split into several ubatches."""
 
 
 @dataclass(frozen=True, slots=True)
