@@ -1,10 +1,12 @@
 """tierlm with 8 slots against llama.cpp's own C++ ``llama-server -np 8``, one run.
 
-The reference is continuous batching over 8 slots in C++. Four systems: that
+The reference is continuous batching over 8 slots in C++. Five systems: that
 server; the tierlm gateway (``tierlm serve --slots 8``, HTTP, every stream a
 ``gana`` producer of its own); the same gateway with one slot (one sequence at
 a time, as before the batched device); and ``LlamaCppRunner(slots=8)`` driven
-directly (what the gateway adds is the difference). The same GGUF
+directly (what the gateway adds is the difference); and the raw batched-decode
+curve at k = 8 (``_batch_raw.raw_rate``: 8 sequences in one ``llama_batch``
+through the low-level API, prompts untimed), the most the device gives. The same GGUF
 (SmolLM2-135M-Instruct Q4_1), the same thread count, 8 and 32 concurrent
 streams of 256 tokens each (end-of-generation banned: ``ignore_eos`` for the
 server, a -100 ``logit_bias`` for tierlm), greedy. llama-server runs with
@@ -28,10 +30,16 @@ Writes vs_llama_server.json to the results folder (bench/_results.py) and prints
 
 from __future__ import annotations
 
+import os
+
+from tierlm.runners.llama_cpp.transport import with_omp_defaults
+
+# OpenMP waits as in the worker, for the raw curve measured in this process.
+os.environ.update(with_omp_defaults(os.environ))
+
 import argparse
 import asyncio
 import json
-import os
 import platform
 import socket
 import statistics
@@ -45,11 +53,13 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from _batch_raw import raw_rate
 from _results import results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
-from tierlm.runners.llama_cpp.transport import with_omp_defaults
+from tierlm.runners.llama_cpp.loader import open_vocab
+from tierlm.runners.llama_cpp.spec import LlamaModelSpec
 from tierlm.runners.requests import GenerationRequest
 
 RESULTS = results_file("vs_llama_server")
@@ -172,9 +182,29 @@ async def runner_rate(runner: LlamaCppRunner, streams: int) -> float:
     return sum(counts) / (time.perf_counter() - started)
 
 
-async def rate_of(system: Server | Gateway | LlamaCppRunner, streams: int) -> float:
+class RawCurve:
+    """The raw batched-decode rate at k = min(streams, 8) on the same GGUF and
+    threads: what the device gives with nothing around llama.cpp's batch."""
+
+    def __init__(self, spec: LlamaModelSpec, threads: int) -> None:
+        self.spec, self.threads = spec, threads
+        vocab = open_vocab(MODEL, spec)
+        self.prompts = [
+            # The tokens the runner evaluates for the same chat (its template).
+            vocab.text.prompt_tokens(GenerationRequest(model_id=MODEL, messages=messages(i)))[1]
+            for i in range(SLOTS)
+        ]
+
+    async def rate(self, streams: int) -> float:
+        k = min(streams, SLOTS)
+        return await asyncio.to_thread(raw_rate, self.spec, k, self.threads, self.prompts, TOKENS)
+
+
+async def rate_of(system: Server | Gateway | LlamaCppRunner | RawCurve, streams: int) -> float:
     if isinstance(system, LlamaCppRunner):
         return await runner_rate(system, streams)
+    if isinstance(system, RawCurve):
+        return await system.rate(streams)
     return await http_rate(system, streams)
 
 
@@ -188,6 +218,8 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
         server = Server(binary, str(spec.path), t)
         batched, single = Gateway(SLOTS, t), Gateway(1, t)
         runner = LlamaCppRunner({MODEL: replace(spec, n_threads=t)}, slots=SLOTS)
+        # Repacked weights crash batched decode on AMX (shared/FACTS.md): as --no-repack.
+        raw = RawCurve(replace(spec, use_extra_bufts=False if cpu_has_amx() else None), t)
         try:
             for up in (server, batched, single):
                 await up.ready()
@@ -197,9 +229,9 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
             await runner_rate(runner, 2)
             for n in streams:
                 rates: dict[str, list[float]] = {name: [] for name in SYSTEMS}
-                ups: dict[str, Server | Gateway | LlamaCppRunner] = {
+                ups: dict[str, Server | Gateway | LlamaCppRunner | RawCurve] = {
                     "llama_server": server, "gateway": batched, "gateway_one_slot": single,
-                    "runner": runner,
+                    "runner": runner, "raw": raw,
                 }  # fmt: skip
                 for repeat in range(repeats):
                     # The systems alternate within a repeat, in reverse order every
@@ -218,6 +250,9 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
                     b / o for b, o in zip(rates["gateway"], rates["gateway_one_slot"], strict=True)
                 ]
                 row["gateway_vs_one_slot"] = round(statistics.median(slot_gain), 3)
+                for name in ("gateway", "runner"):
+                    ratios = [o / r for o, r in zip(rates[name], rates["raw"], strict=True)]
+                    row[f"{name}_vs_raw"] = round(statistics.median(ratios), 3)
                 print(row, flush=True)
                 rows.append(row)
         finally:
@@ -227,7 +262,7 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
     return rows
 
 
-SYSTEMS = ("llama_server", "gateway", "gateway_one_slot", "runner")
+SYSTEMS = ("llama_server", "gateway", "gateway_one_slot", "runner", "raw")
 
 
 def main() -> None:
@@ -244,7 +279,7 @@ def main() -> None:
     table = Table(title=f"aggregate tokens/s, {TOKENS} tokens a stream (medians; x = vs -np 8)")
     columns = (
         "threads", "streams", "llama-server -np 8", "tierlm gateway slots=8",
-        "gateway slots=1", "runner slots=8", "slots=8 vs 1",
+        "gateway slots=1", "runner slots=8", "raw batch", "slots=8 vs 1", "gateway vs raw",
     )  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
@@ -256,6 +291,7 @@ def main() -> None:
                 for name in SYSTEMS[1:]
             ),
             f"{row['gateway_vs_one_slot']:.2f}x",
+            f"{row['gateway_vs_raw']:.2f}x",
         )  # fmt: skip
     Console().print(table)
     RESULTS.parent.mkdir(exist_ok=True)

@@ -42,4 +42,10 @@ DEFAULT_N_BATCH = 512
 # llama.cpp's batched-decode curve on 2 CPU cores (SmolLM2-135M Q4_1, k in one
 # llama_batch: 33, 59, 96, 142, 192 tokens/s for k = 1..16 on 2 threads): a step
 # of k costs 1 + c (k - 1) of one's, least-squares c = 0.12 (1 thread: 0.59).
+# That curve was measured with OpenMP's passive waits, which made one sequence
+# slow on 2 threads; with the worker's short spin (docs/design.md §1) one
+# sequence runs at ~74 tokens/s and the CPU curve is 1.0, 1.6, 2.6, 4.0 for
+# k = 1, 2, 4, 8 (the llama.cpp runner's CPU_STEP_COST, c ~ 0.43). The simulated
+# device keeps 0.12: a batching device between that CPU and a GPU's flat curve,
+# on which the demo's batched cases were set; pass ``batch_cost`` for another.
 LLAMA_CPP_CPU_BATCH_COST = 0.12
