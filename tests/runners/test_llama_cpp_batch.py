@@ -193,6 +193,48 @@ def test_a_paused_sequence_whose_id_is_needed_moves_to_the_pool_and_back(
     run(main())
 
 
+def test_a_conversation_overwritten_by_background_restores_its_history(
+    smollm2: Path,
+) -> None:
+    """Background generations take every sequence id, the one holding a
+    conversation too: its history goes to the snapshot pool first, and the
+    conversation's next turn restores it instead of evaluating it again (on a
+    busy device a person's next message would otherwise wait for their whole
+    history to be read)."""
+    history = "Summarise this: " + "The quick brown fox jumps over the lazy dog. " * 40
+
+    async def main() -> None:
+        runner = runner_for(smollm2, slots=2)
+        await runner.load(MODEL)
+        first_turn = ask(history, max_tokens=4)
+        answer = await text(runner, first_turn)
+        first = runner.last_stats
+        assert first is not None and first.prompt_tokens > 256
+        # Two background generations at once: they need both ids.
+        background = [ask(q, max_tokens=24, extra=NO_END) for q in QUESTIONS[1:3]]
+        await asyncio.gather(*(text(runner, r) for r in background))
+        next_turn = GenerationRequest(
+            model_id=MODEL,
+            messages=[
+                {"role": "user", "content": history},
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "Shorter, please."},
+            ],
+            max_tokens=4,
+            temperature=0.0,
+        )
+        await text(runner, next_turn)
+        stats = runner.last_stats
+        assert stats is not None
+        # The first turn's whole prompt comes back from the pool; what is
+        # evaluated is the answer and the new message, not the history.
+        assert stats.restored_tokens >= first.prompt_tokens - 1, stats
+        assert stats.evaluated_tokens < stats.prompt_tokens - first.prompt_tokens + 8, stats
+        await runner.aclose()
+
+    run(main())
+
+
 def test_a_long_prompt_is_evaluated_in_chunks_between_running_tokens(smollm2: Path) -> None:
     """A running stream gets one token per chunk of a long prompt that joins
     the batch: counted between the long request's start and its first token."""

@@ -14,27 +14,23 @@ cancel, run-ahead: ``batch_seq.py``). Each step:
 3. one ``llama_decode``; each sequence with a row of logits samples its next
    token with its own chain and sends its piece.
 
-KV reuse. A sequence id keeps the KV of what ran in it last. A new generation
-goes to the free id sharing the longest prefix with its tokens (as
-llama-server's slot prompt cache does), so a generation paused by a yield or a
-preemption and resumed (same prompt + ``resume_text``) finds all of its KV and
-evaluates one token, its last (sampled and never decoded, or decoded once
-more because the KV holds no logits): no prompt token is evaluated again.
-When that id is needed by another generation first, the paused one's KV moves
-to the snapshot pool (``kv_pool.py``) and comes back from there.
+KV reuse (``batch_cells.py``). A sequence id keeps the KV of what ran in it
+last, and a new generation goes to the free id sharing the longest prefix
+with its tokens, so a generation paused by a yield or a preemption and
+resumed evaluates one token, its last, and no prompt token again; what an
+id held before it is reused moves to the snapshot pool (``kv_pool.py``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp import snapshots
+from tierlm.runners.llama_cpp.batch_cells import Cells
 from tierlm.runners.llama_cpp.batch_seq import Sequence
-from tierlm.runners.llama_cpp.kv_pool import Snapshot, common_prefix
+from tierlm.runners.llama_cpp.kv_pool import Snapshot
 from tierlm.runners.llama_cpp.messages import Failed, GenerationStats, Reply, Step
 from tierlm.runners.llama_cpp.sampling import build_sampler, resumed_tokens
 
@@ -95,26 +91,8 @@ The chat latency guard reads it (docs/design.md §4.7); a GPU's curve is
 flatter, so on one the guard cuts more than it must, never less."""
 
 
-def runs(ids: set[int]) -> int:
-    """How many stretches of consecutive ids ``ids`` makes: the ubatches
-    llama.cpp splits a step of those sequences into."""
-    return sum(1 for i in ids if i - 1 not in ids)
-
-
 def _seq_id(seq: Sequence) -> int:
     return seq.seq
-
-
-@dataclass(slots=True)
-class _Cell:
-    """One sequence id: the tokens its KV holds (positions 0..n-1)."""
-
-    tokens: list[int] = field(default_factory=list)
-    busy: bool = False
-    used: int = 0
-    """The step it was last released at (least recently used goes first)."""
-    paused: Snapshot | None = None
-    """The preempted generation this KV belongs to, until it resumes here."""
 
 
 class BatchEngine:
@@ -138,13 +116,11 @@ class BatchEngine:
         self._fault = fault
         llm = model.llm
         self._ctx = llm._ctx.ctx
-        self._mem = llama_cpp.llama_get_memory(self._ctx)
-        llama_cpp.llama_memory_clear(self._mem, True)  # the probe's tokens are not a cell's
         llm.n_tokens = 0
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self._ctx)
         self._n_batch = llama_cpp.llama_n_batch(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._cells = [_Cell() for _ in range(slots)]
+        self._cells = Cells(self._ctx, model.key, slots, pool)
         self._running: list[Sequence] = []
         self._out: list[Any] | None = None
         """While a step runs: what it sends, sent as one ``Step`` at its end."""
@@ -185,99 +161,8 @@ class BatchEngine:
         llm = self.model.llm
         seed = int(request.extra.get("seed", llm._seed)) & 0xFFFFFFFF
         sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
-        seq, reused = self._place(plan)
-        self._cells[seq].busy = True
+        seq, reused = self._cells.place(plan)
         self._running.append(Sequence(command, plan, seq, reused, sampler, llm))
-
-    def _place(self, plan: snapshots.Plan) -> tuple[int, int]:
-        """A free sequence id for ``plan`` and how many of its tokens it holds."""
-        import llama_cpp
-
-        tokens = plan.tokens
-        free = [i for i, cell in enumerate(self._cells) if not cell.busy]
-        shared = {i: common_prefix(self._cells[i].tokens, tokens) for i in free}
-        busy = {i for i, cell in enumerate(self._cells) if cell.busy}
-        own = next((i for i in free if self._cells[i].paused is plan.source), None)
-        pooled = self._pool.limit_bytes > 0
-        # Its own paused KV first where the pool cannot carry it to another
-        # id; then consecutive ids (``runs``: each gap costs a pass over the
-        # weights every step); a paused generation's KV is kept while any
-        # other id is free (its resume comes back for it); then the longest
-        # prefix, then the LRU.
-        seq = max(
-            free,
-            key=lambda i: (
-                not pooled and i == own,
-                -runs(busy | {i}),
-                self._cells[i].paused in (None, plan.source),
-                shared[i],
-                -self._cells[i].used,
-            ),
-        )
-        if own is not None and own != seq:
-            # Its own KV waits in another id: through the pool to this one.
-            self._move_out(own)
-            self._cells[own].paused = None
-        cell, reused = self._cells[seq], shared[seq]
-        if cell.paused is not None and cell.paused is not plan.source:
-            self._move_out(seq)
-        cell.paused = None
-        best = self._pool.best_prefix(self.model.key, tokens)
-        # Its own paused KV comes back whatever it spares (a copy into one id
-        # costs less than evaluating a token); another's only past MIN_GAIN.
-        if best is not None and best[1] >= reused + (
-            1 if best[0] is plan.source else snapshots.MIN_GAIN
-        ):
-            restored = self._restore(seq, best[0])
-            if restored:
-                reused = plan.restored = min(best[1], len(cell.tokens))
-                plan.resumed_from = "snapshot" if best[0] is plan.source else plan.resumed_from
-        if reused == len(tokens):
-            reused -= 1  # the last token again, for its logits
-        llama_cpp.llama_memory_seq_rm(self._mem, seq, reused, -1)
-        del cell.tokens[reused:]
-        plan.reused = reused
-        plan.restored = min(plan.restored, reused)
-        return seq, reused
-
-    def _move_out(self, seq: int) -> None:
-        """Copy a paused generation's KV into the pool before its id is reused."""
-        import llama_cpp
-
-        cell = self._cells[seq]
-        snapshot = cell.paused
-        if snapshot is None or self._pool.limit_bytes == 0 or not cell.tokens:
-            return
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
-        state = bytearray(size)
-        view = (ctypes.c_uint8 * size).from_buffer(state)
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, view, size, seq)
-        del view
-        if written == 0:
-            return
-        del state[written:]
-        snapshot.state, snapshot.n_state = state, len(cell.tokens)
-        self._pool.add(snapshot)
-
-    def _restore(self, seq: int, snapshot: Snapshot) -> bool:
-        import llama_cpp
-
-        assert snapshot.state is not None
-        cell = self._cells[seq]
-        llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
-        cell.tokens = []
-        size = len(snapshot.state)
-        view = (ctypes.c_uint8 * size).from_buffer(snapshot.state)
-        read = llama_cpp.llama_state_seq_set_data(self._ctx, view, size, seq)
-        del view
-        if read == 0:
-            llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
-            self._pool.remove(snapshot)
-            return False
-        cell.tokens = snapshot.tokens[: snapshot.n_state]
-        self._pool.touch(snapshot)
-        self._pool.note_restored()
-        return True
 
     # -- a step ---------------------------------------------------------------------
 
@@ -377,13 +262,12 @@ class BatchEngine:
     # -- the end of a generation ---------------------------------------------------
 
     def _end(self, seq: Sequence, ended: Ended, reason: StopReason | None = None) -> None:
-        import llama_cpp
-
         self._running.remove(seq)
-        cell = self._cells[seq.seq]
-        cell.busy, cell.used = False, self.steps
         stats = seq.finish(ended, self._emit)
         source = seq.plan.source
+        if source is not None:
+            self._pool.remove(source)  # resumed: its old snapshot is out of date
+        paused = None
         if reason is not None and reason.preempts:
             # docs/design.md §4 zero-loss preemption: the KV stays in its id;
             # the pool keeps its exact tokens (and its KV, once the id is needed).
@@ -391,34 +275,22 @@ class BatchEngine:
             segments = plan.carried + [
                 (1, piece, clean) for piece, clean in zip(log.pieces, log.clean, strict=True)
             ]
-            snapshot = Snapshot(
+            paused = Snapshot(
                 self.model.key, "preempted", plan.tokens + log.tokens, plan.prompt_tokens,
                 plan.prompt_text, segments,
             )  # fmt: skip
-            if source is not None:
-                self._pool.remove(source)
-            self._pool.add(snapshot)
-            cell.paused = snapshot
-        else:
-            if source is not None:
-                self._pool.remove(source)  # resumed and done: nobody continues it again
-            if ended == "context_full":
-                llama_cpp.llama_memory_seq_rm(self._mem, seq.seq, -1, -1)
-                cell.tokens = []
+            self._pool.add(paused)
+        self._cells.release(seq.seq, self.steps, paused, forget=ended == "context_full")
         stats.pool = self._pool.stats()
         self._emit(Reply(seq.command.call_id, stats))
 
     def fail_all(self, message: str) -> None:
         """Fail every running generation and forget every cell's KV."""
-        import llama_cpp
-
         running, self._running = self._running, []
         for seq in running:
             model_id = seq.request.model_id
             self._emit(Failed(seq.command.call_id, f"model {model_id!r}: {message}", model_id))
-        llama_cpp.llama_memory_clear(self._mem, True)
-        for cell in self._cells:
-            cell.tokens, cell.busy, cell.paused = [], False, None
+        self._cells.clear()
 
     def stats(self) -> dict[str, Any]:
         return {"steps": self.steps, "evaluated": self.evaluated}

@@ -34,7 +34,9 @@ __all__ = [
     "KvPool",
     "PoolStats",
     "Snapshot",
+    "load_seq_state",
     "restore_state",
+    "save_seq_state",
     "save_state",
 ]
 
@@ -197,38 +199,50 @@ class KvPool:
 
 def save_state(llm: Any) -> bytearray:
     """Sequence 0's KV state (the cells of the ``llm.n_tokens`` evaluated tokens)."""
+    state = save_seq_state(llm._ctx.ctx, 0)
+    if state is None:
+        raise RuntimeError("llama_state_seq_get_data copied nothing")
+    return state
+
+
+def save_seq_state(ctx: Any, seq: int) -> bytearray | None:
+    """Sequence ``seq``'s KV state, or None if llama.cpp copied nothing."""
     import llama_cpp
 
-    ctx = llm._ctx.ctx
-    size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+    size = llama_cpp.llama_state_seq_get_size(ctx, seq)
     buffer = bytearray(size)
     view = (ctypes.c_uint8 * size).from_buffer(buffer)
-    written = llama_cpp.llama_state_seq_get_data(ctx, view, size, 0)
+    written = llama_cpp.llama_state_seq_get_data(ctx, view, size, seq)
     del view
     if written == 0:
-        raise RuntimeError("llama_state_seq_get_data copied nothing")
-    if written < size:
-        del buffer[written:]
+        return None
+    del buffer[written:]
     return buffer
+
+
+def load_seq_state(ctx: Any, seq: int, state: bytearray) -> bool:
+    """Put ``state`` in sequence ``seq`` (emptied first); False, and the
+    sequence left empty, if llama.cpp read nothing."""
+    import llama_cpp
+
+    memory = llama_cpp.llama_get_memory(ctx)
+    llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+    view = (ctypes.c_uint8 * len(state)).from_buffer(state)
+    read = llama_cpp.llama_state_seq_set_data(ctx, view, len(state), seq)
+    del view
+    if read == 0:
+        llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+        return False
+    return True
 
 
 def restore_state(llm: Any, snapshot: Snapshot) -> bool:
     """Put ``snapshot``'s state in sequence 0 and tell llama-cpp-python which
     tokens it holds (its ``generate`` then evaluates only what follows). On
     failure the context is left empty, which is always valid."""
-    import llama_cpp
-
     assert snapshot.state is not None
-    ctx = llm._ctx.ctx
-    memory = llama_cpp.llama_get_memory(ctx)
-    llama_cpp.llama_memory_seq_rm(memory, 0, -1, -1)
     llm.n_tokens = 0
-    size = len(snapshot.state)
-    view = (ctypes.c_uint8 * size).from_buffer(snapshot.state)
-    read = llama_cpp.llama_state_seq_set_data(ctx, view, size, 0)
-    del view
-    if read == 0:
-        llama_cpp.llama_memory_seq_rm(memory, 0, -1, -1)
+    if not load_seq_state(llm._ctx.ctx, 0, snapshot.state):
         return False
     n = snapshot.n_state
     llm.input_ids[:n] = snapshot.tokens[:n]
