@@ -10,7 +10,7 @@ through the low-level API, prompts untimed), the most the device gives. The same
 (SmolLM2-135M-Instruct Q4_1), the same thread count, 8 and 32 concurrent
 streams of 256 tokens each (end-of-generation banned: ``ignore_eos`` for the
 server, a -100 ``logit_bias`` for tierlm), greedy. llama-server runs with
-``--no-repack`` (the AMX crash, shared/FACTS.md) and ``-fa off`` (as
+``--no-repack`` (the AMX crash, docs/design.md §1) and ``-fa off`` (as
 llama-cpp-python), ``-c`` = 1024 x 8 (1024 per slot, as the runner's
 ``n_ctx=1024``) and OpenMP waiting as in tierlm's worker
 (``with_omp_defaults``: a short spin, docs/design.md §1). Aggregate
@@ -19,8 +19,13 @@ last token; systems alternate within each repeat (reversed every other
 repeat), and the ratios are medians of each repeat's own ratio.
 
 Build llama-server from the llama.cpp sources vendored in the llama-cpp-python
-sdist of the installed version (shared/FACTS.md), outside the repository, and
-pass its path:
+sdist of the installed version (the same llama.cpp commit as the wheel),
+outside the repository (~16 min on 2 cores), and pass its path:
+
+    pip download --no-deps --no-binary :all: --no-build-isolation llama-cpp-python==<installed>
+    tar xf llama_cpp_python-*.tar.gz && cd llama_cpp_python-*/vendor/llama.cpp
+    cmake -B build -G Ninja -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_OPENSSL=OFF
+    cmake --build build -j2 --target llama-server
 
     python bench/vs_llama_server.py --server /work/llama-server-build/build/bin/llama-server \
         [--threads 1,2] [--streams 8,32] [--repeats 3]
@@ -218,7 +223,7 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
         server = Server(binary, str(spec.path), t)
         batched, single = Gateway(SLOTS, t), Gateway(1, t)
         runner = LlamaCppRunner({MODEL: replace(spec, n_threads=t)}, slots=SLOTS)
-        # Repacked weights crash batched decode on AMX (shared/FACTS.md): as --no-repack.
+        # Repacked weights crash batched decode on AMX (docs/design.md §1): as --no-repack.
         raw = RawCurve(replace(spec, use_extra_bufts=False if cpu_has_amx() else None), t)
         try:
             for up in (server, batched, single):
