@@ -52,9 +52,6 @@ class Device:
     can_start: bool = True
     """False while paused, held for a load or unload, swapping or closing:
     nothing new may start (running jobs may still be stopped)."""
-    whole: frozenset[int] = frozenset()
-    """Running jobs whose work drives the runner itself (``ctx.runner``): each
-    takes the whole device (docs/design.md §4.7)."""
     swap_estimate: float | None = None
     """The runner's own estimate of a swap's seconds before any is measured
     (``Runner.swap_estimate``; the ski-rental cap reads it, docs/design.md §4.8)."""

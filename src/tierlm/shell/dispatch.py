@@ -240,7 +240,6 @@ class Dispatcher:
             tuple(entry.job for entry in self.running.values()),
             stopping,
             can_start=not (self.paused or self.held or self.swapping_to is not None),
-            whole=frozenset(j for j, e in self.running.items() if not e.job.resumable),
             swap_estimate=self.swap_estimate,
             step_cost=self.step_cost,
             decoding=frozenset(decoding),
@@ -363,8 +362,8 @@ class Dispatcher:
 
     def _drives_runner(self, entry: Entry[Any]) -> None:
         """Its work uses ``ctx.runner`` itself: a preemption makes it start over
-        (docs/design.md §4.6 preemption kinds), and it takes the whole device
-        (§4.7): the shell cannot put its calls in the batch's slots."""
+        (docs/design.md §4.6 preemption kinds). It keeps its one slot (§4.7):
+        its calls are one sequence of the batch, like ``ctx.generate``'s."""
         if entry.job.resumable:
             entry.job.resumable = False
             self.reschedule()
