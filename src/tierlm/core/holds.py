@@ -37,9 +37,11 @@ class SwapHolds:
     """Last chat per model, measured swap times, and the idle hold in progress."""
 
     __slots__ = (
+        "_chat_model",
         "_held_since",
         "_last_chat",
         "_last_swap",
+        "_page_opened",
         "_swaps",
         "chat_grace",
         "chat_idle",
@@ -52,15 +54,28 @@ class SwapHolds:
         self.chat_idle = max(chat_grace, chat_idle)
         self.grace_factor = grace_factor
         self._last_chat: dict[str, float] = {}
+        self._chat_model: str | None = None
         self._swaps: dict[str, float] = {}
         self._last_swap: float | None = None
         self._held_since: float | None = None
+        # When the chat page last opened, and the model of the last chat then:
+        # a person opens the page to type (docs/design.md §4.8 holds).
+        self._page_opened: tuple[float, str] | None = None
         self.runner_estimate: float | None = None
         """The runner's own swap estimate (``Device.swap_estimate``), used until
         a swap is measured."""
 
     def chat_ended(self, model_id: str, now: float) -> None:
         self._last_chat[model_id] = now
+        self._chat_model = model_id
+
+    def page_opened(self, now: float) -> None:
+        """The chat page opened: the person came to type, on the model their
+        last chat used (docs/design.md §4.8: the open page holds it from now,
+        as a chat would; a swap away at this moment made the first message
+        wait for it and the swap back)."""
+        model = self._chat_model
+        self._page_opened = None if model is None else (now, model)
 
     def swapped(self, model_id: str, seconds: float) -> None:
         """A swap to ``model_id`` took ``seconds`` (told by the shell)."""
@@ -82,6 +97,9 @@ class SwapHolds:
         ``target_model`` (None: no chat ran on it). ``idle``: nothing else on
         the loaded model can run meanwhile, so the device would idle."""
         last_chat = self._last_chat.get(loaded_model)
+        opened = self._page_opened
+        if chat_open and opened is not None and opened[1] == loaded_model:
+            last_chat = max(last_chat if last_chat is not None else opened[0], opened[0])
         if last_chat is None:
             return None
         end = last_chat + (self.chat_idle if chat_open else self.chat_grace)

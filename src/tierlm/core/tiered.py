@@ -104,11 +104,14 @@ class TieredPolicy:
 
     def set_foreground(self, foreground: Foreground | None, now: float) -> None:
         self._book.advance(now)
+        was_open = self._chat_surface_open()
         if foreground != self.foreground and self.foreground is not None:
             # docs/design.md §4.6 foreground flapping: for a slice, the surface
             # the person just left keeps its running evaluation.
             self._left = (self.foreground, now + self.config.slice)
         self.foreground = foreground
+        if self._chat_surface_open() and not was_open:
+            self.holds.page_opened(now)
 
     def _started(self, job: Job, now: float) -> None:
         self._running[job.id] = job
