@@ -91,3 +91,7 @@ class Decision:
     """Running jobs to stop, and how."""
     wake_at: float | None = None
     """When to ask again with no event (a hold ending, a deadline, a slice)."""
+    load: str | None = None
+    """With nothing to start on an empty device: load this model, with no job
+    (the model a person may type on, after an excursion to another one,
+    docs/design.md §4.8 excursions)."""
