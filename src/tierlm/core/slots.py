@@ -105,14 +105,19 @@ def plan(
             return cap
         return device.slots
 
-    def room() -> int:
-        in_batch = len(staying) + len(starts)
-        return min(device.free - len(starts), limit_now() - in_batch)
+    def room_for(job: Job) -> bool:
+        if device.free - len(starts) <= 0:
+            return False
+        if rules.tier(job, now) <= T1:
+            # docs/design.md §4.7 persons: the guard shields people from
+            # background, never from each other nor a page from its own work.
+            return True
+        return len(staying) + len(starts) < limit_now()
 
     draining = False
-    while device.can_start and room() > 0:
+    while device.can_start and device.free - len(starts) > 0:
         job = rules.peek(now, loaded)
-        if job is None:
+        if job is None or not room_for(job):
             break
         if job.model_id != loaded and (device.running or starts):
             draining = True  # its swap waits for an empty device
