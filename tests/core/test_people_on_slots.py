@@ -108,3 +108,36 @@ def test_people_batch_with_each_other() -> None:
     # slowdown of its time alone, and two steps.
     bound = alone * (1 + LLAMA_CPP_CPU_BATCH_COST * 7) + 2 * STEP_MAX
     assert max(waits) <= bound, (waits, alone)
+
+
+def test_each_person_gets_a_slot_beside_one_persons_eight_chats() -> None:
+    """One person's eight long chats held every slot and five other people
+    waited for them to end (37-39 s). Persons in turn (§4.2) on slots: the
+    one holding the most yields a sequence to each person without one; it
+    resumes later, its text kept, and every chat completes."""
+
+    async def main() -> tuple[list[float], float, list[int]]:
+        async with Scheduler(device()) as sched:
+            texts: list[list[str]] = []
+
+            async def long_chat(i: int) -> None:
+                pieces: list[str] = []
+                texts.append(pieces)
+                request = GenerationRequest("m1", prompt=f"a{i}", max_tokens=300, prompt_tokens=50)
+                await sched.submit_generation("chat", request, pieces.append, "alice")
+
+            alice = [asyncio.create_task(long_chat(i)) for i in range(8)]
+            await asyncio.sleep(2.0)
+            others = await asyncio.gather(
+                *(first_token(sched, "chat", f"person{i}", 50) for i in range(5))
+            )
+            await asyncio.gather(*alice)
+        async with Scheduler(device()) as idle:
+            alone = await first_token(idle, "chat", "solo", 50)
+        return list(others), alone, [len(t) for t in texts]
+
+    others, alone, alice_tokens = run_virtual(main())
+    assert alice_tokens == [300] * 8  # nothing of hers lost or repeated
+    # Each other person: their prompt in a full batch, and two steps.
+    bound = alone * (1 + LLAMA_CPP_CPU_BATCH_COST * 7) + 2 * STEP_MAX
+    assert max(others) <= bound, (others, alone)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 
+from tierlm.core.classes import Tier
 from tierlm.core.fairness import FairPool
 from tierlm.core.jobs import Job
 from tierlm.core.queues import Live, ModelQueue
@@ -54,6 +55,10 @@ class JobBook:
 
     def __len__(self) -> int:
         return len(self.jobs)
+
+    def people_waiting(self) -> set[str]:
+        """The persons with a chat queued (docs/design.md §4.7 persons in turn)."""
+        return {job.producer for job in self.jobs.values() if job.task_class.tier == Tier.T0}
 
     def add(self, job: Job, now: float) -> None:
         self._version += 1

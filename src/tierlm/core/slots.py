@@ -29,10 +29,10 @@ the device is free, else ask whether the running job should stop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
-from tierlm.core.classes import T1
+from tierlm.core.classes import T0, T1
 from tierlm.core.device import Decision, Device, Preemption
 from tierlm.core.jobs import Job
 
@@ -83,9 +83,15 @@ def guard_cap(step_cost: Sequence[float], chat_slowdown: float | None, slots: in
 
 
 def plan(
-    rules: SlotRules, now: float, device: Device, chat_slowdown: float | None = None
+    rules: SlotRules,
+    now: float,
+    device: Device,
+    chat_slowdown: float | None = None,
+    people_waiting: Callable[[], Collection[str]] | None = None,
 ) -> Decision:
-    """The k-slot plan of the module docstring, from ``rules``' answers."""
+    """The k-slot plan of the module docstring, from ``rules``' answers;
+    ``people_waiting``: the persons (producers) with a chat queued, for
+    persons in turn on a full device (tierlm's rule, docs/design.md §4.7)."""
     loaded = device.loaded_model
     staying = [j for j in device.running if j.id not in device.stopping]
     starts: list[Job] = []
@@ -151,6 +157,10 @@ def plan(
             if preemption is not None:
                 stops.append((job, preemption))
                 staying.remove(job)
+    if people_waiting is not None and device.free - len(starts) <= 0:
+        turns = _turn_stops(rules, now, staying, people_waiting, len(device.stopping) + len(stops))
+        stops.extend((job, Preemption.YIELD) for job in turns)
+        staying = [job for job in staying if job not in turns]
     # The chat latency guard cuts the batch around a person's sequence.
     if person(staying) or person(starts):
         over = len(staying) + len(starts) - limit_now()
@@ -163,6 +173,36 @@ def plan(
             how = Preemption.PREEMPT if waiting else Preemption.YIELD
             stops.extend((job, how) for job in background[:over])
     return Decision(tuple(starts), tuple(stops), rules.next_wakeup(now))
+
+
+def _turn_stops(
+    rules: SlotRules,
+    now: float,
+    staying: list[Job],
+    people_waiting: Callable[[], Collection[str]],
+    freeing: int,
+) -> list[Job]:
+    """docs/design.md §4.7 persons in turn: on a device full of people's
+    sequences, each person with a chat queued and no slot gets one from the
+    person holding the most (while they hold two or more), whose latest
+    sequence yields and resumes later, its text kept (§4.9)."""
+    held: dict[str, list[Job]] = {}
+    for job in staying:  # in start order: the last of each list started last
+        if rules.tier(job, now) == T0:
+            held.setdefault(job.producer, []).append(job)
+    if all(len(jobs) < 2 for jobs in held.values()):
+        return []  # nobody holds more than one slot (asked first: it is O(1))
+    need = len(set(people_waiting()) - set(held)) - freeing
+    stops: list[Job] = []
+    while need > 0 and held:
+        person = max(held, key=lambda p: len(held[p]))
+        mine = [job for job in held[person] if job.resumable]
+        if len(held[person]) < 2 or not mine:
+            break
+        stops.append(mine[-1])
+        held[person].remove(mine[-1])
+        need -= 1
+    return stops
 
 
 def _slots_needed(

@@ -358,7 +358,7 @@ class TieredPolicy:
         self._return_to = None
         self.holds.runner_estimate = device.swap_estimate
         self._slices.evaluations = device.evaluations
-        decision = plan(self, now, device, self.config.chat_slowdown)
+        decision = plan(self, now, device, self.config.chat_slowdown, self._book.people_waiting)
         self._wake = []
         return self._go_back(decision, device)
 

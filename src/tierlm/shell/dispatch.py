@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from tierlm.core.classes import Tier
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.policy import Policy, Preemption
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
@@ -425,7 +426,11 @@ class Dispatcher:
         self.stuck.pop(job.id, None)
         if isinstance(outcome, Stopped):
             reason = entry.cancel_requested or outcome.reason
-            if reason in _PREEMPTIONS and job.task_class.requeue and not self.closed:
+            # A person's chat is not re-queued, except when it yields its slot
+            # to another person's turn (docs/design.md §4.7): it resumes.
+            turn = reason is CancelReason.YIELD and job.task_class.tier == Tier.T0
+            requeue = job.task_class.requeue or turn
+            if reason in _PREEMPTIONS and requeue and not self.closed:
                 entry.preemptions += 1
                 transition(entry, JobState.QUEUED)
                 self.stats.requeues += 1
