@@ -68,10 +68,21 @@ class TierlmRequestRouter(RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
+        if pending_request is not None:
+            # Every replica is in the answer: if none of them can take the
+            # request now (full, or its queue length not known in time), Serve
+            # should wait before asking again. Without it Serve asks again at
+            # once, in a loop that held the ingress's CPU and starved the
+            # queue-length probes it waited for (seconds per request).
+            pending_request.routing_context.should_backoff = True
         by_name = {replica_name(r.replica_id): r for r in candidate_replicas}
         target = pending_request.kwargs.get("replica") if pending_request is not None else None
-        if target is not None:  # an operations call for one replica
-            return [[by_name[target]]] if target in by_name else []
+        if target:  # an operations call for one replica
+            if target in by_name:
+                return [[by_name[target]]]
+            # Gone: any replica answers, with its own name (the ingress then
+            # says 404); an empty answer would keep Serve retrying forever.
+            return [[by_name[name]] for name in sorted(by_name)]
         stats = {name: (r.routing_stats or None) for name, r in by_name.items()}
         model, class_name, exclude = _request_fields(pending_request)
         now = time.time()
@@ -94,7 +105,7 @@ class TierlmRequestRouter(RequestRouter):
         result: Any,
     ) -> None:
         request_id = _request_id(pending_request)
-        if request_id is None or pending_request.kwargs.get("replica") is not None:
+        if request_id is None or pending_request.kwargs.get("replica"):
             return
         self.placements.confirm(request_id, replica_name(replica_id), time.time())
 
