@@ -9,7 +9,8 @@ the request to the next; a request every replica refuses is refused (429).
 ``remove`` takes a replica away mid-run, as a killed Ray actor: its queue is
 lost, nothing else.
 
-Used by tests/cluster/test_virtual_cluster.py and bench/cluster.py.
+Used by tests/cluster/test_virtual_cluster.py and bench/cluster.py (here, in
+the package, so that the bench needs no path to the tests).
 """
 
 from __future__ import annotations
