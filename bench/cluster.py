@@ -162,11 +162,13 @@ def main() -> int:
 
 
 def ray_main(scale: float, seed: int) -> None:
-    from _cluster_ray import run
+    import _cluster_ray
 
     started = time.perf_counter()
-    data = {"what": "bench/_cluster_ray.py: " + __doc__.split("\n\n")[2].split("\n")[0]}
-    data.update(run(scale, seed))
+    data: dict[str, Any] = {
+        "what": "bench/_cluster_ray.py: " + _cluster_ray.__doc__.splitlines()[0]
+    }
+    data.update(_cluster_ray.run(scale, seed))
     data["python"] = platform.python_version()
     data["wall_seconds"] = round(time.perf_counter() - started, 1)
     path = results_file("cluster_ray")

@@ -63,6 +63,8 @@ ARGS: dict[str, Any] = {
     "health_check_timeout_s": 10.0,
     "stall_after_s": STALL_AFTER,
     "graceful_shutdown_timeout_s": 60.0,
+    # The replica of rank 0 has a setting of its own (a device's own part).
+    "devices": [{"classes": {"nataraj": {"queue_limit": 7}}}],
 }
 
 
@@ -268,6 +270,14 @@ def test_ops_through_the_ingress_and_an_admin_load_counted(url: str) -> None:
         assert state.status_code == 200 and state.headers["x-tierlm-replica"] == shown
     missing = httpx.get(f"{url}/v1/scheduler/state?replica=nope", timeout=WAIT)
     assert missing.status_code == 404
+    # Each replica runs its device's settings: one (rank 0) its own queue limit.
+    limits = sorted(
+        httpx.get(f"{url}/v1/scheduler/state?replica={name}", timeout=WAIT).json()["gateway"][
+            "queue_limits"
+        ]["nataraj"]
+        for name in stats
+    )
+    assert limits.count(7) == 1 and len(set(limits)) == 2, limits
     # Back as the others: sim-a everywhere.
     httpx.post(f"{url}/v1/models/sim-a/load", headers={"X-Tierlm-Replica": target}, timeout=WAIT)
 

@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from tierlm.testing.virtual_cluster import background, chats, run_cluster
 from tierlm.testing import run_virtual
+from tierlm.testing.virtual_cluster import background, chats, run_cluster
 
 R = 3
 MINUTES_10 = 600.0

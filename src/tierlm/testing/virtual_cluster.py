@@ -16,6 +16,7 @@ the package, so that the bench needs no path to the tests).
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ from tierlm.shell.scheduler import Scheduler
 __all__ = ["Arrival", "ClusterResult", "Replica", "VirtualCluster", "run_cluster"]
 
 Router = Literal["tierlm", "p2c"]
+
+
+def _same(scheduler: Scheduler) -> Scheduler:
+    return scheduler
 
 
 @dataclass(slots=True)
@@ -117,7 +122,10 @@ class VirtualCluster:
             scheduler.add_listener(run_times.on_event)
             loop = asyncio.get_running_loop()
             stats = RoutingStats(
-                lambda s=scheduler: s, run_times, lambda _: queue_limit, clock=loop.time
+                functools.partial(_same, scheduler),
+                run_times,
+                lambda _: queue_limit,
+                clock=loop.time,
             )
             scheduler.add_listener(stats.on_event)
             name = f"r{i}"
