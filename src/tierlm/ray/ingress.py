@@ -15,7 +15,7 @@ replica's stream.
   nothing the client saw: the rest of the request is queued on another
   replica, continued after the text already produced (``continued``: the
   prompt plus that text, for the tokens still due, as a preempted job
-  resumes, docs/design.md §4 re-queue), and the client's stream goes on.
+  resumes, docs/design.md §4.9), and the client's stream goes on.
 - The operations endpoints (``/metrics``, ``/health``, ``/ready``, the
   scheduler API, the models' admin API, the dashboard) are the replicas',
   through ``FleetOps``.
