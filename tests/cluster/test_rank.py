@@ -140,7 +140,9 @@ def test_chats_reserved_as_they_are_ranked_spread_before_any_replica_answers() -
     assert sorted(chosen[:3]) == ["a", "b", "c"] and chosen[3] in chosen[:3]
     assert len(log) == 4 and log.pending == 4
     log.confirm("req0", chosen[0], NOW + 0.1)  # taken: a placement now
-    log.release("req1")  # refused: nothing
+    log.release("req1", "elsewhere")  # another attempt's end: this one stays
+    assert log.pending == 3
+    log.release("req1", chosen[1])  # refused: nothing
     placed = log.since(cluster, NOW + 0.2)
     assert sum(len(p) for p in placed.values()) == 3 and log.pending == 2
     assert rank(cluster, "m0", "chat", NOW, placed=placed)[0] == chosen[1]

@@ -58,9 +58,13 @@ class PlacementLog:
         if held is not None:
             self.record(replica, held.model, held.class_name, at)
 
-    def release(self, request_id: str) -> None:
-        """The request went nowhere (refused, failed, cancelled)."""
-        self._pending.pop(request_id, None)
+    def release(self, request_id: str, replica: str | None = None) -> None:
+        """The request went nowhere (refused, failed, cancelled); with
+        ``replica``, only a reservation there (a later attempt of the same
+        request, reserved elsewhere meanwhile, stays)."""
+        held = self._pending.get(request_id)
+        if held is not None and replica in (None, held.replica):
+            del self._pending[request_id]
 
     @property
     def pending(self) -> int:

@@ -113,4 +113,6 @@ class TierlmRequestRouter(RequestRouter):
         # Serve calls this for every request it sent, also for one a replica
         # refused or that failed before it was routed: a reservation still
         # pending then was never a placement.
-        self.placements.release(str(internal_request_id))
+        # The calls made while serving one request share its id (the ingress
+        # tries the next replica after a 429): release only this replica's.
+        self.placements.release(str(internal_request_id), replica_name(replica_id))
