@@ -1,6 +1,6 @@
-"""The virtual cluster: R real Schedulers on simulated devices behind a router.
+"""The cluster: R tierlms on simulated devices behind a router, virtual and on Ray.
 
-Runs tests/cluster/virtual_cluster.py's cluster (one virtual-time loop,
+Runs tierlm.testing.virtual_cluster's cluster (one virtual-time loop,
 deterministic) with tierlm's router (``tierlm.cluster.rank`` on routing stats
 polled every 10 s, as Ray Serve polls them) and with Ray Serve's default
 router (power of two choices on the live queue lengths, model-blind), and
@@ -14,9 +14,16 @@ records:
 - refusals while some replica still had room (should be none);
 - a replica removed at t = 300 s: the jobs lost against its queue then.
 
-    python bench/cluster.py [--replicas 3] [--seed 1]
+With ``--ray``, the same questions on a real local Ray Serve (127.0.0.1):
+3 replicas behind the ingress, tierlm's router and Ray's default one in the
+same run (bench/_cluster_ray.py): swaps, a chat's first token under a flood,
+and a replica killed under load. ``--ray-scale`` stretches its phases
+(1 = 60 + 40 + 30 s per router).
 
-Writes cluster.json to the results folder (bench/_results.py) and prints a table.
+    python bench/cluster.py [--replicas 3] [--seed 1] [--ray [--ray-scale 1]]
+
+Writes cluster.json (and cluster_ray.json with --ray) to the results folder
+(bench/_results.py) and prints a table.
 """
 
 from __future__ import annotations
@@ -25,21 +32,18 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from _results import results_file
+from tierlm.testing import run_virtual
+from tierlm.testing.virtual_cluster import background, chats, run_cluster
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.cluster.virtual_cluster
-sys.path.insert(0, str(ROOT / "src"))
-
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from tests.cluster.virtual_cluster import background, chats, run_cluster  # noqa: E402
-
-from _results import results_file  # noqa: E402
-from tierlm.testing import run_virtual  # noqa: E402
 
 RESULTS = results_file("cluster")
 ROUTERS = ("tierlm", "p2c")
@@ -112,7 +116,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--ray", action="store_true", help="also on a real local Ray Serve")
+    parser.add_argument("--ray-only", action="store_true", help="only on Ray")
+    parser.add_argument("--ray-scale", type=float, default=1.0)
     args = parser.parse_args()
+    if args.ray or args.ray_only:
+        ray_main(args.ray_scale, args.seed)
+        if args.ray_only:
+            return 0
     started = time.perf_counter()
     data = {
         "what": __doc__.split("\n\n")[0],
@@ -148,6 +159,37 @@ def main() -> int:
     console.print_json(json.dumps({k: data[k] for k in ("chat_under_flood", "lost_replica")}))
     console.print(f"written {RESULTS.relative_to(ROOT)} in {data['wall_seconds']} s")
     return 0
+
+
+def ray_main(scale: float, seed: int) -> None:
+    import _cluster_ray
+
+    started = time.perf_counter()
+    data: dict[str, Any] = {
+        "what": "bench/_cluster_ray.py: " + _cluster_ray.__doc__.splitlines()[0]
+    }
+    data.update(_cluster_ray.run(scale, seed))
+    data["python"] = platform.python_version()
+    data["wall_seconds"] = round(time.perf_counter() - started, 1)
+    path = results_file("cluster_ray")
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    table = Table(title="on Ray Serve: 3 replicas, 3 models (sim devices)")
+    table.add_column("")
+    for router in ("tierlm", "ray_default"):
+        table.add_column(router)
+    rows = [
+        ("swaps at 60 % load", "swaps", "swaps"),
+        ("background latency p50 (s)", "swaps", "job_latency_p50_s"),
+        ("chat first token p50 (s), flood", "flood", "chat_first_token_p50_s"),
+        ("chat first token p95 (s), flood", "flood", "chat_first_token_p95_s"),
+        ("kill: requests on the replica", "kill", "requests_placed_on_it"),
+        ("kill: of those completed", "kill", "of_those_completed"),
+        ("kill: failed, all", "kill", "all_failed"),
+    ]
+    for label, phase, key in rows:
+        table.add_row(label, *(str(data[r][phase][key]) for r in ("tierlm", "ray_default")))
+    Console().print(table)
+    Console().print(f"written {path} in {data['wall_seconds']} s")
 
 
 if __name__ == "__main__":

@@ -126,6 +126,31 @@ def test_placements_since_the_stats_keep_requests_off_one_idle_replica() -> None
     assert log.since(cluster) == {} and len(log) == 0
 
 
+def test_chats_reserved_as_they_are_ranked_spread_before_any_replica_answers() -> None:
+    """A burst of chats is ranked before any replica has accepted one: each
+    reservation counts at once, so 3 (and 4) chats go to 3 idle replicas
+    (the 4th behind one of them), and a released reservation counts no more."""
+    cluster = {name: stats(loaded_model="m0") for name in ("a", "b", "c")}
+    log = PlacementLog()
+    chosen = []
+    for i in range(4):
+        best = rank(cluster, "m0", "chat", NOW, placed=log.since(cluster, NOW))[0]
+        log.reserve(f"req{i}", best, "m0", "chat", NOW)
+        chosen.append(best)
+    assert sorted(chosen[:3]) == ["a", "b", "c"] and chosen[3] in chosen[:3]
+    assert len(log) == 4 and log.pending == 4
+    log.confirm("req0", chosen[0], NOW + 0.1)  # taken: a placement now
+    log.release("req1", "elsewhere")  # another attempt's end: this one stays
+    assert log.pending == 3
+    log.release("req1", chosen[1])  # refused: nothing
+    placed = log.since(cluster, NOW + 0.2)
+    assert sum(len(p) for p in placed.values()) == 3 and log.pending == 2
+    assert rank(cluster, "m0", "chat", NOW, placed=placed)[0] == chosen[1]
+    # Neither confirmed nor released: it lapses after hold_s.
+    assert log.since(cluster, NOW + log.hold_s + 1) == {chosen[0]: placed[chosen[0]][:1]}
+    assert log.pending == 0
+
+
 # -- properties -----------------------------------------------------------------
 
 counts = st.dictionaries(st.sampled_from(CLASSES), st.integers(0, 50), max_size=3)

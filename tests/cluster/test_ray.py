@@ -1,16 +1,25 @@
-"""tierlm.ray on a real local Ray (127.0.0.1 only): two replicas of the sim
-backend behind TierlmRequestRouter and the OpenAI-compatible ingress.
-Marked ``ray``; skipped without tierlm[ray]. One Ray for the module (its
-start and teardown take ~30 s here); every request is bounded in time."""
+"""tierlm.ray on a real local Ray (127.0.0.1 only): three replicas of the sim
+backend (simulated devices) behind TierlmRequestRouter and the
+OpenAI-compatible ingress, as an operator runs them. Marked ``ray``; skipped
+without tierlm[ray]. One Ray for the module (its start takes 30-90 s on 2
+shared cores); the tests run in order, each leaving three replicas running
+and every request bounded in time. The last one redeploys the fleet from a
+YAML config under load (a rolling update).
+"""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
-import re
 import socket
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,20 +33,38 @@ ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
 serve = pytest.importorskip("ray.serve")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
+yaml = pytest.importorskip("yaml")
 
 pytestmark = pytest.mark.ray
 
-WAIT = 60.0
+WAIT = 90.0
+REPLICAS = 3
 STATS_PERIOD = 0.5  # s between the router's reads of each replica's routing stats
+STALL_AFTER = 3.0  # s without an event or a token while work waits: unhealthy
+# A prompt token costs 1 ms of prefill on the simulated device: a "hi" nothing,
+# the test's 40 000-token prompt 40 s without a token (a stalled device).
+PREFILL = 0.001
 SETTINGS: dict[str, Any] = {
     "backend": {
         "kind": "sim",
         "models": ["sim-a", "sim-b"],
         "token_interval": 0.01,
         "swap_seconds": 0.2,
+        "prefill_per_token": PREFILL,
     },
     "classes": {"gana": {"queue_limit": 1}},
     "server": {"sse_heartbeat": 60},
+}
+ARGS: dict[str, Any] = {
+    "settings": SETTINGS,
+    "replicas": REPLICAS,
+    "stats_period_s": STATS_PERIOD,
+    "health_check_period_s": 1.0,
+    "health_check_timeout_s": 10.0,
+    "stall_after_s": STALL_AFTER,
+    "graceful_shutdown_timeout_s": 60.0,
+    # The replica of rank 0 has a setting of its own (a device's own part).
+    "devices": [{"classes": {"nataraj": {"queue_limit": 7}}}],
 }
 
 
@@ -47,23 +74,51 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
     from tierlm.ray import build, start_local
 
-    port = free_port()
-    start_local(port, num_cpus=2)
+    start_local(PORT, num_cpus=2)
     try:
-        serve.run(build(SETTINGS, replicas=2, stats_period_s=STATS_PERIOD), route_prefix="/")
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + WAIT
-        while httpx.get(f"{base}/health", timeout=5).status_code != 200:
-            assert time.monotonic() < deadline, "the ingress did not come up"
-            time.sleep(0.2)
+        serve.run(build(ARGS), route_prefix="/")
+        base = f"http://127.0.0.1:{PORT}"
+        wait_for_replicas(REPLICAS)
+        wait_live(base, REPLICAS)
         yield base
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def wait_live(url: str, count: int) -> dict[str, Any]:
+    """Until the ingress's /health counts ``count`` live replicas."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        response = httpx.get(f"{url}/health", timeout=WAIT)
+        body = response.json()
+        if response.status_code == 200 and body.get("live_replicas") == count:
+            return dict(body)
+        assert time.monotonic() < deadline, body
+        time.sleep(0.3)
+
+
+def wait_for_replicas(count: int, deployment: str = "tierlm-replica") -> None:
+    """Until Serve runs ``count`` replicas of ``deployment`` and nothing else
+    (a replica replaced before is up again), then until the router has read
+    their stats again."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        app = serve.status().applications.get("default")
+        found = app.deployments.get(deployment) if app is not None else None
+        states = found.replica_states if found is not None else {}
+        if states.get("RUNNING", 0) == count and sum(states.values()) == count:
+            break
+        assert time.monotonic() < deadline, f"{deployment}: {states}"
+        time.sleep(0.2)
+    time.sleep(3 * STATS_PERIOD)
 
 
 def client(url: str, class_name: str = "chat") -> Any:
@@ -82,17 +137,20 @@ def stream(
     class_name: str,
     tokens: int,
     on_replica: Callable[[str], None] | None = None,
+    on_piece: Callable[[int], None] | None = None,
+    prompt: str = "hi",
 ) -> tuple[str | None, str, int]:
-    """A streamed chat read raw: (the replica it queued on, its text, status).
-    The replica is in the response's ``X-Tierlm-Replica`` header, and in the
-    comment line of a waiting stream; ``on_replica`` is told it at once."""
+    """A streamed chat read raw: (the replica it queued on, the SSE text,
+    status). The replica is in the ``X-Tierlm-Replica`` header; ``on_replica``
+    is told it at once, ``on_piece`` the pieces received so far."""
     body = {
         "model": model,
-        "messages": [{"role": "user", "content": "hi"}],
+        "messages": [{"role": "user", "content": prompt}],
         "max_tokens": tokens,
         "stream": True,
+        "temperature": 0,
     }
-    replica, text = None, ""
+    replica, text, pieces = None, "", 0
     with httpx.stream(
         "POST",
         f"{url}/v1/chat/completions",
@@ -108,114 +166,187 @@ def stream(
         if on_replica is not None:
             on_replica(replica)
         for line in response.iter_lines():
-            found = re.search(r"replica=(\S+)", line)
-            assert found is None or found.group(1) == replica, (line, replica)
             text += line + "\n"
+            if on_piece is not None and '"content"' in line:
+                pieces += 1
+                on_piece(pieces)
     return replica, text, 200
 
 
-def test_a_chat_streamed_and_not(url: str) -> None:
-    chat = client(url)
-    raw = chat.chat.completions.with_raw_response.create(
-        model="sim-a", messages=[{"role": "user", "content": "hi"}], max_tokens=5
-    )
-    assert raw.headers.get("x-tierlm-replica")  # which replica answered
-    answer = raw.parse()
-    assert answer.choices[0].message.content
-    pieces = [
-        c.choices[0].delta.content or ""
-        for c in chat.chat.completions.create(
-            model="sim-b", messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True
-        )
-        if c.choices
+def content(sse: str) -> str:
+    """The text a streamed chat carried."""
+    out = ""
+    for line in sse.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices", []):
+                out += choice.get("delta", {}).get("content") or ""
+    return out
+
+
+def expected(tokens: int) -> str:
+    return "".join(f"w{i} " for i in range(tokens))
+
+
+def kill(replica: str) -> None:
+    actors = [
+        a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if replica in a["name"]
     ]
-    assert "".join(pieces)
-    assert [m.id for m in chat.models.list()] == ["sim-a", "sim-b"]
+    assert actors, replica
+    ray.kill(ray.get_actor(actors[0], namespace="serve"), no_restart=True)
+
+
+def running_replicas() -> set[str]:
+    return {
+        a["name"].rsplit("#", 1)[-1]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if "tierlm-replica" in a["name"]
+    }
+
+
+def serve_logs(text: str) -> list[str]:
+    """The Serve log files of this session holding ``text``."""
+    found = []
+    for path in glob.glob("/tmp/ray/session_latest/logs/serve/*.log"):
+        if text in Path(path).read_text(errors="replace"):
+            found.append(path)
+    return found
+
+
+# -- in order: the first runs on three idle replicas ----------------------------
+
+
+def test_simultaneous_chats_spread_over_idle_replicas(url: str) -> None:
+    """3 chats sent at once to 3 idle replicas land on 3 different ones, and 4
+    chats on 3 (the fourth behind one of them): each placement counts from the
+    moment the router chose it, before any replica answered."""
+    for burst in (3, 4):
+        wait_for_replicas(REPLICAS)
+        start = threading.Barrier(burst)
+
+        def chat(start: threading.Barrier = start) -> str | None:
+            start.wait()
+            replica, text, status = stream(url, "sim-a", "chat", 100)
+            assert status == 200 and "[DONE]" in text, text
+            assert content(text) == expected(100)
+            return replica
+
+        with ThreadPoolExecutor(burst) as pool:
+            where = [f.result(WAIT) for f in [pool.submit(chat) for _ in range(burst)]]
+        assert len(set(where)) == REPLICAS, where
+
+
+def test_ops_through_the_ingress_and_an_admin_load_counted(url: str) -> None:
+    """The scheduler API, the models' admin API, /metrics and the dashboard
+    answer through the ingress: a load by the admin API on one replica shows
+    in its routing stats (loaded, ``swap_s`` measured); /metrics holds every
+    replica's series, labelled ``replica``."""
+    routing = httpx.get(f"{url}/v1/scheduler/routing", timeout=WAIT)
+    assert routing.status_code == 200, routing.text
+    stats = routing.json()["replicas"]
+    assert len(stats) == REPLICAS
+    target = sorted(stats)[0]
+    load = httpx.post(
+        f"{url}/v1/models/sim-b/load", headers={"X-Tierlm-Replica": target}, timeout=WAIT
+    )
+    assert load.status_code == 200, load.text
+    assert load.headers["x-tierlm-replica"] == target
+    seconds = load.json()["tierlm"]["load_seconds"]
+    one = httpx.get(f"{url}/v1/scheduler/routing?replica={target}", timeout=WAIT).json()
+    assert one["loaded_model"] == "sim-b" and one["swap_s"] == pytest.approx(seconds, abs=0.01)
+    state = httpx.get(
+        f"{url}/v1/scheduler/state", headers={"X-Tierlm-Replica": target}, timeout=WAIT
+    )
+    assert state.status_code == 200 and state.json()["loaded_model"] == "sim-b"
+    metrics = httpx.get(f"{url}/metrics", timeout=WAIT)
+    assert metrics.status_code == 200, metrics.text
+    for name in stats:
+        assert f'tierlm_requests_waiting{{replica="{name}"}}' in metrics.text, name
+    assert metrics.text.count("# TYPE tierlm_requests_waiting ") == 1
+    with httpx.Client(base_url=url, timeout=WAIT) as browser:
+        page = browser.get("/dashboard")
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        shown = page.headers["x-tierlm-replica"]
+        state = browser.get("/dashboard/state")  # the page's own request: same replica
+        assert state.status_code == 200 and state.headers["x-tierlm-replica"] == shown
+    missing = httpx.get(f"{url}/v1/scheduler/state?replica=nope", timeout=WAIT)
+    assert missing.status_code == 404
+    # Each replica runs its device's settings: one (rank 0) its own queue limit.
+    limits = sorted(
+        httpx.get(f"{url}/v1/scheduler/state?replica={name}", timeout=WAIT).json()["gateway"][
+            "queue_limits"
+        ]["nataraj"]
+        for name in stats
+    )
+    assert limits.count(7) == 1 and len(set(limits)) == 2, limits
+    # Back as the others: sim-a everywhere.
+    httpx.post(f"{url}/v1/models/sim-a/load", headers={"X-Tierlm-Replica": target}, timeout=WAIT)
 
 
 def test_a_full_replica_sends_the_request_to_the_next_and_all_full_is_429(url: str) -> None:
-    """gana holds 1 queued job per replica: with 2 replicas, 4 long requests
-    fit (2 running, 2 queued), the 5th is refused by both: 429. (Sent 1 s
-    apart: a job not started yet counts as queued, and a replica that served
-    a chat holds its model up to 3 swaps before it swaps for background work.)"""
-    with ThreadPoolExecutor(4) as pool:
+    """gana holds 1 queued job per replica: with 3 replicas, 6 long requests
+    fit (3 running, 3 queued), the 7th is refused by all: 429, with a
+    Retry-After from the queues (sent 0.7 s apart: a job not started yet
+    counts as queued)."""
+    wait_for_replicas(REPLICAS)
+    with ThreadPoolExecutor(6) as pool:
         long = []
-        for _ in range(4):  # each runs 7 s
-            long.append(pool.submit(stream, url, "sim-a", "gana", 700))
-            time.sleep(1.0)
-        fifth, text, status = stream(url, "sim-a", "gana", 5)
+        for _ in range(6):  # each runs 6 s
+            long.append(pool.submit(stream, url, "sim-a", "gana", 600))
+            time.sleep(0.7)
+        fifth = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "sim-a", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"X-Tierlm-Class": "gana"},
+            timeout=WAIT,
+        )
         results = [f.result(timeout=WAIT) for f in long]
     placed = [(replica, status, text[:200]) for replica, text, status in results]
-    assert status == 429, (fifth, placed)
-    assert "every replica" in text
-    assert [status for _, _, status in results] == [200] * 4
-    assert all("[DONE]" in text for _, text, _ in results)
+    assert fifth.status_code == 429, (fifth.text, placed)
+    assert "every replica" in fifth.text
+    assert int(fifth.headers["retry-after"]) >= 2  # the runs under way, not a constant 1
+    assert [status for _, _, status in results] == [200] * 6
+    assert len({replica for replica, _, _ in results}) == REPLICAS
 
 
-def test_a_request_queued_on_a_replica_that_dies_is_served_by_another(url: str) -> None:
-    """A replica killed with a job queued (nothing streamed yet): that request
-    is queued again on the other replica and completes; the one it was
-    generating, which had streamed tokens, fails with 502. The other replica
-    is kept busy longer, so that the second request queues behind the first
-    (the ski rental would rather swap on an idle replica)."""
-    with ThreadPoolExecutor(3) as pool:
-        blocker: Future[str] = Future()
-        other = pool.submit(stream, url, "sim-a", "extract", 1000, blocker.set_result)
-        blocker.result(timeout=WAIT)
-        time.sleep(1.0)
-        first: Future[str] = Future()
-        running = pool.submit(stream, url, "sim-b", "extract", 600, first.set_result)
-        first.result(timeout=WAIT)  # generating on its replica
-        # Until the router has read stats that show it there: on a loaded
-        # machine a second after the start was not always enough, and the
-        # queued request went to the other replica.
-        time.sleep(3 * STATS_PERIOD)
-        where: Future[str] = Future()
-        queued = pool.submit(stream, url, "sim-b", "extract", 5, where.set_result)
-        victim = where.result(timeout=WAIT)  # queued behind the first, same model
-        assert victim == first.result(timeout=WAIT) != blocker.result()
-        actors = [
-            a["name"]
-            for a in ray.util.list_named_actors(all_namespaces=True)
-            if victim in a["name"]
-        ]
-        assert actors, victim
-        ray.kill(ray.get_actor(actors[0], namespace="serve"), no_restart=True)
-        _, queued_text, queued_status = queued.result(timeout=WAIT)
-        _, running_text, _ = running.result(timeout=WAIT)
-        assert other.result(timeout=WAIT)[2] == 200
-    assert queued_status == 200 and "[DONE]" in queued_text, queued_text
-    assert "w0" in queued_text  # its tokens came from the other replica
-    assert "died" in running_text and "[DONE]" not in running_text
-
-
-def wait_for_replicas(count: int) -> None:
-    """Until Serve runs ``count`` tierlm replicas (one killed by the test
-    before is replaced), then until the router has read their stats again."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        app = serve.status().applications.get("default")
-        deployment = app.deployments.get("tierlm-replica") if app is not None else None
-        states = deployment.replica_states if deployment is not None else {}
-        if states.get("RUNNING", 0) == count and sum(states.values()) == count:
-            break
-        assert time.monotonic() < deadline, f"replicas: {states}"
-        time.sleep(0.2)
-    time.sleep(3 * STATS_PERIOD)
+def test_a_stream_whose_replica_dies_continues_on_another(url: str) -> None:
+    """A replica killed mid-stream: the ingress continues the generation on
+    another replica from the text already sent (greedy, the simulated device
+    numbers its tokens), and the client's stream goes on to [DONE] with no
+    token repeated or missing. The ingress says so in Serve's log."""
+    wait_for_replicas(REPLICAS)
+    tokens = 400  # 4 s
+    where: Future[str] = Future()
+    halfway = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(
+            stream,
+            url,
+            "sim-a",
+            "extract",
+            tokens,
+            where.set_result,
+            lambda n: n >= 80 and halfway.set(),
+        )
+        victim = where.result(timeout=WAIT)
+        assert halfway.wait(WAIT)
+        kill(victim)
+        replica, text, status = job.result(timeout=WAIT)
+    assert status == 200 and replica == victim
+    assert text.rstrip().endswith("data: [DONE]"), text[-300:]
+    assert content(text) == expected(tokens)
+    deadline = time.monotonic() + 30
+    while not serve_logs("job continued on replica"):
+        assert time.monotonic() < deadline, "no line in Serve's log of the ingress"
+        time.sleep(0.5)
+    wait_for_replicas(REPLICAS)  # Serve started another
 
 
 def test_stats_reach_the_router(url: str) -> None:
-    """Each chat goes to the replica that holds its model, which the router
-    knows from the replicas' routing stats: sim-b and sim-a alternate, and
-    each keeps to its own replica. Without the stats every replica would cost
-    the same swap, and the tie would send every chat to the same one.
-
-    Both replicas hold sim-a from the start (preload), or one holds sim-b
-    after an earlier test: the first sim-b chat goes to the one holding sim-b
-    or, on a tie, to the first by name, which then holds it. One request at a
-    time, each after the stats were read again (``stats_period_s`` 0.5): a
-    placement the router made since a replica's stats counts as backlog there."""
-    wait_for_replicas(2)
+    """Each background job goes to the replica that holds its model, which
+    the router knows from the replicas' routing stats: sim-b and sim-a
+    alternate, and each keeps to its own replica. One request at a time,
+    each after the stats were read again."""
+    wait_for_replicas(REPLICAS)
     where: dict[str, set[str]] = {"sim-a": set(), "sim-b": set()}
     for model in ["sim-b", "sim-a"] * 3:
         replica, text, status = stream(url, model, "nataraj", 3)
@@ -225,3 +356,124 @@ def test_stats_reach_the_router(url: str) -> None:
         time.sleep(3 * STATS_PERIOD)
     assert len(where["sim-a"]) == 1 and len(where["sim-b"]) == 1, where
     assert where["sim-a"] != where["sim-b"], where
+
+
+def test_a_stalled_replica_turns_unhealthy_and_is_replaced(url: str) -> None:
+    """A device that produces nothing for longer than ``stall_after_s`` while
+    a job waits on it (a 40 000-token prompt: 40 s of simulated prefill
+    without a token) is unhealthy: the ingress's /health says so, Serve's
+    health check fails, and Serve replaces the replica. /ready stays 200:
+    the other replicas serve."""
+    wait_for_replicas(REPLICAS)
+    before = running_replicas()
+    body = {
+        "model": "sim-a",
+        "messages": [{"role": "user", "content": "word " * 40_000}],
+        "max_tokens": 5,
+        "stream": True,
+    }
+    with (
+        httpx.Client(timeout=WAIT) as http,
+        http.stream(
+            "POST", f"{url}/v1/chat/completions", json=body, headers={"X-Tierlm-Class": "gana"}
+        ) as response,
+    ):
+        assert response.status_code == 200
+        victim = response.headers["x-tierlm-replica"]
+        deadline = time.monotonic() + WAIT
+        seen_unhealthy = False
+        while not seen_unhealthy:
+            health = http.get(f"{url}/health").json()
+            entry = health.get("replicas", {}).get(victim)
+            if isinstance(entry, dict) and entry.get("status") == "unhealthy":
+                seen_unhealthy = True
+                assert health["status"] == "degraded"
+                assert "stalled" in entry["reason"], entry
+                assert http.get(f"{url}/ready").status_code == 200
+            assert time.monotonic() < deadline, "the stalled replica never said so"
+            time.sleep(0.3)
+        # Leaving the block closes the stream: the request (the unhealthy
+        # replica ended it; the ingress queued it on another) is cancelled.
+    deadline = time.monotonic() + WAIT
+    while victim in running_replicas():
+        assert time.monotonic() < deadline, "the stalled replica was not replaced"
+        time.sleep(0.3)
+    assert seen_unhealthy
+    wait_for_replicas(REPLICAS)
+    assert victim not in running_replicas() and len(running_replicas() - before) >= 1
+    wait_live(url, REPLICAS)
+
+
+def test_a_rolling_update_from_yaml_under_load_loses_nothing(url: str, tmp_path: Path) -> None:
+    """The fleet redeployed from a Serve config file (``serve run
+    --non-blocking``, the import path ``tierlm.ray:build``), with other
+    settings and 2 ingress replicas, while streams and chats run: every
+    request completes, every stream to [DONE] with all its tokens (Serve
+    waits for a stopping replica's requests, then the replica drains)."""
+    wait_for_replicas(REPLICAS)
+    new_args = {**ARGS, "ingress_replicas": 2}
+    new_args["settings"] = {**SETTINGS, "backend": {**SETTINGS["backend"], "swap_seconds": 0.3}}
+    config = {
+        "http_options": {"host": "127.0.0.1", "port": PORT},
+        "applications": [
+            {
+                "name": "default",
+                "route_prefix": "/",
+                "import_path": "tierlm.ray:build",
+                "args": new_args,
+            }
+        ],
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    stop = threading.Event()
+    results: list[tuple[int, str, int]] = []
+
+    def load(tokens: int, class_name: str) -> None:
+        while not stop.is_set():
+            _, text, status = stream(url, "sim-a", class_name, tokens)
+            results.append((tokens, text, status))
+
+    with ThreadPoolExecutor(4) as pool:
+        workers = [
+            pool.submit(load, 300, "extract"),
+            pool.submit(load, 300, "nataraj"),
+            pool.submit(load, 20, "chat"),
+            pool.submit(load, 20, "chat"),
+        ]
+        time.sleep(2)
+        env = {**os.environ, **LOOPBACK_ENV}
+        address = ray.get_runtime_context().gcs_address
+        deployed = subprocess.run(
+            [
+                sys.executable,  # the `serve` command of this Python
+                "-c",
+                "from ray.serve.scripts import cli; cli()",
+                "run",
+                "--non-blocking",
+                "--address",
+                address,
+                str(path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+        assert deployed.returncode == 0, deployed.stderr[-2000:]
+        wait_for_replicas(2, "tierlm-ingress")
+        wait_for_replicas(REPLICAS)
+        time.sleep(3)
+        stop.set()
+        for worker in workers:
+            worker.result(WAIT)
+    assert len(results) >= 8, len(results)
+    for tokens, text, status in results:
+        assert status == 200, text[-500:]
+        assert text.rstrip().endswith("data: [DONE]"), text[-500:]
+        assert content(text) == expected(tokens)
+    ingresses = {
+        httpx.get(f"{url}/health", timeout=WAIT).headers["x-tierlm-ingress"] for _ in range(20)
+    }
+    assert len(ingresses) == 2, ingresses
+    assert serve_logs("drained, closing")  # the old replicas drained

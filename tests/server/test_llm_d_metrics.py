@@ -121,8 +121,11 @@ def test_the_endpoint_picker_reads_queue_running_and_models(gateway: Gateway) ->
     gateway.wait_running("gana")
     jobs += [gateway.background(lambda: create("sim-b")) for _ in range(2)]
     gateway.wait(lambda s: s["queue_depth"] == 2, "two queued")
-    busy = extract(scrape(gateway), TIERLM_ENGINE)
+    text = scrape(gateway)
+    busy = extract(text, TIERLM_ENGINE)
     assert (busy.waiting, busy.running) == (2, 1)
+    # A chat jumps all three: nothing is ahead of it here.
+    assert select(families(text), "tierlm_waiting_ahead_of_chat")[1] == 0
     assert busy.active == {"sim-a"} and busy.waiting_models == {"sim-b"}
     assert lora_affinity(busy, "sim-a") == 1.0  # tierlm's order: the holder...
     assert lora_affinity(busy, "sim-b") == 0.6  # ...then one already queuing it

@@ -93,3 +93,24 @@ def test_with_keys_it_needs_an_admin_key() -> None:
         assert gw.http.get("/v1/scheduler/routing").status_code == 200
         user = gw.http.get("/v1/scheduler/routing", headers={"Authorization": "Bearer sk-app"})
         assert user.status_code == 403
+
+
+def test_a_load_through_the_admin_api_is_a_swap_in_the_stats() -> None:
+    """``POST /v1/models/{id}/load``: busy and ``swapping_to`` while it loads,
+    and its measured time is ``swap_s`` (before, a router placed every chat on
+    the 10 s default until a scheduler-driven swap)."""
+    with serve(sim_settings({"backend": {"kind": "sim", "swap_seconds": 0.5}})) as gw:
+        assert routing(gw)["swap_s"] is None
+        load = gw.background(lambda: gw.http.post("/v1/models/sim-b/load"))
+        seen: list[dict[str, object]] = []
+        while not load.done():
+            seen.append(routing(gw))
+        answer = load.result()
+        assert answer.status_code == 200, answer.text
+        assert any(s["busy"] is True and s["swapping_to"] == "sim-b" for s in seen), seen
+        after = routing(gw)
+        assert after["loaded_model"] == "sim-b" and after["swapping_to"] is None
+        assert after["busy"] is False
+        swap = after["swap_s"]
+        assert isinstance(swap, float) and 0.45 <= swap < 5.0  # the sim sleeps 0.5 s
+        assert abs(swap - answer.json()["tierlm"]["load_seconds"]) < 0.01

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import re
+import time
 from typing import Any
 
 import httpx
@@ -427,3 +428,22 @@ def test_a_burst_of_waiting_streams_replays_the_queue_a_few_times_not_once_each(
     assert len({job for job, _, _ in told}) == streams
     assert all(tier == 4 and position >= 1 for _, tier, position in told)
     assert replays <= streams // 4, replays
+
+
+def test_retry_after_before_any_run_was_measured_follows_the_run_under_way() -> None:
+    """No run measured yet, a job running for ~2 s and jobs queued behind it:
+    Retry-After grows with the run under way (as long again as it ran, and a
+    queued run at least that long), not the 1 s a measured run would replace."""
+    settings = sim_settings({"classes": {"gana": {"queue_limit": 2}}})
+    with serve(settings) as gw, sse(gw, chat_body(max_tokens=LONG), GANA):
+        gw.wait_running("gana")
+        with sse(gw, chat_body(max_tokens=LONG), GANA), sse(gw, chat_body(max_tokens=LONG), GANA):
+            gw.wait(lambda s: s["queue_depth"] == 2, "two gana queued")
+            time.sleep(2.5)
+            assert gw.state()["gateway"]["run_seconds"] == {}  # nothing measured
+            client = gw.openai(X_Tierlm_Class="gana")
+            with pytest.raises(openai.RateLimitError) as info:
+                client.chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=3)
+            # The first queued gana leaves the queue when the running one ends:
+            # ~2.5 s more by the estimate (and never the constant 1).
+            assert int(info.value.response.headers["retry-after"]) >= 2

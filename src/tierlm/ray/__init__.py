@@ -14,6 +14,6 @@ docs/distributed.md "Ray Serve").
 The router API is alpha in Ray: the extra pins its minor version.
 """
 
-from tierlm.ray.app import LOOPBACK_ENV, build, max_ongoing, start_local
+from tierlm.ray.app import LOOPBACK_ENV, FleetArgs, build, max_ongoing, start_local
 
-__all__ = ["LOOPBACK_ENV", "build", "max_ongoing", "start_local"]
+__all__ = ["LOOPBACK_ENV", "FleetArgs", "build", "max_ongoing", "start_local"]

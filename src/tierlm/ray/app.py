@@ -1,12 +1,20 @@
 """Building the Serve application, and a local Ray bound to 127.0.0.1.
 
-``build(settings, replicas=N)`` is the recipe of docs/distributed.md: N
+``build(args)`` is the recipe of docs/distributed.md, and a Serve application
+builder: one argument (a dict, or ``FleetArgs``), so it is also an
+``import_path`` of a Serve config file (``serve run`` / ``serve deploy``,
+KubeRay's RayService) with ``args:`` beside it. It makes ``replicas``
 ``TierlmReplica`` (one per device: give each the device's resources with
-``ray_actor_options``), routed by ``TierlmRequestRouter``, behind one
-``TierlmIngress``. ``max_ongoing_requests`` is set above what tierlm itself
-admits (every class's queue limit, twice for the keys' fair share, plus the
-running job), so a request is never held in Ray's FIFO queue, which knows no
-priority: tierlm answers 429 first.
+``replica_options``, and its own settings with ``devices``), routed by
+``TierlmRequestRouter``, behind ``ingress_replicas`` ``TierlmIngress``.
+
+``max_ongoing_requests`` is set above what tierlm itself admits (every
+class's queue limit, twice for the keys' fair share, plus the running job),
+so a request is never held in Ray's FIFO queue, which knows no priority:
+tierlm answers 429 first. ``graceful_shutdown_timeout_s`` covers the
+gateway's own ``shutdown_grace`` plus the longest generation Serve waits for
+when it stops a replica (a rolling update): a stream is not cut at Serve's
+default 20 s.
 """
 
 from __future__ import annotations
@@ -15,15 +23,54 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from tierlm.ray.liveness import DEFAULT_STALL_AFTER_S
+
 if TYPE_CHECKING:
     from tierlm.server.settings.sources import ServerSettings
 
-__all__ = ["LOOPBACK_ENV", "build", "max_ongoing", "start_local"]
+__all__ = ["LOOPBACK_ENV", "FleetArgs", "build", "max_ongoing", "start_local"]
 
 # Ray on Linux binds the host's address unless told it is a single machine
 # (ray_constants.ENABLE_RAY_CLUSTER, read when ray is imported); no usage
 # reports leave the machine.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# Seconds Serve waits, when it stops a replica, beyond the gateway's own
+# shutdown_grace: a long generation in flight finishes (default 20 s in Serve).
+GENERATION_ALLOWANCE_S = 300.0
+
+
+class FleetArgs(BaseModel):
+    """The application's arguments (``args:`` of a Serve config file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The gateway's configuration (the TOML file's structure): every replica's."""
+    replicas: int = Field(1, ge=1)
+    """Replicas of tierlm: one per device."""
+    devices: list[dict[str, Any]] = Field(default_factory=list)
+    """Each replica's own settings, by Serve replica rank (0, 1, ...), merged
+    into ``settings`` table by table: its model paths, its backend options."""
+    replica_options: dict[str, Any] = Field(default_factory=lambda: {"num_cpus": 0})
+    """Ray's ``ray_actor_options`` of each replica (``{"num_gpus": 1}``)."""
+    ingress_replicas: int = Field(1, ge=1)
+    """Replicas of the OpenAI-compatible ingress (Serve's proxy spreads the
+    requests over them; each routes to every tierlm replica)."""
+    stats_period_s: float = Field(1.0, gt=0)
+    """Seconds between the router's reads of each replica's routing stats."""
+    health_check_period_s: float = Field(10.0, gt=0)
+    health_check_timeout_s: float = Field(30.0, gt=0)
+    stall_after_s: float = Field(DEFAULT_STALL_AFTER_S, gt=0)
+    """A replica with work waiting and no event nor token for this long is
+    unhealthy (Serve replaces it)."""
+    request_router: str | None = None
+    """Another Serve ``RequestRouter`` (its import path), for comparisons
+    (bench/cluster.py --ray runs Ray's default); default: tierlm's."""
+    graceful_shutdown_timeout_s: float | None = Field(None, gt=0)
+    """How long Serve waits for a stopping replica's requests; default: the
+    gateway's ``shutdown_grace`` plus 300 s for the longest generation."""
 
 
 def max_ongoing(settings: ServerSettings) -> int:
@@ -32,44 +79,53 @@ def max_ongoing(settings: ServerSettings) -> int:
     return 2 * queued + 16
 
 
-def build(
-    settings: Mapping[str, Any],
-    *,
-    replicas: int = 1,
-    stats_period_s: float = 1.0,
-    replica_options: Mapping[str, Any] | None = None,
-) -> Any:
-    """The Serve application (``serve.run(build(...))``). ``settings`` is the
-    gateway's configuration as a dict; every replica runs it (its backend is
-    the device's)."""
+def build(args: FleetArgs | Mapping[str, Any]) -> Any:
+    """The Serve application (``serve.run(build({...}))``, or the import path
+    ``tierlm.ray:build`` of a Serve config file): module docstring."""
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
     from tierlm.ray.ingress import TierlmIngress
-    from tierlm.ray.replica import TierlmReplica
+    from tierlm.ray.replica import TierlmReplica, device_settings
     from tierlm.ray.router import TierlmRequestRouter
     from tierlm.server.settings.sources import settings_from_dict
 
-    parsed = settings_from_dict(dict(settings))
-    limit = max_ongoing(parsed)
+    fleet = args if isinstance(args, FleetArgs) else FleetArgs.model_validate(dict(args))
+    parsed = settings_from_dict(fleet.settings)
+    limit = max(
+        [max_ongoing(parsed)]
+        + [
+            max_ongoing(settings_from_dict(device_settings(fleet.settings, fleet.devices, rank)))
+            for rank in range(len(fleet.devices))
+        ]
+    )
+    grace = fleet.graceful_shutdown_timeout_s
+    if grace is None:
+        grace = parsed.server.shutdown_grace + GENERATION_ALLOWANCE_S
     router: dict[str, Any] = {
-        "request_router_class": TierlmRequestRouter,
-        "request_routing_stats_period_s": stats_period_s,
-        "request_routing_stats_timeout_s": max(1.0, stats_period_s),
+        "request_router_class": fleet.request_router or TierlmRequestRouter,
+        "request_routing_stats_period_s": fleet.stats_period_s,
+        "request_routing_stats_timeout_s": max(1.0, fleet.stats_period_s),
     }
     replica = serve.deployment(
         name="tierlm-replica",
-        num_replicas=replicas,
+        num_replicas=fleet.replicas,
         max_ongoing_requests=limit,
-        ray_actor_options=dict(replica_options or {"num_cpus": 0}),
+        ray_actor_options=dict(fleet.replica_options),
         request_router_config=RequestRouterConfig(**router),
+        health_check_period_s=fleet.health_check_period_s,
+        health_check_timeout_s=fleet.health_check_timeout_s,
+        graceful_shutdown_timeout_s=grace,
     )(TierlmReplica)
     ingress = serve.deployment(
         name="tierlm-ingress",
-        max_ongoing_requests=limit * max(1, replicas),
+        num_replicas=fleet.ingress_replicas,
+        max_ongoing_requests=limit * fleet.replicas,
         ray_actor_options={"num_cpus": 0},
+        graceful_shutdown_timeout_s=grace,
     )(TierlmIngress)
-    return ingress.bind(replica.bind(dict(settings)), dict(settings))
+    bound = replica.bind(fleet.settings, fleet.devices, fleet.stall_after_s)
+    return ingress.bind(bound, fleet.settings)
 
 
 def start_local(port: int, *, num_cpus: int = 2) -> None:

@@ -11,10 +11,15 @@ replica's stream.
 - A replica that refuses (429: its class is full; 503: it drains) sends the
   request to the next; when the router offers one already tried, every replica was: 429 with
   the smallest Retry-After.
-- A replica that dies before the request streamed anything (queued there,
-  or running without a token yet) loses nothing the client saw: the request
-  is queued again on another. Once a token was sent, it fails (502): a
-  stream cannot be resumed on another device here.
+- A replica that dies (or shuts down) while it holds the request loses
+  nothing the client saw: the rest of the request is queued on another
+  replica, continued after the text already produced (``continued``: the
+  prompt plus that text, for the tokens still due, as a preempted job
+  resumes, docs/design.md §4.9), and the client's stream goes on.
+- The operations endpoints (``/metrics``, ``/health``, ``/ready``, the
+  scheduler API, the models' admin API, the dashboard) are the replicas',
+  through ``FleetOps``.
+- Its log lines (``tierlm.*``) go to Serve's log of the replica, as Serve's own.
 """
 
 from __future__ import annotations
@@ -29,11 +34,17 @@ from typing import Any, cast
 
 from ray import serve
 from ray.exceptions import RayActorError
+from ray.serve.exceptions import RayServeException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from tierlm.ray.fleet_ops import FleetOps
+from tierlm.ray.ops import is_ops_path
+from tierlm.ray.serve_log import join_serve_log
+from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.admission import RETRY_AFTER_MIN
 from tierlm.server.gateway.auth import KeyRing
 from tierlm.server.gateway.gateway import GatewayJob
 from tierlm.server.gateway.metadata import JobMeta, job_meta
@@ -41,10 +52,12 @@ from tierlm.server.openai.answers import Answer, Params
 from tierlm.server.openai.pipeline import parse_chat, parse_completion
 from tierlm.server.openai.streaming import JobResult, JobStream
 from tierlm.server.settings.sources import settings_from_dict
+from tierlm.shell.handles import continued
 
 __all__ = ["REPLICA_HEADER", "RemoteJob", "TierlmIngress"]
 
 logger = logging.getLogger("tierlm.ray")
+
 
 # Attempts at most per request (each a replica not tried before, or a retry
 # after a replica died): a bound, whatever the cluster does.
@@ -128,6 +141,11 @@ class TierlmIngress:
         s = self.settings
         self.keys = KeyRing(s.keys, s.classes, s.anonymous_class(), s.limits.key_queue_limit)
         self.models = s.backend.model_ids()
+        self.fleet = FleetOps(replicas)
+        self.name = "local"
+        with contextlib.suppress(Exception):  # outside Ray Serve
+            self.name = str(serve.get_replica_context().replica_id.unique_id)
+        join_serve_log()
 
     async def __call__(self, request: Request) -> Response:
         try:
@@ -141,8 +159,10 @@ class TierlmIngress:
             self.keys.authenticate(request)
             data = [{"id": m, "object": "model", "owned_by": "tierlm"} for m in self.models]
             return JSONResponse({"object": "list", "data": data})
-        if request.method == "GET" and path in ("/health", "/ready"):
-            return JSONResponse({"status": "ok"})
+        if is_ops_path(request.method, path):
+            response = await self.fleet.handle(request)
+            response.headers["X-Tierlm-Ingress"] = self.name
+            return response
         if request.method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             return await self._generate(
                 request, "chat" if path.endswith("chat/completions") else ""
@@ -164,7 +184,7 @@ class TierlmIngress:
             )
         meta = job_meta(request.headers, principal, self.settings.classes)
         job = RemoteJob(meta)
-        stream = await self._place(job, params)
+        stream = await self._place(job, params.request)
         job.feeding = asyncio.ensure_future(self._feed(job, params, stream))
         answer = Answer(params)
         gateway_job = cast(GatewayJob, job)
@@ -176,24 +196,27 @@ class TierlmIngress:
             return JobStream(gateway_job, answer, _error_of, heartbeat, headers=where)
         return JobResult(gateway_job, answer.render, _error_of, headers=where)
 
-    def _call(self, params: Params, meta: JobMeta, exclude: set[str]) -> Any:
+    def _call(self, request: GenerationRequest, meta: JobMeta, exclude: set[str]) -> Any:
         return self.replicas.options(stream=True).generate.remote(
-            model=params.model,
+            model=request.model_id,
             class_name=meta.class_name,
             meta=asdict(meta),
-            request=params.request,
+            request=request,
             exclude=tuple(sorted(exclude)),
         )
 
-    async def _place(self, job: RemoteJob, params: Params) -> AsyncIterator[dict[str, Any]]:
-        """Queue the request on the best replica that takes it; its stream."""
-        tried: set[str] = set()
+    async def _place(
+        self, job: RemoteJob, request: GenerationRequest, exclude: set[str] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Queue the request on the best replica that takes it (none of
+        ``exclude`` if another will); its stream."""
+        tried: set[str] = set(exclude or ())
         retry_after: list[int] = []
         for _ in range(MAX_ATTEMPTS):
-            stream = self._call(params, job.meta, tried)
+            stream = self._call(request, job.meta, tried)
             try:
                 first = await stream.__anext__()
-            except RayActorError as exc:  # died before answering: try another
+            except (RayActorError, RayServeException) as exc:  # died first: another
                 logger.warning("a replica died before it answered: %s", exc)
                 continue
             replica = first.get("accepted") or first.get("refused")
@@ -207,7 +230,8 @@ class TierlmIngress:
                 raise _api_error(first["status"], first["error"], {})
             if first.get("retry_after") is not None:
                 retry_after.append(int(first["retry_after"]))
-        retry = min(retry_after) if retry_after else 1
+        # No replica said when (they drained, or died): the least HTTP allows.
+        retry = min(retry_after) if retry_after else RETRY_AFTER_MIN
         raise APIError(
             429,
             f"every replica's queue for class {job.meta.class_name!r} is full; "
@@ -230,19 +254,36 @@ class TierlmIngress:
                             job.produced.extend(item["pieces"])
                             job.wake.set()
                         elif "failed" in item:
-                            job.finish(_api_error(item["failed"], item["error"], item["headers"]))
-                            return
+                            error = _api_error(item["failed"], item["error"], item["headers"])
+                            if error.code != "shutting_down":
+                                job.finish(error)
+                                return
+                            logger.warning("replica %s shut down under job %d", job.replica, job.id)
+                            break  # its replica stops: the rest goes elsewhere
                         elif item.get("done"):
                             job.finish()
                             return
-                    job.finish(APIError(502, "the replica ended the stream early"))
-                    return
-                except RayActorError:
-                    if job.produced:
-                        job.finish(APIError(502, f"replica {job.replica} died while generating"))
+                    else:
+                        job.finish(APIError(502, "the replica ended the stream early"))
                         return
-                    logger.warning("replica %s died; queuing job again elsewhere", job.replica)
-                    stream = await self._place(job, params)
+                except (RayActorError, RayServeException) as exc:
+                    logger.warning(
+                        "replica %s died under job %d after %d tokens: %s",
+                        job.replica,
+                        job.id,
+                        len(job.produced),
+                        type(exc).__name__,
+                    )
+                # The rest of the request, after the text the client has.
+                rest = continued(params.request, job.produced)
+                if rest is None:
+                    job.finish()
+                    return
+                gone = {job.replica} if job.replica is not None else set()
+                stream = await self._place(job, rest, gone)
+                logger.warning(
+                    "job continued on replica %s after %d tokens", job.replica, len(job.produced)
+                )
             job.finish(APIError(502, "the request's replicas kept dying"))
         except APIError as exc:
             job.finish(exc)

@@ -3,8 +3,10 @@ per device, as a Ray Serve deployment's replica.
 
 Async methods only: Ray runs a sync method in a thread pool, where there is
 no event loop for the scheduler (a sync ``record_routing_stats`` could not
-read it). The gateway starts on the replica's own event loop at the first
-call (``record_routing_stats`` comes within a stats period).
+read it). The gateway is made and started on the replica's own event loop at
+the first call (``record_routing_stats`` comes within a stats period), with
+the settings of its device: the shared ``settings``, with ``devices[rank]``
+merged in (Serve's replica rank: 0 .. replicas - 1).
 
 ``generate`` is a streaming call: its first item says whether the replica
 took the request (``{"accepted": name, "job": id}``) or refused it
@@ -12,58 +14,168 @@ took the request (``{"accepted": name, "job": id}``) or refused it
 the ingress can try the next replica before it answers anything; then the
 pieces (``{"pieces": [...]}``) as they come, then ``{"done": True}`` or
 ``{"failed": status, "error": body, "headers": {...}}``.
+
+``ops`` answers the replica's operations endpoints for the ingress
+(``tierlm.ray.ops``). ``check_health`` raises when the tierlm should be
+replaced (``tierlm.ray.liveness``). Serve stops a replica by waiting for its
+requests (up to the deployment's ``graceful_shutdown_timeout_s``), then
+calling ``__del__``: the gateway drains (``draining``, no new job) and closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ray import serve
+from starlette.applications import Starlette
 
+from tierlm.ray.liveness import DEFAULT_STALL_AFTER_S, Liveness
+from tierlm.ray.ops import call, ops_app
 from tierlm.ray.router import replica_name
+from tierlm.ray.serve_log import join_serve_log
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.openai.job_errors import job_error
 from tierlm.server.openai.pipeline import counted
-from tierlm.server.ops.routing import RoutingStats, routing_stats
+from tierlm.server.ops import routing
+from tierlm.server.ops.routing import RoutingStats
 from tierlm.server.settings.sources import settings_from_dict
+from tierlm.shell.events import SchedulerEvent
 
-__all__ = ["TierlmReplica"]
+__all__ = ["TierlmReplica", "device_settings"]
+
+logger = logging.getLogger("tierlm.ray")
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        if isinstance(old, Mapping) and isinstance(value, Mapping):
+            out[key] = _merged(old, value)
+        else:
+            out[key] = value
+    return out
+
+
+def device_settings(
+    settings: Mapping[str, Any], devices: Sequence[Mapping[str, Any]], rank: int | None
+) -> dict[str, Any]:
+    """The settings of the replica of ``rank``: ``settings`` with ``devices[rank]``
+    merged in, table by table (a replica past the list, or without a rank,
+    runs ``settings`` as they are)."""
+    if rank is None or not 0 <= rank < len(devices):
+        return dict(settings)
+    return _merged(settings, devices[rank])
 
 
 class TierlmReplica:
     """One device's tierlm (module docstring). ``settings`` is the gateway's
-    configuration as a dict (the TOML file's structure)."""
+    configuration as a dict (the TOML file's structure); ``devices`` each
+    replica's own part of it, by rank; ``stall_after_s`` the liveness bound."""
 
-    def __init__(self, settings: Mapping[str, Any]) -> None:
-        self.settings = settings_from_dict(dict(settings))
-        self.gateway = Gateway(self.settings)
-        self.stats: RoutingStats = routing_stats(self.gateway)
-        self._start: asyncio.Task[None] | None = None
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        devices: Sequence[Mapping[str, Any]] = (),
+        stall_after_s: float = DEFAULT_STALL_AFTER_S,
+    ) -> None:
+        self.raw_settings = dict(settings)
+        self.devices = [dict(d) for d in devices]
+        settings_from_dict(self.raw_settings)  # bad settings fail the deployment now
+        for device in self.devices:
+            settings_from_dict(_merged(self.raw_settings, device))
+        self.liveness = Liveness(stall_after_s, time.monotonic())
+        join_serve_log()
+        self._start: asyncio.Task[Gateway] | None = None
+        self.gateway: Gateway | None = None
+        self.stats: RoutingStats | None = None
         self.name = "local"
         """The replica's name in the router's ranking (its Serve replica id)."""
+        self.rank: int | None = None
+        self.failed: str | None = None
+        """Why the health check failed, once it did (the replica is done)."""
+        self.ops_app: Starlette | None = None
 
     async def _ready(self) -> Gateway:
         if self._start is None:
-            # The replica context is set once the replica runs, not in __init__.
-            with contextlib.suppress(Exception):  # outside Ray Serve: "local"
-                self.name = replica_name(serve.get_replica_context().replica_id)
-            self._start = asyncio.ensure_future(self.gateway.start())
-        await asyncio.shield(self._start)
-        return self.gateway
+            self._start = asyncio.ensure_future(self._make())
+        return await asyncio.shield(self._start)
+
+    async def _make(self) -> Gateway:
+        # The replica context is set once the replica runs, not in __init__.
+        with contextlib.suppress(Exception):  # outside Ray Serve: "local", no rank
+            context = serve.get_replica_context()
+            self.name = replica_name(context.replica_id)
+            self.rank = context.rank.rank if context.rank is not None else None
+        settings = settings_from_dict(device_settings(self.raw_settings, self.devices, self.rank))
+        gateway = Gateway(settings)
+        self.stats = routing.mount(gateway)  # the stats, and the routers' series on /metrics
+        gateway.listeners.append(self._on_event)
+        gateway.load_watchers.append(lambda model, seconds: self._progress())
+        self.ops_app = ops_app(gateway)
+        await gateway.start()
+        self.gateway = gateway
+        return gateway
+
+    def _on_event(self, event: SchedulerEvent) -> None:
+        self._progress()
+
+    def _progress(self) -> None:
+        self.liveness.progress(time.monotonic())
 
     async def record_routing_stats(self) -> dict[str, Any]:
         """Ray Serve's hook: the routing stats ``TierlmRequestRouter`` ranks by."""
         await self._ready()
-        return {**self.stats.read(), "replica": self.name}
+        assert self.stats is not None
+        return {**self.stats.read(), "replica": self.name, "rank": self.rank}
+
+    async def whoami(self, *, exclude: tuple[str, ...] = ()) -> str:
+        """This replica's name (the ingress enumerates the replicas with it;
+        ``exclude`` is for the router: the names already seen)."""
+        await self._ready()
+        return self.name
+
+    def problem(self) -> str | None:
+        """Why this replica should be replaced (``Liveness``), or None."""
+        gateway = self.gateway
+        if self.failed is not None or gateway is None:
+            return self.failed
+        snap = gateway.scheduler.snapshot()
+        working = snap.running is not None or (snap.queue_depth > 0 and not snap.paused)
+        restarts = gateway.runner_state().get("restarts", 0)
+        return self.liveness.problem(
+            time.monotonic(), working=working, restarts=restarts if isinstance(restarts, int) else 0
+        )
 
     async def check_health(self) -> None:
+        """Serve's health check: raises (Serve replaces the replica) when the
+        scheduler stalled or the llama.cpp worker crash-loops."""
         await self._ready()
+        problem = self.unwell()
+        if problem is not None:
+            raise RuntimeError(f"tierlm replica {self.name}: {problem}")
+
+    def unwell(self) -> str | None:
+        """``problem``, and once there is one, for good: the replica's jobs end
+        now (``shutting_down``: the ingress continues each on another
+        replica), so that Serve's graceful stop of this replica does not wait
+        on a device that does nothing, and its health checks fail from now on."""
+        problem = self.problem()
+        if problem is not None and self.failed is None:
+            self.failed = problem
+            logger.warning("replica %s is unhealthy, ending its jobs: %s", self.name, problem)
+            if self.gateway is not None:
+                self.gateway.shutdown.now()
+        return problem
 
     async def generate(
         self,
@@ -99,6 +211,7 @@ class TierlmReplica:
                 if sent < len(job.produced):
                     pieces = list(job.produced[sent:])
                     sent += len(pieces)
+                    self._progress()
                     yield {"pieces": pieces, "first_token_at": job.first_token_at}
                 if job.done:
                     break
@@ -118,6 +231,48 @@ class TierlmReplica:
                 with contextlib.suppress(Exception):
                     job.disconnect()
 
-    async def shutdown(self) -> None:
-        """Drain: end every job, free the runner (Ray calls ``__del__``; tests call this)."""
-        await self.gateway.aclose()
+    async def ops(
+        self,
+        *,
+        replica: str,
+        method: str,
+        path: str,
+        query: str = "",
+        headers: Sequence[tuple[str, str]] = (),
+        body: bytes = b"",
+    ) -> AsyncIterator[dict[str, Any]]:
+        """One operations request (``tierlm.ray.ops``), streamed: its first item
+        names this replica (``replica`` is the one the ingress asked for: the
+        router sends it there while it runs)."""
+        await self._ready()
+        yield {"replica": self.name}
+        if replica not in ("", self.name) or self.ops_app is None:
+            return
+        problem = self.unwell() if path in ("/health", "/ready") else None
+        if problem is not None:  # what Serve's health check is told, the ingress too
+            yield {"status": 503, "headers": [("content-type", "application/json")]}
+            answer = {"status": "unhealthy", "reason": problem}
+            yield {"body": json.dumps(answer).encode()}
+            return
+        async for item in call(self.ops_app, method, path, query, headers, body):
+            yield item
+
+    async def shutdown(self, *, drain: bool = True) -> None:
+        """Drain (no new job; the accepted ones get ``shutdown_grace``), then
+        close. Serve calls it through ``__del__``; a replica Serve stops for
+        failing its health check is closed at once."""
+        gateway = self.gateway
+        if gateway is None:
+            return
+        if drain and self.failed is None:
+            gateway.shutdown.drain()
+            await gateway.shutdown.drained()
+        else:
+            gateway.shutdown.now()
+        logger.info("replica %s: drained, closing", self.name)
+        await gateway.aclose()
+
+    async def __del__(self) -> None:
+        # Serve awaits an async __del__ when it stops the replica, after its
+        # requests ended or graceful_shutdown_timeout_s passed.
+        await self.shutdown()

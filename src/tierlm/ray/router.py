@@ -5,13 +5,21 @@ best first, and tries the replicas of each rank that have room under
 ``max_ongoing_requests`` (the lowest queue first within a rank). This router
 returns one replica per rank, in ``tierlm.cluster.rank``'s order over the
 replicas' routing stats (``TierlmReplica.record_routing_stats``, polled every
-``request_routing_stats_period_s``), counting what it placed since each poll
-(``on_request_routed``). The request's model and class come from the
-replica call's keyword arguments (``model``, ``class_name``), and
+``request_routing_stats_period_s``), counting what it placed since each poll.
+A placement counts from the moment it is chosen (``PlacementLog.reserve``:
+the best replica is held for the request), so that requests ranked at the
+same time, a burst of chats, spread over idle replicas rather than all
+seeing the one that looked idle; ``on_request_routed`` confirms it on the
+replica that took the request, ``on_request_completed`` before that releases
+it (refused, failed), and it lapses on its own after ``RESERVATION_HOLD_S``.
+The request's model and class come from the replica call's keyword arguments
+(``model``, ``class_name``), and
 ``exclude`` lists replicas the ingress already tried (a 429, a replica that
 died): they come last, so that a repeat tells the ingress every replica was
 tried. Replicas the ranking leaves out (full or draining at the last poll)
 come after the ranked ones: they may have room now, and answer 429 if not.
+A call with ``replica=<name>`` (the ingress's operations calls: ``/metrics``,
+the scheduler API) goes to that replica alone, if it runs.
 
 No FIFO mixin: each routing task fulfils the request it ranked for.
 """
@@ -43,6 +51,12 @@ def _request_fields(pending: PendingRequest | None) -> tuple[str, str, Sequence[
     )
 
 
+def _request_id(pending: PendingRequest | None) -> str | None:
+    if pending is None:
+        return None
+    return str(pending.metadata.internal_request_id)
+
+
 class TierlmRequestRouter(RequestRouter):
     """Ranks replicas with ``tierlm.cluster.rank`` (module docstring)."""
 
@@ -54,14 +68,34 @@ class TierlmRequestRouter(RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
+        if pending_request is not None:
+            # Every replica is in the answer: if none of them can take the
+            # request now (full, or its queue length not known in time), Serve
+            # should wait before asking again. Without it Serve asks again at
+            # once, in a loop that held the ingress's CPU and starved the
+            # queue-length probes it waited for (seconds per request).
+            pending_request.routing_context.should_backoff = True
         by_name = {replica_name(r.replica_id): r for r in candidate_replicas}
+        target = pending_request.kwargs.get("replica") if pending_request is not None else None
+        if target:  # an operations call for one replica
+            if target in by_name:
+                return [[by_name[target]]]
+            # Gone: any replica answers, with its own name (the ingress then
+            # says 404); an empty answer would keep Serve retrying forever.
+            return [[by_name[name]] for name in sorted(by_name)]
         stats = {name: (r.routing_stats or None) for name, r in by_name.items()}
         model, class_name, exclude = _request_fields(pending_request)
-        placed = self.placements.since(stats)
-        order = rank(stats, model, class_name, time.time(), placed=placed)
+        now = time.time()
+        request_id = _request_id(pending_request)
+        if request_id is not None:  # ranked again (its replica was full): not counted twice
+            self.placements.release(request_id)
+        placed = self.placements.since(stats, now)
+        order = rank(stats, model, class_name, now, placed=placed)
         order += sorted(set(by_name) - set(order))
         tried = set(exclude)
         order = [n for n in order if n not in tried] + [n for n in order if n in tried]
+        if order and request_id is not None and model:
+            self.placements.reserve(request_id, order[0], model, class_name, now)
         return [[by_name[name]] for name in order]
 
     def on_request_routed(
@@ -70,5 +104,15 @@ class TierlmRequestRouter(RequestRouter):
         replica_id: ReplicaID,
         result: Any,
     ) -> None:
-        model, class_name, _ = _request_fields(pending_request)
-        self.placements.record(replica_name(replica_id), model, class_name, time.time())
+        request_id = _request_id(pending_request)
+        if request_id is None or pending_request.kwargs.get("replica"):
+            return
+        self.placements.confirm(request_id, replica_name(replica_id), time.time())
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        # Serve calls this for every request it sent, also for one a replica
+        # refused or that failed before it was routed: a reservation still
+        # pending then was never a placement.
+        # The calls made while serving one request share its id (the ingress
+        # tries the next replica after a 429): release only this replica's.
+        self.placements.release(str(internal_request_id), replica_name(replica_id))

@@ -159,11 +159,19 @@ class Scheduler:
         if dispatch.paused:
             dispatch.release()
 
-    async def load_model(self, model_id: str) -> None:
-        """Load ``model_id`` now (an operator's preload), once no job runs."""
+    async def load_model(self, model_id: str, on_start: Callable[[], None] | None = None) -> None:
+        """Load ``model_id`` now (an operator's preload), once no job runs.
+        ``on_start`` is called when the load itself begins (after the wait):
+        what a router's stats report as a swap under way."""
         self._bind_loop()
         arguments.check_model_id(model_id)
-        await self._dispatch.exclusive(lambda: self.runner.load(model_id))
+
+        async def load() -> None:
+            if on_start is not None:
+                on_start()
+            await self.runner.load(model_id)
+
+        await self._dispatch.exclusive(load)
 
     async def unload_model(self, model_id: str | None = None) -> str | None:
         """Free the device once no job runs: unload its model (only if it is

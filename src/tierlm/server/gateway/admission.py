@@ -67,14 +67,23 @@ class RunTimes:
         """Each measured class's average run, in seconds."""
         return dict(self._average)
 
-    def of(self, class_name: str) -> float:
-        """The class's average run, else the average of all classes, else 1 s."""
+    def own(self, class_name: str) -> float | None:
+        """The class's own average run, None before one of it ended."""
+        return self._average.get(class_name)
+
+    def measured(self, class_name: str) -> float | None:
+        """The class's average run, else the average of all classes, else None."""
         average = self._average.get(class_name)
         if average is not None:
             return average
         if self._average:
             return sum(self._average.values()) / len(self._average)
-        return float(RETRY_AFTER_MIN)
+        return None
+
+    def of(self, class_name: str) -> float:
+        """``measured``, else 1 s."""
+        measured = self.measured(class_name)
+        return measured if measured is not None else float(RETRY_AFTER_MIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +179,15 @@ class Admission:
     def wait_ahead(self, class_name: str | None, key: str | None = None) -> float:
         """The measured run times of the work ahead of the first matching job in
         the real dispatch order (``Policy.queue_order``, through the snapshot),
-        plus what the running job has left."""
+        plus what the running job has left.
+
+        Before any run was measured, the run under way is the one sample there
+        is: a run is taken to last at least as long as it already has (and 1 s
+        at least). The running job, when its class was never measured or it
+        already ran past its class's average, is taken to need as long again
+        as it ran (the median remaining life of a run seen only this far).
+        Otherwise a queue of 30 jobs of 4 s answered ``Retry-After: 1`` until
+        the first ended, or while a 6 s run outlived a chat's 1 s average."""
         snap = self._scheduler().snapshot()
         ahead: list[str] = []  # classes of the queued jobs before the first match
         found = False
@@ -184,9 +201,20 @@ class Admission:
         if not found:
             # None queued: one average run of the class frees the device for it.
             ahead = [class_name] if class_name is not None else []
-        seconds = sum(self.run_times.of(name) for name in ahead)
         running = snap.running
+        elapsed = (
+            snap.now - snap.running_since
+            if running is not None and snap.running_since is not None
+            else 0.0
+        )
+        guess = max(float(RETRY_AFTER_MIN), elapsed)
+
+        def run_of(name: str) -> float:
+            measured = self.run_times.measured(name)
+            return measured if measured is not None else guess
+
+        seconds = sum(run_of(name) for name in ahead)
         if running is not None and snap.running_since is not None:
-            left = self.run_times.of(running.class_name) - (snap.now - snap.running_since)
-            seconds += max(0.0, left)
+            own = self.run_times.own(running.class_name)
+            seconds += own - elapsed if own is not None and own > elapsed else elapsed
         return seconds

@@ -82,6 +82,9 @@ class Gateway:
             self._on_swap,
             self._explain_waits,
         ]
+        self.load_watchers: list[Callable[[str, float | None], None]] = []
+        """Told of a load by the admin API (``load_model``): ``(model, None)``
+        when it begins, ``(model, seconds)`` when it ended, -1 if it failed."""
         self._waiting_for: set[str] = set()
         """Models that queued work waits for, already said in the log."""
         self._last_swap: float | None = None
@@ -167,6 +170,32 @@ class Gateway:
         else:
             message = f"model {model!r}: not served by this gateway (models: {served})"
         raise APIError(404, message, param="model", code="model_not_found", reason="unknown_model")
+
+    async def load_model(self, model: str) -> float:
+        """Load ``model`` now (the admin API), once no job runs; the seconds the
+        load itself took. ``load_watchers`` are told when it begins and how it
+        ended (the routing stats count it as a swap: busy, ``swapping_to``,
+        and its time in ``swap_s``)."""
+        began: list[float] = []
+
+        def start() -> None:
+            began.append(time.perf_counter())
+            for watcher in self.load_watchers:
+                watcher(model, None)
+
+        try:
+            await self.scheduler.load_model(model, on_start=start)
+        except BaseException:
+            if began:
+                for watcher in self.load_watchers:
+                    watcher(model, -1.0)
+            raise
+        seconds = time.perf_counter() - began[0] if began else 0.0
+        self.load_error = None
+        self._last_swap = seconds
+        for watcher in self.load_watchers:
+            watcher(model, seconds)
+        return seconds
 
     # -- events -----------------------------------------------------------------
 

@@ -29,6 +29,10 @@ scrape every 50 ms (counters and one pass over the queue, no snapshot):
 
 - ``requests_waiting`` and ``requests_running``: unlabeled totals (a router's
   metric spec selects ONE series);
+- ``waiting_ahead_of_chat``: the jobs a new chat would wait behind here
+  (chats queued and running, less the spare slots): what a picker placing a
+  chat should read; ``requests_waiting`` counts background work a chat jumps
+  (docs/distributed.md "llm-d");
 - ``models_info{running_lora_adapters, waiting_lora_adapters, max_lora}``: the
   model the device holds (or loads), the other models with queued work, and
   ``max_lora="1"`` (one model at a time), read by llm-d's
@@ -450,6 +454,16 @@ class _RouterCollector(Collector):
             names.append(
                 ("vllm:", "num_requests_waiting", "num_requests_running", "lora_requests_info")
             )
+        chat_classes = stats.get("chat_classes") or ()
+        chats_running = sum(n for c, n in stats.get("running", {}).items() if c in chat_classes)
+        spare = max(0, int(stats.get("slots") or 1) - 1)
+        ahead = max(0, int(stats.get("chat_queued") or 0) + chats_running - spare)
+        yield GaugeMetricFamily(
+            "tierlm_waiting_ahead_of_chat",
+            "Jobs a new chat waits behind here (chats queued and running, less spare slots); "
+            "background work is not counted: a chat preempts it",
+            value=ahead,
+        )
         for prefix, waiting_name, running_name, info_name in names:
             yield GaugeMetricFamily(
                 prefix + waiting_name, "Requests queued, all classes", value=waiting

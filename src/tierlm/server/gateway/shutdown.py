@@ -62,6 +62,13 @@ class Shutdown:
             self._progress = asyncio.Event()
             self._task = asyncio.ensure_future(self._drain(scheduler))
 
+    async def drained(self) -> None:
+        """Until the drain (or the ``now``) under way ended."""
+        task = self._task
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
     def now(self) -> None:
         """End every job now (queued and running: ``Cancelled(SHUTDOWN)``)."""
         self.draining = True

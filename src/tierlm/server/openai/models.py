@@ -16,7 +16,6 @@ and Ollama's ``keep_alive: 0``.
 
 from __future__ import annotations
 
-import time
 from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
@@ -115,14 +114,13 @@ async def load_model(request: Request) -> Response:
     gateway = _gateway(request, admin=True)
     model = request.path_params["model"]
     gateway.check_model(model)
-    started = time.perf_counter()
     try:
-        await gateway.scheduler.load_model(model)
+        seconds = await gateway.load_model(model)
     except RunnerError as exc:
         raise _backend_error(gateway, exc) from None
     _touched(request)
     body = card(request, gateway, model)
-    body["tierlm"]["load_seconds"] = round(time.perf_counter() - started, 3)
+    body["tierlm"]["load_seconds"] = round(seconds, 3)
     return JSONResponse(body)
 
 

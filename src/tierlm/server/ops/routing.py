@@ -78,6 +78,22 @@ class RoutingStats:
         """Running job id: (class, since) — JobStarted to RunEnded."""
         self._swapping: tuple[int, str] | None = None
         self._swap_s: float | None = None
+        self._loading: str | None = None
+        """The model the admin API loads now (``on_load``)."""
+
+    def on_load(self, model: str, seconds: float | None) -> None:
+        """A load by the admin API (``Gateway.load_watchers``): a swap like the
+        scheduler's, busy and ``swapping_to`` while it runs, its time measured."""
+        if seconds is None:
+            self._loading = model
+            return
+        self._loading = None
+        if seconds >= 0:
+            self._measured(seconds)
+
+    def _measured(self, seconds: float) -> None:
+        old = self._swap_s
+        self._swap_s = seconds if old is None else old + SWAP_ALPHA * (seconds - old)
 
     def on_event(self, event: SchedulerEvent) -> None:
         # Cheap: a dict update per event.
@@ -87,9 +103,7 @@ class RoutingStats:
             self._swapping = (event.job.id, event.job.model_id)
         elif isinstance(event, SwapFinished):
             self._swapping = None
-            old = self._swap_s
-            seconds = event.seconds
-            self._swap_s = seconds if old is None else old + SWAP_ALPHA * (seconds - old)
+            self._measured(event.seconds)
         elif isinstance(event, RunEnded):
             self._running.pop(event.job.id, None)
             if self._swapping is not None and self._swapping[0] == event.job.id:
@@ -127,7 +141,7 @@ class RoutingStats:
         for class_name, since in self._running.values():
             running[class_name] += 1
             backlog += max(0.0, run_of(class_name) - (now - since))
-        swapping_to = self._swapping[1] if self._swapping is not None else None
+        swapping_to = self._swapping[1] if self._swapping is not None else self._loading
         full = sorted(n for n in scheduler.classes if by_class[n] >= self._queue_limit(n))
         averages = self._run_times.averages()
         chat_runs = [averages[n] for n in chat_classes if n in averages]
@@ -172,6 +186,7 @@ def routing_stats(gateway: Gateway) -> RoutingStats:
             lambda: gateway.shutdown.draining,
         )
         gateway.listeners.append(stats.on_event)  # for a scheduler started later
+        gateway.load_watchers.append(stats.on_load)
         try:
             scheduler = gateway.scheduler
         except RuntimeError:  # not started yet

@@ -9,12 +9,14 @@ the request to the next; a request every replica refuses is refused (429).
 ``remove`` takes a replica away mid-run, as a killed Ray actor: its queue is
 lost, nothing else.
 
-Used by tests/cluster/test_virtual_cluster.py and bench/cluster.py.
+Used by tests/cluster/test_virtual_cluster.py and bench/cluster.py (here, in
+the package, so that the bench needs no path to the tests).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +34,10 @@ from tierlm.shell.scheduler import Scheduler
 __all__ = ["Arrival", "ClusterResult", "Replica", "VirtualCluster", "run_cluster"]
 
 Router = Literal["tierlm", "p2c"]
+
+
+def _same(scheduler: Scheduler) -> Scheduler:
+    return scheduler
 
 
 @dataclass(slots=True)
@@ -116,7 +122,10 @@ class VirtualCluster:
             scheduler.add_listener(run_times.on_event)
             loop = asyncio.get_running_loop()
             stats = RoutingStats(
-                lambda s=scheduler: s, run_times, lambda _: queue_limit, clock=loop.time
+                functools.partial(_same, scheduler),
+                run_times,
+                lambda _: queue_limit,
+                clock=loop.time,
             )
             scheduler.add_listener(stats.on_event)
             name = f"r{i}"

@@ -1,0 +1,279 @@
+"""bench/cluster.py --ray: the cluster questions on a real local Ray Serve.
+
+Three ``TierlmReplica`` of the sim backend (simulated devices: 0.02 s a
+token, 2 s a swap, 40-token jobs, models m0..m2) behind the ingress, on Ray
+bound to 127.0.0.1, with tierlm's router and then, in the same run, the same
+deployments with Ray's default router (``_ray_baseline.RayDefaultRouter``).
+For each:
+
+- **swaps**: background jobs at 60 % load over the 3 models for ``swaps_s``;
+  swaps counted from ``tierlm_swaps_total`` on the ingress's /metrics (every
+  replica's, labelled ``replica``), and the jobs' latency;
+- **flood**: background at 170 % load (queues capped at 30 per class) with a
+  streamed chat on m0 every 2 s: the chat's first token p50 / p95 at the
+  client, and the requests refused;
+- **kill**: 100 % load; the busiest replica (most queued, by the routing
+  stats through the ingress) killed with ``ray.kill`` a third of the way in:
+  the requests it held, how many completed (their streams continued on
+  another replica) and how many failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tierlm.ray.app import LOOPBACK_ENV
+
+TOKEN_S = 0.02
+SWAP_S = 2.0
+JOB_TOKENS = 40
+MODELS = ("m0", "m1", "m2")
+REPLICAS = 3
+SETTINGS: dict[str, Any] = {
+    "backend": {
+        "kind": "sim",
+        "models": list(MODELS),
+        "token_interval": TOKEN_S,
+        "swap_seconds": SWAP_S,
+    },
+    "classes": {"extract": {"queue_limit": 30}, "chat": {"queue_limit": 30}},
+    "server": {"sse_heartbeat": 60},
+}
+ROUTERS = {"tierlm": None, "ray_default": "_ray_baseline.RayDefaultRouter"}
+
+
+@dataclass
+class Outcome:
+    class_name: str
+    model: str
+    sent: float
+    status: int = 0
+    replica: str | None = None
+    first_token_s: float | None = None
+    total_s: float | None = None
+    done: bool = False
+    text: str = ""
+
+
+@dataclass
+class Phase:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _request(http: Any, url: str, out: Outcome, tokens: int) -> None:
+    body = {
+        "model": out.model,
+        "messages": [{"role": "user", "content": "go"}],
+        "max_tokens": tokens,
+        "stream": True,
+    }
+    try:
+        async with http.stream(
+            "POST",
+            f"{url}/v1/chat/completions",
+            json=body,
+            headers={"X-Tierlm-Class": out.class_name},
+        ) as response:
+            out.status = response.status_code
+            out.replica = response.headers.get("x-tierlm-replica")
+            async for line in response.aiter_lines():
+                if out.first_token_s is None and '"content":"w' in line:
+                    out.first_token_s = time.monotonic() - out.sent
+                if line.startswith("data: [DONE]"):
+                    out.done = True
+                elif line.startswith("data:") and '"error"' in line:
+                    out.text = line[:300]
+    except Exception as exc:  # a connection cut: counted as failed
+        out.text = f"{type(exc).__name__}: {exc}"
+    out.total_s = time.monotonic() - out.sent
+
+
+async def _load(
+    http: Any,
+    url: str,
+    seconds: float,
+    load: float,
+    seed: int,
+    chat_every: float | None = None,
+    at: list[tuple[float, Any]] | None = None,
+) -> Phase:
+    """Poisson background over the models at ``load`` (of the fleet's
+    capacity), chats on m0 every ``chat_every``; ``at``: (time, coroutine
+    factory) run during the phase."""
+    rng = random.Random(seed)
+    rate = load * REPLICAS / (JOB_TOKENS * TOKEN_S)
+    phase = Phase()
+    tasks: list[asyncio.Task[None]] = []
+    start = time.monotonic()
+    next_bg = rng.expovariate(rate)
+    next_chat = chat_every if chat_every is not None else float("inf")
+    events = sorted(at or [], key=lambda e: e[0])
+    while True:
+        now = time.monotonic() - start
+        if now >= seconds:
+            break
+        while events and events[0][0] <= now:
+            tasks.append(asyncio.ensure_future(events.pop(0)[1]()))
+        if next_bg <= now:
+            out = Outcome("extract", rng.choice(MODELS), time.monotonic())
+            phase.outcomes.append(out)
+            tasks.append(asyncio.ensure_future(_request(http, url, out, JOB_TOKENS)))
+            next_bg += rng.expovariate(rate)
+            continue
+        if next_chat <= now:
+            out = Outcome("chat", "m0", time.monotonic())
+            phase.outcomes.append(out)
+            tasks.append(asyncio.ensure_future(_request(http, url, out, 10)))
+            next_chat += chat_every or 0
+            continue
+        await asyncio.sleep(min(next_bg, next_chat, seconds) - now)
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=600)
+    return phase
+
+
+async def _swaps(http: Any, url: str) -> int:
+    text = (await http.get(f"{url}/metrics")).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("tierlm_swaps_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+async def _run_router(url: str, scale: float, seed: int) -> dict[str, Any]:
+    import httpx
+    import ray
+
+    limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+        out: dict[str, Any] = {}
+        before = await _swaps(http, url)
+        phase = await _load(http, url, 60 * scale, 0.6, seed)
+        after = await _swaps(http, url)
+        bg = [o.total_s for o in phase.outcomes if o.done and o.total_s is not None]
+        out["swaps"] = {
+            "seconds": 60 * scale,
+            "jobs": len(phase.outcomes),
+            "swaps": after - before,
+            "job_latency_p50_s": round(statistics.median(bg), 3) if bg else None,
+            "failed": sum(1 for o in phase.outcomes if not o.done),
+        }
+        phase = await _load(http, url, 40 * scale, 1.7, seed + 1, chat_every=2.0)
+        chats = [o for o in phase.outcomes if o.class_name == "chat"]
+        firsts = [o.first_token_s for o in chats if o.first_token_s is not None]
+        out["flood"] = {
+            "seconds": 40 * scale,
+            "chats": len(chats),
+            "chat_first_token_p50_s": _pct(firsts, 0.5),
+            "chat_first_token_p95_s": _pct(firsts, 0.95),
+            "chats_refused": sum(1 for o in chats if o.status == 429),
+            "background_refused": sum(
+                1 for o in phase.outcomes if o.class_name != "chat" and o.status == 429
+            ),
+        }
+        await asyncio.sleep(5)  # the flood's queues drain
+        killed: dict[str, Any] = {}
+
+        async def kill() -> None:
+            routing = (await http.get(f"{url}/v1/scheduler/routing")).json()["replicas"]
+
+            def held(stats: dict[str, Any]) -> int:
+                return sum(stats.get("queued_by_class", {}).values()) + sum(
+                    stats.get("running", {}).values()
+                )
+
+            victim = max(sorted(routing), key=lambda n: held(routing[n]))
+            killed["replica"] = victim
+            killed["held_then"] = held(routing[victim])
+            for actor in ray.util.list_named_actors(all_namespaces=True):
+                if victim in actor["name"]:
+                    ray.kill(ray.get_actor(actor["name"], namespace="serve"), no_restart=True)
+
+        seconds = 30 * scale
+        phase = await _load(http, url, seconds, 1.0, seed + 2, at=[(seconds / 3, kill)])
+        on_victim = [o for o in phase.outcomes if o.replica == killed.get("replica")]
+        out["kill"] = {
+            "seconds": seconds,
+            "replica_held_when_killed": killed.get("held_then"),
+            "requests_placed_on_it": len(on_victim),
+            "of_those_completed": sum(1 for o in on_victim if o.done),
+            "of_those_failed": sum(1 for o in on_victim if o.status == 200 and not o.done),
+            "all_requests": len(phase.outcomes),
+            "all_failed": sum(1 for o in phase.outcomes if o.status == 200 and not o.done),
+            "all_refused": sum(1 for o in phase.outcomes if o.status == 429),
+        }
+        return out
+
+
+def _wait_live(url: str, count: int, timeout: float = 180.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            body = httpx.get(f"{url}/health", timeout=30).json()
+            if body.get("live_replicas") == count:
+                return
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the fleet did not come up: {url}")
+        time.sleep(0.5)
+
+
+def run(scale: float, seed: int) -> dict[str, Any]:
+    """Both routers, one after the other, on one local Ray."""
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
+    import ray
+    from ray import serve
+
+    from tierlm.ray import build, start_local
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    start_local(port, num_cpus=2)
+    results: dict[str, Any] = {
+        "device": {"token_interval_s": TOKEN_S, "swap_s": SWAP_S, "job_tokens": JOB_TOKENS},
+        "replicas": REPLICAS,
+        "models": len(MODELS),
+        "scale": scale,
+    }
+    try:
+        for name, router in ROUTERS.items():
+            args = {
+                "settings": SETTINGS,
+                "replicas": REPLICAS,
+                "stats_period_s": 1.0,
+                "request_router": router,
+            }
+            started = time.monotonic()
+            serve.run(build(args), route_prefix="/")
+            _wait_live(url, REPLICAS)
+            results[name] = asyncio.run(_run_router(url, scale, seed))
+            results[name]["wall_s"] = round(time.monotonic() - started, 1)  # deploy and phases
+            serve.delete("default")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return results
