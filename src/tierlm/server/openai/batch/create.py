@@ -37,7 +37,7 @@ __all__ = ["BatchCreate", "create_batch", "window_seconds"]
 
 _WINDOW = re.compile(r"^([1-9]\d{0,6})(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MIN_WINDOW = 60
+MIN_WINDOW = 1  # seconds: short windows are for tests and demos
 CLASS_KEY = "tierlm_class"
 PRODUCER_KEY = "tierlm_producer"
 

@@ -102,6 +102,9 @@ def read_lines(
         custom_id: str | None = None
         try:
             item = _json(raw)
+            given = item.get("custom_id")
+            # The error line names it too, when it is one (a repeated one included).
+            custom_id = given if isinstance(given, str) and len(given) <= MAX_CUSTOM_ID else None
             custom_id = _custom_id(item, seen)
             body = _body(item, endpoint, limits, backend, check_model)
         except _BadLine as exc:
