@@ -191,7 +191,7 @@ def test_cancel_keeps_what_finished_and_ends_the_rest(slow: Gateway) -> None:
     assert done.request_counts.completed + done.request_counts.failed == 20
     # The device is free again: no job of the batch is left.
     state = slow.wait(lambda s: s["running"] is None and s["queue_depth"] == 0, "an idle device")
-    assert state["batches"]["running"] == []
+    assert state["batches"] == {"running": 0, "requests_in_flight": 0}
     assert client.batches.cancel(batch.id).status == "cancelled"  # again: as it is
     finished = wait_batch(client, start(client, [chat_line(0, max_tokens=1)]).id)
     with pytest.raises(openai.ConflictError) as info:
@@ -218,6 +218,13 @@ def test_a_batch_runs_as_background_of_its_class(slow: Gateway) -> None:
     )
     running = slow.wait_running("extract")
     assert running["producer"] == "backfill"
+    # What a dashboard reads: the batch's progress, and its row in the state API.
+    shown = slow.http.get("/v1/scheduler/batches").json()["running"]
+    assert [(b["id"], b["class"], b["request_counts"]["total"]) for b in shown] == [
+        (batch.id, "extract", 4)
+    ]
+    assert 0 <= shown[0]["progress"] < 1 and shown[0]["in_flight"] == 2
+    assert slow.state()["batches"][batch.id].startswith("in_progress: ")
     assert (batch.model_extra or {})["tierlm"] == {
         "class": "extract",
         "producer": "backfill",

@@ -31,7 +31,7 @@ logger = logging.getLogger("tierlm.server")
 
 T = TypeVar("T")
 
-# Its section in the state API (and what /v1/scheduler/batches answers).
+# Its section in the state API and the dashboard.
 _EXTENSION = "batches"
 # Finished batches the state keeps for the dashboard.
 RECENT = 20
@@ -49,7 +49,7 @@ class BatchService:
         self.runs: dict[str, BatchRun] = {}
         self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT)
         self.metrics = BatchMetrics(gateway.metrics.registry, self._counts)
-        gateway.extensions[_EXTENSION] = self.state
+        gateway.extensions[_EXTENSION] = self.table
         self._closed = False
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -120,9 +120,23 @@ class BatchService:
         """Batches running, and their requests in the scheduler."""
         return len(self.runs), sum(len(run.running) for run in self.runs.values())
 
+    def table(self) -> dict[str, Any]:
+        """The state API's and the dashboard's ``batches`` section: flat, as the
+        dashboard shows a section (a table): the counts, then a row per
+        running batch with its progress. ``state`` has the details."""
+        rows: dict[str, Any] = {
+            "running": len(self.runs),
+            "requests_in_flight": self._counts()[1],
+        }
+        for run in self.runs.values():
+            r = run.record
+            done = r.completed + r.failed
+            rows[r.id] = f"{r.status}: {done} of {r.total} done ({r.failed} failed), {r.class_name}"
+        return rows
+
     def state(self) -> dict[str, Any]:
-        """The state API's ``batches`` section, and ``GET /v1/scheduler/batches``:
-        every running batch with its progress, then the last finished ones."""
+        """``GET /v1/scheduler/batches``: every running batch with its progress,
+        then the last finished ones."""
         return {
             "in_flight_per_batch": self.settings.in_flight,
             "running": [summary(run.record, len(run.running)) for run in self.runs.values()],
