@@ -232,3 +232,31 @@ def test_a_batch_runs_as_background_of_its_class(slow: Gateway) -> None:
     }
     client.batches.cancel(batch.id)
     wait_batch(client, batch.id)
+
+
+def test_an_embeddings_batch_runs_on_the_embedding_lane(gw: Gateway) -> None:
+    client = gw.openai()
+    served = gw.state()["embeddings"]["model"]
+    items: list[dict[str, Any] | str] = [
+        {
+            "custom_id": f"text-{i}",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": served, "input": [f"note {i}", "another"]},
+        }
+        for i in range(3)
+    ]
+    file_id = upload(client, items)
+    batch = client.batches.create(
+        input_file_id=file_id, endpoint="/v1/embeddings", completion_window="1h"
+    )
+    done = wait_batch(client, batch.id)
+    assert done.status == "completed" and done.completion_window == "1h"
+    assert done.expires_at == done.created_at + 3600
+    output = lines_of(client, done.output_file_id)
+    direct = client.embeddings.create(
+        model=served, input=["note 0", "another"], encoding_format="float"
+    )
+    first = next(line for line in output if line["custom_id"] == "text-0")
+    body = first["response"]["body"]
+    assert [d["embedding"] for d in body["data"]] == [d.embedding for d in direct.data]
