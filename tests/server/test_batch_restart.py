@@ -1,13 +1,16 @@
 """A batch survives the gateway: ``tierlm serve`` killed (SIGKILL) or stopped
 (SIGTERM) in the middle of a 500-request batch, then started again on the same
 data directory, answers every request exactly once. Real processes, real
-signals, the official openai client, the simulated device."""
+signals, the official openai client, the simulated device. A stop between two
+statuses (a cancel or an expiry half done), which no signal can be timed to
+hit, is written to the store by the real ``SqliteStore`` before the start."""
 
 from __future__ import annotations
 
 import json
 import signal
 import sqlite3
+import time
 from pathlib import Path
 
 import httpx
@@ -15,8 +18,16 @@ import openai
 import pytest
 
 from tests.server.batch_helpers import chat_line, lines_of, start, wait_batch
-from tests.server.helpers import WAIT
+from tests.server.helpers import WAIT, serve, sim_settings
 from tests.server.serve_process import tierlm_serve
+from tierlm.server.openai.batch.lines import output_line
+from tierlm.server.openai.batch.sqlite_store import SqliteStore
+from tierlm.server.openai.batch.store import (
+    BatchRecord,
+    BatchStatus,
+    PendingRequest,
+    RequestResult,
+)
 
 REQUESTS = 500
 
@@ -91,3 +102,54 @@ def test_a_batch_resumes_after_the_gateway_stops(tmp_path: Path, sig: signal.Sig
         assert by_id[custom_id] == json.loads(row), "an answer from before the stop changed"
     for line in output:
         assert line["response"]["status_code"] == 200
+
+
+def stored_batch(store: SqliteStore, batch_id: str, status: BatchStatus, **times: int) -> None:
+    """A batch as a gateway stopped in ``status`` left it in the store: three
+    requests, the first answered."""
+    now = int(time.time())
+    record = BatchRecord(
+        id=batch_id,
+        owner="",
+        input_file_id="file-x",
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        created_at=now,
+        expires_at=now + 86400,
+        status=status,
+        class_name="nataraj",
+        producer=f"batches/{batch_id}",
+        deadline=None,
+        total=3,
+        times=times,
+    )
+    pending = [PendingRequest(n, f"note-{n}", chat_line(n)["body"]) for n in (1, 2, 3)]
+    store.add_batch(record, pending, [])
+    answer = output_line("note-1", 200, {"answered": "before the stop"}, "req_1")
+    assert store.finish_request(batch_id, RequestResult(1, "note-1", answer, False))
+
+
+def test_a_cancel_or_expiry_begun_before_a_stop_ends_after_the_restart(tmp_path: Path) -> None:
+    """The gateway stopped while a batch was cancelling, and while another was
+    finalizing its expiry: the restarted gateway ends each as it had begun,
+    the answer from before the stop kept, the rest in the error file."""
+    store = SqliteStore(tmp_path / "batches.sqlite3")
+    stored_batch(store, "batch_cancelling", "cancelling", cancelling_at=1)
+    stored_batch(store, "batch_expiring", "finalizing", expired_at=1)
+    store.close()
+    with serve(sim_settings({"batches": {"data_dir": str(tmp_path)}})) as gw:
+        api = gw.openai()
+        for batch_id, status, code in (
+            ("batch_cancelling", "cancelled", "batch_cancelled"),
+            ("batch_expiring", "expired", "batch_expired"),
+        ):
+            done = wait_batch(api, batch_id)
+            assert done.status == status
+            assert [line["custom_id"] for line in lines_of(api, done.output_file_id)] == ["note-1"]
+            errors = lines_of(api, done.error_file_id)
+            assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
+                ("note-2", code),
+                ("note-3", code),
+            ]
+            assert done.request_counts is not None
+            assert (done.request_counts.completed, done.request_counts.failed) == (1, 2)

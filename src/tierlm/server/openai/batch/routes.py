@@ -114,10 +114,9 @@ async def list_batches(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     service, record = await _batch(request)
-    run = service.runs.get(record.id)
     if record.status in ("cancelling", "cancelled"):
         return JSONResponse(batch_object(record))
-    if run is None or record.status not in ("validating", "in_progress"):
+    if record.status not in ("validating", "in_progress"):
         raise APIError(
             409,
             f"batch_id: batch {record.id!r} is {record.status}; only a batch validating or "
@@ -126,10 +125,15 @@ async def cancel(request: Request) -> Response:
             code="batch_not_cancellable",
         )
     store = await service.store()
-    await service.call(store.set_status, record.id, "cancelling", _now())
+    now = _now()
+    await service.call(store.set_status, record.id, "cancelling", now)
     record.status = "cancelling"
-    record.times["cancelling_at"] = _now()
-    run.cancel()
+    record.times["cancelling_at"] = now
+    run = service.runs.get(record.id)
+    if run is not None:
+        run.cancel()
+    elif not service.gateway.shutdown.draining:
+        service.launch(record)  # its run stopped on an error: this one ends it
     return JSONResponse(batch_object(record))
 
 

@@ -43,6 +43,9 @@ __all__ = ["BatchRun", "Call"]
 
 logger = logging.getLogger("tierlm.server")
 
+# Seconds before a request whose result could not be stored runs again.
+RETRY_FAILED = 1.0
+
 Call = Callable[..., Awaitable[Any]]
 """Runs a store method off the event loop: ``await call(store.method, *args)``."""
 
@@ -94,9 +97,10 @@ class BatchRun:
                 await self._status("in_progress")
             if r.status == "in_progress" and not self.cancelling.is_set():
                 await self._feed()
-            if self.cancelling.is_set() or r.status == "cancelling":
+            ending = _final(r)  # a cancel or an expiry begun before a restart
+            if self.cancelling.is_set() or r.status == "cancelling" or ending == "cancelled":
                 await self._end_pending("cancelled", "batch_cancelled", "the batch was cancelled")
-            elif r.status != "finalizing" and time.time() >= r.expires_at:
+            elif ending == "expired" or (r.status != "finalizing" and time.time() >= r.expires_at):
                 await self._end_pending(
                     "expired",
                     "batch_expired",
@@ -114,16 +118,25 @@ class BatchRun:
     async def _pending_left(self) -> bool:
         return bool(await self.call(self.store.pending, self.record.id, (), 1))
 
-    async def _status(self, status: BatchStatus) -> None:
+    async def _status(self, status: BatchStatus, mark: str | None = None) -> None:
         at = int(time.time())
-        await self.call(self.store.set_status, self.record.id, status, at)
+        await self.call(self.store.set_status, self.record.id, status, at, mark)
         self.record.status = status
         self.record.times[f"{status}_at"] = at
+        if mark is not None:
+            self.record.times[f"{mark}_at"] = at
 
     async def _feed(self) -> None:
         loop = asyncio.get_running_loop()
         expires_in = self.record.expires_at - time.time()
         expiry = loop.time() + expires_in
+        try:
+            await self._feeding(loop, expiry)
+        finally:
+            # Ended (expiry, cancel) or cancelled itself (the gateway closes).
+            await asyncio.shield(self._stop_running())
+
+    async def _feeding(self, loop: asyncio.AbstractEventLoop, expiry: float) -> None:
         exhausted = False
         while not self.cancelling.is_set() and loop.time() < expiry:
             draining = self.gateway.shutdown.draining
@@ -136,19 +149,31 @@ class BatchRun:
                     self.running[pending.line] = asyncio.ensure_future(self._one(pending))
                     self.running[pending.line].add_done_callback(self._done)
             if not self.running:
-                if exhausted or draining:
+                if draining:
                     return
+                if exhausted:
+                    if not await self._pending_left():
+                        return
+                    # A request's result could not be written (its task failed):
+                    # it is pending still; again, not in a tight loop.
+                    exhausted = False
+                    await asyncio.sleep(RETRY_FAILED)
                 continue
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), max(0.0, expiry - loop.time()))
-        await self._stop_running()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         for line, each in list(self.running.items()):
             if each is task:
                 del self.running[line]
         self._changed.set()
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "batch %s: a request's result was not stored; it runs again",
+                self.record.id,
+                exc_info=task.exception(),
+            )
 
     async def _stop_running(self) -> None:
         tasks = list(self.running.values())
@@ -189,6 +214,9 @@ class BatchRun:
         r = self.record
         if final == "cancelled" and r.status != "cancelling":
             await self._status("cancelling")
+        elif final == "expired":
+            # expired_at says, if the gateway stops while finalizing, what it ends as.
+            await self._status("finalizing", "expired")
         await self._stop_running()
         while pending := await self.call(self.store.pending, r.id, (), 500):
             results = [
@@ -220,6 +248,9 @@ class BatchRun:
         await self.call(self.store.finalize, r.id, final, at, made, ids[0], ids[1])
         r.status, r.output_file_id, r.error_file_id = final, ids[0], ids[1]
         r.times[f"{final}_at"] = at
+        stored = await self.call(self.store.get_batch, r.id, None)
+        if stored is not None:  # its counts, whatever a cancel interrupted
+            r.completed, r.failed = stored.completed, stored.failed
         logger.info(
             "batch %s: %s (%d completed, %d failed of %d)",
             r.id,
@@ -228,3 +259,13 @@ class BatchRun:
             r.failed,
             r.total,
         )
+
+
+def _final(record: BatchRecord) -> BatchStatus:
+    """What a batch that reached its end (or was finalizing when the gateway
+    stopped) ends as: its cancel or its expiry, once begun, decided it."""
+    if "cancelling_at" in record.times:
+        return "cancelled"
+    if "expired_at" in record.times:
+        return "expired"
+    return "completed"

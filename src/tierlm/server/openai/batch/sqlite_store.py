@@ -223,12 +223,19 @@ class SqliteStore:
         )
         return int(rows[0][0])
 
-    def set_status(self, batch_id: str, status: BatchStatus, at: int) -> None:
+    def set_status(
+        self, batch_id: str, status: BatchStatus, at: int, mark: str | None = None
+    ) -> None:
+        marks = [f"$.{status}_at", at]
+        if mark is not None:
+            marks += [f"$.{mark}_at", at]
+        places = ", ".join("?, ?" for _ in range(len(marks) // 2))
         self._write(
             [
                 (
-                    "UPDATE batches SET status = ?, times = json_set(times, ?, ?) WHERE id = ?",
-                    (status, f"$.{status}_at", at, batch_id),
+                    f"UPDATE batches SET status = ?, times = json_set(times, {places}) "
+                    "WHERE id = ?",
+                    (status, *marks, batch_id),
                 )
             ]
         )

@@ -137,8 +137,10 @@ class BatchStore(Protocol):
 
     def count_unfinished(self, owner: str) -> int: ...
 
-    def set_status(self, batch_id: str, status: BatchStatus, at: int) -> None:
-        """The status, and its ``<status>_at`` time."""
+    def set_status(
+        self, batch_id: str, status: BatchStatus, at: int, mark: str | None = None
+    ) -> None:
+        """The status, and its ``<status>_at`` time (and ``<mark>_at``, if given)."""
 
     # -- requests ------------------------------------------------------------------
     def pending(self, batch_id: str, skip: Sequence[int], limit: int) -> list[PendingRequest]:
