@@ -73,6 +73,8 @@ class BatchRun:
         """Told each answered request's outcome (the metrics)."""
         self.running: dict[int, asyncio.Task[None]] = {}
         self.cancelling = asyncio.Event()
+        self.expired = False
+        """Its window ended while it ran (the loop's clock said so)."""
         self._changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -162,6 +164,7 @@ class BatchRun:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), max(0.0, expiry - loop.time()))
+        self.expired = not self.cancelling.is_set()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         for line, each in list(self.running.items()):

@@ -72,7 +72,7 @@ class BatchService:
         store = await self.store()
         unfinished = await self.call(store.unfinished)
         for record in unfinished:
-            self.launch(record)
+            self.launch(record, resumed=True)
         if unfinished:
             left = sum(r.total - r.completed - r.failed for r in unfinished)
             logger.info("batches: resuming %d unfinished (%d requests left)", len(unfinished), left)
@@ -86,8 +86,8 @@ class BatchService:
         if self._store is not None:
             await self.call(self._store.close)
 
-    def launch(self, record: BatchRecord) -> None:
-        """Run ``record`` (new or resumed) until its final status."""
+    def launch(self, record: BatchRecord, *, resumed: bool = False) -> None:
+        """Run ``record`` (new, or ``resumed`` after a restart) until its final status."""
         assert self._store is not None
         run = BatchRun(
             record,
@@ -99,7 +99,7 @@ class BatchService:
             self.metrics.request_done,
         )
         self.runs[record.id] = run
-        self.metrics.batch_status("created" if record.status == "validating" else "resumed")
+        self.metrics.batch_status("resumed" if resumed else "created")
         run.start()
         assert run.task is not None
         run.task.add_done_callback(lambda _: self._ended(run))
