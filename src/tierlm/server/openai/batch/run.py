@@ -102,7 +102,7 @@ class BatchRun:
             ending = _final(r)  # a cancel or an expiry begun before a restart
             if self.cancelling.is_set() or r.status == "cancelling" or ending == "cancelled":
                 await self._end_pending("cancelled", "batch_cancelled", "the batch was cancelled")
-            elif ending == "expired" or (r.status != "finalizing" and time.time() >= r.expires_at):
+            elif ending == "expired" or self.expired or self._past_window():
                 await self._end_pending(
                     "expired",
                     "batch_expired",
@@ -112,10 +112,12 @@ class BatchRun:
                 return  # resumed by the next start
             else:
                 await self._finalize("completed")
-        except asyncio.CancelledError:
-            raise
         except Exception:
             logger.exception("batch %s: stopped by an error; it resumes at the next start", r.id)
+
+    def _past_window(self) -> bool:
+        # Not while finalizing: a batch that ended in time stays completed.
+        return self.record.status != "finalizing" and time.time() >= self.record.expires_at
 
     async def _pending_left(self) -> bool:
         return bool(await self.call(self.store.pending, self.record.id, (), 1))
