@@ -213,15 +213,22 @@ def test_a_batch_runs_as_background_of_its_class(slow: Gateway) -> None:
     client = slow.openai()
     batch = start(
         client,
-        [chat_line(i, max_tokens=20) for i in range(4)],
+        [chat_line(i, max_tokens=6) for i in range(40)],
         metadata={"tierlm_class": "extract", "tierlm_producer": "backfill"},
     )
     running = slow.wait_running("extract")
     assert running["producer"] == "backfill"
+    # 40 lines, but never more than in_flight (2) of them in the scheduler at once.
+    held = []
+    for _ in range(50):
+        state = slow.state()
+        jobs = [*state["running_jobs"], *(j for t in state["queued"].values() for j in t)]
+        held.append(sum(1 for job in jobs if job["producer"] == "backfill"))
+    assert max(held) == 2, held
     # What a dashboard reads: the batch's progress, and its row in the state API.
     shown = slow.http.get("/v1/scheduler/batches").json()["running"]
     assert [(b["id"], b["class"], b["request_counts"]["total"]) for b in shown] == [
-        (batch.id, "extract", 4)
+        (batch.id, "extract", 40)
     ]
     assert 0 <= shown[0]["progress"] < 1 and shown[0]["in_flight"] == 2
     assert slow.state()["batches"][batch.id].startswith("in_progress: ")
