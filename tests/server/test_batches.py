@@ -230,7 +230,7 @@ def test_a_batch_runs_as_background_of_its_class(slow: Gateway) -> None:
     assert [(b["id"], b["class"], b["request_counts"]["total"]) for b in shown] == [
         (batch.id, "extract", 40)
     ]
-    assert 0 <= shown[0]["progress"] < 1 and shown[0]["in_flight"] == 2
+    assert 0 <= shown[0]["progress"] < 1 and 1 <= shown[0]["in_flight"] <= 2
     assert slow.state()["batches"][batch.id].startswith("in_progress: ")
     assert (batch.model_extra or {})["tierlm"] == {
         "class": "extract",
