@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -41,6 +44,7 @@ TOKEN = 0.005
 SWAP = 0.05
 WAIT = 15.0  # bound of every poll: a hung test fails, it never hangs
 MESSAGES = [{"role": "user", "content": "hello"}]
+TEST_DATA_DIR = Path(tempfile.gettempdir()) / f"tierlm-tests-{os.getpid()}"
 
 
 def sim_settings(raw: Mapping[str, Any] | None = None) -> ServerSettings:
@@ -51,6 +55,9 @@ def sim_settings(raw: Mapping[str, Any] | None = None) -> ServerSettings:
         # No heartbeat within a test: a stream's comment lines are then exactly
         # its changes of position (test_heartbeat sets a short one).
         "server": {"sse_heartbeat": 60},
+        # The Batch API's file: never the user's own data directory. (Created
+        # only by a test that uploads a file.)
+        "batches": {"data_dir": str(TEST_DATA_DIR)},
     }
     for key, value in (raw or {}).items():
         if isinstance(value, Mapping) and isinstance(data.get(key), Mapping):

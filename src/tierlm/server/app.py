@@ -42,6 +42,9 @@ from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive, keep_alive_seconds
 from tierlm.server.gateway.loop_lag import LoopLagProbe
 from tierlm.server.openai import embeddings, routes
+from tierlm.server.openai.batch import routes as batch_routes
+from tierlm.server.openai.batch.files import MULTIPART_OVERHEAD
+from tierlm.server.openai.batch.service import BatchService
 from tierlm.server.ops import dashboard, health, openapi, routing, scheduler_api
 from tierlm.server.settings.embedders import off_summary
 from tierlm.server.settings.sources import ServerSettings
@@ -49,6 +52,8 @@ from tierlm.server.settings.sources import ServerSettings
 __all__ = ["create_app"]
 
 logger = logging.getLogger("tierlm.server")
+
+FILES_PATH = "/v1/files"  # a file upload: multipart, up to batches.max_file_bytes
 
 
 async def metrics_endpoint(request: Request) -> Response:
@@ -69,11 +74,14 @@ def _routes() -> list[BaseRoute]:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *dashboard.routes(),
         *openapi.routes(),
+        # The Batch API (/v1/files, /v1/batches): docs/gateway.md "Batches".
+        *batch_routes.routes(),
     ]
 
 
 def _middleware(settings: ServerSettings, body_reads: BodyReads) -> list[Middleware]:
     server, limits = settings.server, settings.limits
+    upload_bytes = settings.batches.max_file_bytes + MULTIPART_OVERHEAD
     stack = [Middleware(RequestIdMiddleware), Middleware(ErrorBoundary)]
     if server.cors_origins:
         stack.append(
@@ -91,6 +99,7 @@ def _middleware(settings: ServerSettings, body_reads: BodyReads) -> list[Middlew
             hosts=server.accepted_hosts(),
             origins=server.cors_origins,
             form_paths=[dashboard.LOGIN_PATH],
+            multipart_paths=[FILES_PATH],
             max_head_bytes=limits.max_header_bytes,
         ),
         Middleware(
@@ -98,6 +107,7 @@ def _middleware(settings: ServerSettings, body_reads: BodyReads) -> list[Middlew
             max_bytes=limits.max_body_bytes,
             timeout=limits.body_timeout,
             reads=body_reads,
+            larger={FILES_PATH: (upload_bytes, "batches.max_file_bytes")},
         ),
     ]
     return stack
@@ -123,6 +133,8 @@ def create_app(
     routing.mount(gateway)  # the routing stats, and the series routers read on /metrics
     if service is not None:
         service.mount(gateway)
+    batches = BatchService(settings.batches, gateway)
+    batches.embeddings = service
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
@@ -139,6 +151,9 @@ def create_app(
             if service is not None:
                 await service.start()
                 stack.push_async_callback(service.aclose)
+            # After the lanes: a resumed batch's requests need them.
+            await batches.start()
+            stack.push_async_callback(batches.aclose)
             logger.info(
                 "tierlm gateway: backend %s, models %s, embeddings %s, %s",
                 settings.backend.kind,
@@ -161,4 +176,5 @@ def create_app(
     app.state.body_reads = body_reads
     app.state.metrics = gateway.metrics
     app.state.embeddings = service
+    app.state.batches = batches
     return app

@@ -22,12 +22,14 @@ from starlette.requests import Request
 from tierlm.server.edge.errors import APIError
 from tierlm.server.settings.validation import dotted
 
-__all__ = ["MAX_DEPTH", "body_too_large", "check_json", "parse_json", "read_json"]
+__all__ = ["MAX_DEPTH", "SETTING", "body_too_large", "check_json", "parse_json", "read_json"]
 
 # Far more nesting than any request has (a JSON schema in response_format nests
 # about three levels per level of its objects), far less than the ~1000 frames
 # that Python's recursion limit allows the parser and the validation after it.
 MAX_DEPTH = 100
+# The setting a body's size limit comes from, as a 413 names it.
+SETTING = "limits.max_body_bytes"
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -109,12 +111,12 @@ def _invalid(message: str) -> APIError:
     return APIError(400, f"request body: {message}", code="invalid_json", reason="invalid_json")
 
 
-def body_too_large(limit: int, length: int | None = None) -> APIError:
+def body_too_large(limit: int, length: int | None = None, setting: str = SETTING) -> APIError:
     """413; the connection is closed after it (the rest of the body is not read)."""
     size = f" ({length} bytes)" if length is not None else ""
     return APIError(
         413,
-        f"request body: larger than the limit of {limit} bytes{size} (limits.max_body_bytes)",
+        f"request body: larger than the limit of {limit} bytes{size} ({setting})",
         code="body_too_large",
         reason="body_too_large",
         headers={"Connection": "close"},

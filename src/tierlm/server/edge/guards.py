@@ -20,7 +20,9 @@ browser opens, unless it is told apart).
   PATCH is JSON and must say so. ``text/plain`` and form posts are what a page
   can send cross-origin without a CORS preflight. A request without a
   Content-Type passes (curl, a bodiless POST): no browser sends one without an
-  Origin. The dashboard's login form is the one form post (``form_paths``).
+  Origin. The dashboard's login form is the one form post (``form_paths``);
+  a file upload (``POST /v1/files``) the one multipart body
+  (``multipart_paths``): it passes the Origin check first, as every request.
 
 CORS itself is Starlette's ``CORSMiddleware``, mounted by ``app.py`` only when
 ``server.cors_origins`` lists origins: off by default, so a browser chat UI is
@@ -42,6 +44,7 @@ __all__ = ["RequestGuard", "host_name"]
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
+MULTIPART = "multipart/form-data"
 
 
 def host_name(host: str) -> str:
@@ -63,6 +66,7 @@ class RequestGuard:
         hosts: Collection[str] | None,
         origins: Collection[str] = (),
         form_paths: Collection[str] = (),
+        multipart_paths: Collection[str] = (),
         max_head_bytes: int | None = None,
     ) -> None:
         self.app = app
@@ -70,6 +74,7 @@ class RequestGuard:
         self.hosts = None if hosts is None else frozenset(hosts)
         self.origins = frozenset(origin.rstrip("/").lower() for origin in origins)
         self.form_paths = frozenset(form_paths)
+        self.multipart_paths = frozenset(multipart_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,7 +122,10 @@ class RequestGuard:
         media = headers.get("content-type")
         if media is not None and scope["method"] in _BODY_METHODS:
             kind = media.partition(";")[0].strip().lower()
-            if kind != JSON and not (kind == FORM and scope["path"] in self.form_paths):
+            path = scope["path"]
+            form = kind == FORM and path in self.form_paths
+            upload = kind == MULTIPART and path in self.multipart_paths
+            if kind != JSON and not form and not upload:
                 return APIError(
                     415,
                     f"Content-Type: must be {JSON}, got {media!r}",

@@ -15,11 +15,12 @@ alone: it then waits for the client's disconnect (``disconnect.py``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tierlm.server.edge.body import body_too_large
+from tierlm.server.edge.body import SETTING, body_too_large
 from tierlm.server.edge.errors import APIError, send_error
 
 __all__ = ["BodyLimits", "BodyReads"]
@@ -76,13 +77,22 @@ def _shutting_down() -> APIError:
 
 
 class BodyLimits:
-    """The size and time bounds of a request body (module docstring)."""
+    """The size and time bounds of a request body (module docstring). ``larger``
+    gives a path its own size bound and the setting that sets it (a file
+    upload: ``batches.max_file_bytes``)."""
 
     def __init__(
-        self, app: ASGIApp, *, max_bytes: int, timeout: float, reads: BodyReads | None = None
+        self,
+        app: ASGIApp,
+        *,
+        max_bytes: int,
+        timeout: float,
+        reads: BodyReads | None = None,
+        larger: Mapping[str, tuple[int, str]] | None = None,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = dict(larger or {})
         self.timeout = timeout
         self.reads = reads or BodyReads()
 
@@ -90,9 +100,11 @@ class BodyLimits:
         if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
+        max_bytes, setting = self.larger.get(scope["path"], (self.max_bytes, SETTING))
         length = Headers(scope=scope).get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await send_error(body_too_large(self.max_bytes, int(length)), scope, receive, send)
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            too_large = body_too_large(max_bytes, int(length), setting)
+            await send_error(too_large, scope, receive, send)
             return
         deadline = asyncio.get_running_loop().time() + self.timeout
         received = 0
@@ -107,9 +119,9 @@ class BodyLimits:
                 done = True
                 return message
             received += len(message.get("body", b""))
-            if received > self.max_bytes:
+            if received > max_bytes:
                 done = True
-                raise body_too_large(self.max_bytes)
+                raise body_too_large(max_bytes, setting=setting)
             done = not message.get("more_body", False)
             return message
 

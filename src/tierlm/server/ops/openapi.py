@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from tierlm.server.openai.batch.create import BatchCreate
 from tierlm.server.openai.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 from tierlm.server.openai.responses_request import ResponsesRequest
 from tierlm.server.ops.scheduler_api import ForegroundRequest
@@ -42,12 +43,49 @@ class Operation:
     """The body may also be ``null`` (``PUT /v1/scheduler/foreground`` clears)."""
     form: Mapping[str, Any] | None = None
     """A form body's schema (the dashboard's login) instead of JSON."""
+    multipart: bool = False
+    """The form is ``multipart/form-data`` (a file upload)."""
     scheduling: bool = False
     """Takes the scheduling headers (``X-Tierlm-Class``...)."""
     query: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     stream: bool = False
     """Answers server-sent events (``text/event-stream``), possibly without end."""
 
+
+_PAGE = {"after": {"type": "string"}, "limit": {"type": "string", "pattern": "^[0-9]+$"}}
+# The Batch API (docs/gateway.md "Batches").
+BATCH_OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("POST", "/v1/files"): Operation(
+        "Upload a batch's input file (a JSONL of requests, purpose 'batch').",
+        form={
+            "type": "object",
+            "properties": {
+                "purpose": {"type": "string", "enum": ["batch"]},
+                "file": {"type": "string", "format": "binary"},
+            },
+            "required": ["purpose", "file"],
+        },
+        multipart=True,
+    ),
+    ("GET", "/v1/files"): Operation(
+        "The key's files, newest first.",
+        query={**_PAGE, "purpose": {"type": "string"}, "order": {"enum": ["asc", "desc"]}},
+    ),
+    ("GET", "/v1/files/{file_id}"): Operation("One file."),
+    ("DELETE", "/v1/files/{file_id}"): Operation("Delete a file."),
+    ("GET", "/v1/files/{file_id}/content"): Operation("A file's content (JSONL)."),
+    ("POST", "/v1/batches"): Operation(
+        "A batch of requests from an uploaded file, run as background jobs.",
+        body=BatchCreate,
+        scheduling=True,
+    ),
+    ("GET", "/v1/batches"): Operation("The key's batches, newest first.", query=_PAGE),
+    ("GET", "/v1/batches/{batch_id}"): Operation("One batch, its status and request counts."),
+    ("POST", "/v1/batches/{batch_id}/cancel"): Operation("Cancel a batch."),
+    ("GET", "/v1/scheduler/batches"): Operation(
+        "Every running batch's progress, and the last finished ones.", auth="admin"
+    ),
+}
 
 _HEADERS = {
     "X-Tierlm-Class": "The task class (chat, extract, nataraj, gana, or one configured).",
@@ -114,6 +152,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "The dashboard's state, pushed as server-sent events.", auth="admin", stream=True
     ),
     ("GET", "/openapi.json"): Operation("This document.", auth="none"),
+    **BATCH_OPERATIONS,
 }
 
 _ERROR = {
@@ -136,7 +175,7 @@ _ERROR = {
 
 def _path(route: Route) -> str:
     # Starlette's "{model:path}" is OpenAPI's "{model}".
-    parts = [p.split(":")[0] + "}" if p.startswith("{") else p for p in route.path.split("/")]
+    parts = [p.split(":")[0] + "}" if ":" in p else p for p in route.path.split("/")]
     return "/".join(parts)
 
 
@@ -164,7 +203,8 @@ def _operation(method: str, path: str, route: Route, schemas: Mapping[str, Any])
             schema = {"anyOf": [schema, {"type": "null"}]}
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
     elif spec.form is not None:
-        content = {"application/x-www-form-urlencoded": {"schema": dict(spec.form)}}
+        media = "multipart/form-data" if spec.multipart else "application/x-www-form-urlencoded"
+        content = {media: {"schema": dict(spec.form)}}
         op["requestBody"] = {"required": True, "content": content}
     ok = "text/event-stream" if spec.stream else "application/json"
     error = {"description": "An error, in OpenAI's format.", "content": _json(_ERROR)}

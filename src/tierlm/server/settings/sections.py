@@ -23,6 +23,8 @@ an unknown field is an error too, with a suggestion.
                     queue_limit, allow_deadline
     [metrics]       public, vllm_compat
     [embeddings]    backend = "minilm" | "llama-cpp" | "sim" | "none", model, ... (embedders.py)
+    [batches]       data_dir, max_file_bytes, max_requests, max_batches_per_key, in_flight,
+                    max_completion_window, promote_fraction (batches.py)
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from tierlm.server.settings.access import (
     resolve_keys,
 )
 from tierlm.server.settings.backends import DEFAULT_BACKEND, AnyBackend, backend_class
+from tierlm.server.settings.batches import BatchSettings
 from tierlm.server.settings.embedders import (
     AnyEmbeddings,
     SimEmbeddings,
@@ -309,6 +312,8 @@ class ServerSettings(Schema):
     """``/v1/embeddings``, on the embedding lane: ``backend`` = minilm, llama-cpp,
     sim or none (unset: sim with the sim backend, else minilm when the ``[embed]``
     extra is installed, else none)."""
+    batches: BatchSettings = Field(default_factory=BatchSettings)
+    """The Batch API: its SQLite file (``data_dir``) and limits."""
 
     _classes: dict[str, TaskClass] = PrivateAttr(default_factory=dict)
     _queue_limits: dict[str, int] = PrivateAttr(default_factory=dict)

@@ -1,0 +1,54 @@
+"""``[batches]``: the Batch API's store and limits (docs/gateway.md "Batches").
+
+Files, batches and each request's state live in one SQLite file,
+``<data_dir>/batches.sqlite3``: one file a user can back up, written before
+the API answers, so a restarted gateway resumes every unfinished batch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from tierlm.server.settings.schema import Flag, PathField, Schema
+
+__all__ = ["DB_NAME", "BatchSettings", "default_data_dir"]
+
+DB_NAME = "batches.sqlite3"
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/tierlm``, else ``~/.local/share/tierlm`` (the XDG default)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local/share")
+    return Path(base) / "tierlm"
+
+
+class BatchSettings(Schema):
+    """The Batch API (``/v1/files``, ``/v1/batches``)."""
+
+    data_dir: Annotated[PathField | None, Flag("--data-dir", "DIR")] = None
+    """Where the gateway keeps its durable state: the Batch API's SQLite file
+    ``batches.sqlite3`` (unset: ``$XDG_DATA_HOME/tierlm``, else
+    ``~/.local/share/tierlm``). The file is created on the first upload."""
+    max_file_bytes: Annotated[int, Field(ge=1)] = 100 << 20
+    """Largest file ``POST /v1/files`` takes, in bytes (OpenAI's own limit is 200 MB)."""
+    max_requests: Annotated[int, Field(ge=1)] = 50_000
+    """Requests (lines) per batch at most (OpenAI's limit)."""
+    max_batches_per_key: Annotated[int, Field(ge=1)] = 100
+    """Unfinished batches per API key (per gateway without keys) at most."""
+    in_flight: Annotated[int, Field(ge=1, le=1000)] = 4
+    """A batch's requests in the scheduler at once; the rest wait in the store
+    and are fed as those finish, so 50 000 lines never flood the queue."""
+    max_completion_window: Annotated[float, Field(gt=0)] = 7 * 86400.0
+    """Longest ``completion_window`` accepted, in seconds (default 7 days)."""
+    promote_fraction: Annotated[float, Field(ge=0, le=1)] = 0.25
+    """A batch's requests get a deadline (a loan, docs/design.md §4.5) this
+    fraction of its window before it expires: with ``24h``, overdue work for the
+    last 6 h. Only for keys allowed deadlines (``allow_deadline``); 0: never."""
+
+    def database(self) -> Path:
+        """The SQLite file."""
+        return (self.data_dir or default_data_dir()) / DB_NAME
