@@ -151,7 +151,8 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
             "waste",
         ):
             table.add_column(column, justify="right")
-        mine = [r for r in rows if (r["trace"], r["workload"], r["slots"]) == (trace, workload, slots)]
+        key = (trace, workload, slots)
+        mine = [r for r in rows if (r["trace"], r["workload"], r["slots"]) == key]
         for policy in dict.fromkeys(r["policy"] for r in mine):
             runs = [r for r in mine if r["policy"] == policy]
 
