@@ -68,6 +68,10 @@ class GatewayJob:
         the queue, after scheduler events): the response's loop waits on it."""
         self.disconnected: str | None = None
         """"queued" or "running" if the client went away before the end."""
+        self.runs: list[GenerationRun] = []
+        """Its runs so far, each told when it ends (a preempted job has several):
+        its wait, prompt evaluation and decode times (Ollama's durations, the
+        dashboard's finished jobs)."""
         self.handle: GenerationHandle = gateway.scheduler.submit_generation(
             meta.class_name,
             request,
@@ -110,13 +114,16 @@ class GatewayJob:
         self.wake.set()
 
     def _on_run(self, run: GenerationRun) -> None:
+        self.runs.append(run)
         self.gateway.metrics.generation(
             self.meta.class_name, self.request.model_id, run.tokens, run.decode_seconds
         )
 
     def _on_done(self, _: JobHandle[str]) -> None:
         self.wake.set()
-        self.gateway.recent.ended(self.handle, self.gateway.scheduler.now(), self.disconnected)
+        self.gateway.recent.ended(
+            self.handle, self.gateway.scheduler.now(), self.disconnected, self.runs
+        )
 
     def disconnect(self) -> None:
         """The client went away: cancel the job now (queued: removed at once;
