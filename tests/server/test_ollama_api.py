@@ -104,7 +104,9 @@ def test_chat_says_which_job_and_class_it_was(gw: Gateway) -> None:
 
 def test_generate_not_streamed_streamed_and_raw(gw: Gateway) -> None:
     c = client(gw)
-    answer = c.generate(model="sim-a", prompt="hello", system="be brief", options={"num_predict": 3})
+    answer = c.generate(
+        model="sim-a", prompt="hello", system="be brief", options={"num_predict": 3}
+    )
     assert answer.response == words(3) and answer.done_reason == "length"
     parts = list(c.generate(model="sim-a", prompt="hello", stream=True, options={"num_predict": 3}))
     assert "".join(p.response for p in parts) == words(3) and parts[-1].done
@@ -186,7 +188,9 @@ def test_keys_name_the_class_as_on_v1() -> None:
             client(gw).list()
         assert info.value.status_code == 401
         app = client(gw, Authorization="Bearer sk-app")
-        answer = app.chat(model="sim-a", messages=MESSAGES, stream=False, options={"num_predict": 2})
+        answer = app.chat(
+            model="sim-a", messages=MESSAGES, stream=False, options={"num_predict": 2}
+        )
         assert answer.message.content == words(2)
         (job,) = gw.state()["gateway"]["recent"]
         assert (job["class"], job["producer"]) == ("gana", "notes")  # the key's defaults
