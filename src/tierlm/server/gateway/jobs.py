@@ -21,6 +21,7 @@ from tierlm.server.gateway.changes import Changes
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.gateway.metrics import Metrics
 from tierlm.server.gateway.recent import RecentJobs
+from tierlm.server.gateway.throughput import Throughput
 from tierlm.server.settings.sections import ServerSettings
 from tierlm.shell.handles import GenerationHandle, GenerationRun, JobHandle, JobState
 from tierlm.shell.scheduler import Scheduler
@@ -54,6 +55,9 @@ class JobHost(Protocol):
 
     @property
     def admission(self) -> Admission: ...
+
+    @property
+    def throughput(self) -> Throughput: ...
 
 
 class GatewayJob:
@@ -106,6 +110,7 @@ class GatewayJob:
         return self.handle.first_token_at
 
     def _on_piece(self, piece: str) -> None:
+        self.gateway.throughput.add(self.gateway.scheduler.now())
         if len(self.handle.pieces) == 1:
             first = self.handle.first_token_at
             assert first is not None

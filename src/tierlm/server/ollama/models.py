@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 from typing import Any
 
 from starlette.requests import Request
@@ -27,9 +26,9 @@ from tierlm.runners.errors import RunnerError
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive
+from tierlm.server.gateway.resources import context_of, model_file, model_options, resources
 from tierlm.server.ollama.answers import Kind, created_at
 from tierlm.server.openai.compat import BACKENDS, ROWS, Support
-from tierlm.server.openai.models import DescribesModels
 from tierlm.server.settings.duration import parse_duration
 
 __all__ = ["details", "keep_alive_of", "load_or_unload", "ps_entry", "show", "tags_entry"]
@@ -43,34 +42,8 @@ def keep_alive_of(request: Request) -> KeepAlive | None:
     return keep_alive
 
 
-def _options(gateway: Gateway, model: str) -> dict[str, Any]:
-    runner = gateway.runner
-    if isinstance(runner, DescribesModels) and model in gateway.model_ids:
-        try:
-            return dict(runner.describe(model))
-        except Exception:  # a model the runner cannot describe: nothing known
-            return {}
-    return {}
-
-
-def _file(options: dict[str, Any]) -> tuple[str | None, os.stat_result | None]:
-    path = options.get("path")
-    if not isinstance(path, str):
-        return None, None
-    try:
-        return path, os.stat(path)
-    except OSError:
-        return path, None
-
-
-def _context(options: dict[str, Any]) -> int | None:
-    applied = options.get("applied")
-    n_ctx = applied.get("n_ctx") if isinstance(applied, dict) else options.get("n_ctx")
-    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
-
-
 def details(gateway: Gateway, model: str) -> dict[str, Any]:
-    path, _ = _file(_options(gateway, model))
+    path, _ = model_file(model_options(gateway, model))
     kind = gateway.settings.backend.kind
     return {
         "parent_model": "",
@@ -83,7 +56,7 @@ def details(gateway: Gateway, model: str) -> dict[str, Any]:
 
 
 def tags_entry(gateway: Gateway, model: str) -> dict[str, Any]:
-    path, stat = _file(_options(gateway, model))
+    path, stat = model_file(model_options(gateway, model))
     modified = (
         dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC)
         if stat is not None
@@ -100,29 +73,14 @@ def tags_entry(gateway: Gateway, model: str) -> dict[str, Any]:
     }
 
 
-def _kv_bytes(path: str | None, context: int | None, slots: int) -> int:
-    if path is None or context is None:
-        return 0
-    try:
-        from tierlm.runners.llama_cpp.gguf_header import GgufError, kv_shape
-    except ImportError:  # pragma: no cover - the module is pure Python
-        return 0
-    try:
-        return kv_shape(path).bytes_per_token * context * slots
-    except (OSError, GgufError):
-        return 0
-
-
 def ps_entry(gateway: Gateway, model: str, keep_alive: KeepAlive | None) -> dict[str, Any]:
     """The loaded ``model`` as ``/api/ps`` shows it (module docstring)."""
     entry = tags_entry(gateway, model)
-    options = _options(gateway, model)
-    path, _ = _file(options)
-    context = _context(options)
-    slots = max(1, int(getattr(gateway.runner, "slots", 1) or 1))
+    held = resources(gateway, keep_alive)
     entry.pop("modified_at")
-    entry["size"] += _kv_bytes(path, context, slots)
-    expires = None if keep_alive is None else keep_alive.expires_in(model)
+    entry["size"] += held["kv_allocated_bytes"] or 0
+    context = held["context"]
+    expires = held["expires_in"]
     now = dt.datetime.now(dt.UTC)
     entry["expires_at"] = created_at(
         now + (FOREVER if expires is None else dt.timedelta(seconds=expires))
@@ -147,9 +105,9 @@ def capabilities(gateway: Gateway, model: str) -> list[str]:
 
 def show(gateway: Gateway, model: str) -> dict[str, Any]:
     """``/api/show``'s answer: what tierlm knows of the model."""
-    options = _options(gateway, model)
-    path, _ = _file(options)
-    context = _context(options)
+    options = model_options(gateway, model)
+    path, _ = model_file(options)
+    context = context_of(options)
     info: dict[str, Any] = {"general.architecture": ""}
     if context is not None:
         info["context_length"] = context
