@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tierlm.runners.tool_calls import format_call
 from tierlm.server.ollama.answers import OllamaAnswer
-from tierlm.server.ollama.schemas import ChatRequest
+from tierlm.server.ollama.schemas import OllamaChatRequest
 from tierlm.server.ollama.translate import chat_params
 from tierlm.server.settings.sections import LimitSettings
 
@@ -30,7 +30,7 @@ TEXT = (
 
 
 def answer() -> OllamaAnswer:
-    request = ChatRequest.model_validate(
+    request = OllamaChatRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER]}
     )
     return OllamaAnswer(chat_params(request, LimitSettings(), "llama-cpp"), "chat")
@@ -48,7 +48,9 @@ def test_calls_stream_whole_with_object_arguments(cuts: list[int]) -> None:
     for piece in pieces_of(TEXT, cuts):
         lines += rendered.piece(piece)
     messages = [line["message"] for line in lines]
-    assert "".join(m["content"] for m in messages) == "Let me look. "
+    # The space before a call is sent when it came before the call's tag could be
+    # seen (the parser of /v1, tools.py, holds whitespace only once it may be a call's).
+    assert "".join(m["content"] for m in messages).rstrip() == "Let me look."
     calls = [call["function"] for m in messages for call in m.get("tool_calls", ())]
     assert [(c["name"], c["arguments"]) for c in calls] == [
         ("get_weather", {"city": "Paris"}),

@@ -153,7 +153,7 @@ def test_errors_are_ollama_s_with_their_status(gw: Gateway) -> None:
     tools = error(lambda: c.chat(model="sim-a", messages=MESSAGES, tools=[WEATHER]))
     assert tools.status_code == 400 and "tools" in tools.error and "sim" in tools.error
     pull = error(lambda: c.pull("llama3"))
-    assert pull.status_code == 501
+    assert pull.status_code == 404 and "/api/tags" in pull.error
     # An endpoint nobody serves: Ollama's shape, counted and listed as rejected.
     missing = httpx.get(f"{gw.url}/api/nothing")
     assert missing.status_code == 404 and missing.json() == {

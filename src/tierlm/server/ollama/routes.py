@@ -13,8 +13,9 @@ way (docs/design.md §4). Only the answer's shape differs (``answers``,
 ``{"error": "..."}`` (``edge.errors.error_response``).
 
 Ollama's model management (pull, push, create, copy, delete) is not served:
-the models are the operator's configuration. Those endpoints answer 501
-saying so, counted and listed with the other rejections.
+the models are the operator's configuration. Those endpoints answer 404
+saying so (a client's request is never a 5xx), counted and listed with the
+other rejections.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ from tierlm.server.gateway.metadata import job_meta
 from tierlm.server.ollama import models
 from tierlm.server.ollama.answers import Kind, OllamaAnswer
 from tierlm.server.ollama.schemas import (
-    ChatRequest,
-    EmbeddingsRequest,
-    EmbedRequest,
-    GenerateRequest,
-    Generation,
-    ShowRequest,
+    OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+    OllamaGeneration,
+    OllamaShowRequest,
 )
 from tierlm.server.ollama.streaming import NdjsonStream, ollama_error
 from tierlm.server.ollama.translate import chat_params, generate_params
@@ -94,13 +95,13 @@ async def show(request: Request) -> Response:
     gateway = gateway_of(request)
     gateway.keys.authenticate(request)
     body = await read_json(request, gateway.settings.limits.max_body_bytes)
-    model = parse(ShowRequest, body).model_name
+    model = parse(OllamaShowRequest, body).model_name
     if model != gateway.embedding_model:
         gateway.check_model(model)
     return JSONResponse(models.show(gateway, model))
 
 
-def _keep_alive(request: Request, principal: Principal, req: Generation) -> None:
+def _keep_alive(request: Request, principal: Principal, req: OllamaGeneration) -> None:
     """A generation's ``keep_alive``: how long its model stays loaded once idle
     (``KeepAlive.set_ttl``). One model serves every producer, so only an
     admin key (or no keys: loopback) may change it."""
@@ -122,7 +123,7 @@ def _keep_alive(request: Request, principal: Principal, req: Generation) -> None
 
 
 async def _run(
-    request: Request, principal: Principal, req: Generation, params: Params, kind: Kind
+    request: Request, principal: Principal, req: OllamaGeneration, params: Params, kind: Kind
 ) -> Response:
     """Queue the job as ``/v1`` does (``openai.routes._generate``); its answer."""
     gateway = gateway_of(request)
@@ -147,7 +148,7 @@ async def _request(request: Request) -> tuple[Gateway, Principal, Any]:
 
 async def chat(request: Request) -> Response:
     gateway, principal, body = await _request(request)
-    req = parse(ChatRequest, body)
+    req = parse(OllamaChatRequest, body)
     gateway.check_model(req.model)
     if not req.messages:
         loaded = await models.load_or_unload(request, gateway, req.model, req.keep_alive, "chat")
@@ -159,7 +160,7 @@ async def chat(request: Request) -> Response:
 
 async def generate(request: Request) -> Response:
     gateway, principal, body = await _request(request)
-    req = parse(GenerateRequest, body)
+    req = parse(OllamaGenerateRequest, body)
     gateway.check_model(req.model)
     if not req.prompt and not req.suffix:
         loaded = await models.load_or_unload(
@@ -182,7 +183,7 @@ async def _embed(request: Request, model: str, texts: str | list[str], **more: A
 
 async def embed(request: Request) -> Response:
     _, _, body = await _request(request)
-    req = parse(EmbedRequest, body)
+    req = parse(OllamaEmbedRequest, body)
     more = {} if req.dimensions is None else {"dimensions": req.dimensions}
     done, seconds = await _embed(request, req.model, req.input, **more)
     if done is None:
@@ -205,7 +206,7 @@ async def embed(request: Request) -> Response:
 
 async def embeddings(request: Request) -> Response:
     _, _, body = await _request(request)
-    req = parse(EmbeddingsRequest, body)
+    req = parse(OllamaEmbeddingsRequest, body)
     done, _ = await _embed(request, req.model, req.prompt)
     if done is None:
         return Response(status_code=499)
@@ -215,7 +216,7 @@ async def embeddings(request: Request) -> Response:
 async def not_served(request: Request) -> Response:
     name = request.url.path.rsplit("/", 1)[-1]
     raise APIError(
-        501,
+        404,
         f"/api/{name}: not served by tierlm: the models are the gateway's configuration "
         "([backend.models], docs/gateway.md); /api/tags lists them",
         code="unsupported",
@@ -224,7 +225,7 @@ async def not_served(request: Request) -> Response:
 
 
 def routes() -> list[BaseRoute]:
-    managed = ("pull", "push", "create", "copy", "delete")
+    managed = {"pull": "POST", "push": "POST", "create": "POST", "copy": "POST", "delete": "DELETE"}
     return [
         Route("/", root, methods=["GET", "HEAD"]),
         Route("/api/version", version, methods=["GET"]),
@@ -235,5 +236,5 @@ def routes() -> list[BaseRoute]:
         Route("/api/generate", generate, methods=["POST"]),
         Route("/api/embed", embed, methods=["POST"]),
         Route("/api/embeddings", embeddings, methods=["POST"]),
-        *(Route(f"/api/{name}", not_served, methods=["POST", "DELETE"]) for name in managed),
+        *(Route(f"/api/{name}", not_served, methods=[method]) for name, method in managed.items()),
     ]

@@ -1,4 +1,5 @@
-"""Ollama's requests, as pydantic models of the shapes in Ollama's docs/api.md.
+"""Ollama's requests, as pydantic models of the shapes in Ollama's docs/api.md
+(named ``Ollama*``: /openapi.json lists them beside OpenAI's of the same name).
 
 Validated as every gateway request is (``openai.requests.parse``): a request
 that does not fit gets a 400 naming the field (``options.num_predict: ...``)
@@ -22,14 +23,14 @@ from tierlm.server.openai.requests import not_supported
 from tierlm.server.settings.schema import Expect, FieldError, Schema
 
 __all__ = [
-    "ChatRequest",
-    "EmbedRequest",
-    "EmbeddingsRequest",
-    "GenerateRequest",
     "KeepAlive",
-    "Message",
-    "Options",
-    "ShowRequest",
+    "OllamaChatRequest",
+    "OllamaEmbedRequest",
+    "OllamaEmbeddingsRequest",
+    "OllamaGenerateRequest",
+    "OllamaMessage",
+    "OllamaOptions",
+    "OllamaShowRequest",
 ]
 
 ModelName = Annotated[str, Field(min_length=1), Expect("a non-empty string naming a model")]
@@ -43,7 +44,7 @@ Format = Annotated[
 _NOTHING = "not supported by this gateway"
 
 
-class Options(Schema):
+class OllamaOptions(Schema):
     """``options``: the sampling options tierlm honours (as on ``/v1``, through
     the same checks of the configured backend), and the load options it accepts."""
 
@@ -88,27 +89,27 @@ class Options(Schema):
     """Accepted: ignored by Ollama itself since 0.5."""
 
 
-class ToolFunction(Schema):
+class OllamaToolFunction(Schema):
     name: str
     arguments: Annotated[dict[str, Any], Expect("an object (Ollama's arguments are not text)")]
     index: int | None = None
 
 
-class ToolCall(Schema):
+class OllamaToolCall(Schema):
     """A call an assistant made earlier in the chat."""
 
-    function: ToolFunction
+    function: OllamaToolFunction
     id: str | None = None
     type: Literal["function"] | None = None
 
 
-class Message(Schema):
+class OllamaMessage(Schema):
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
     images: Annotated[Any, not_supported("only text is supported (no vision model is served)")] = (
         None
     )
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[OllamaToolCall] | None = None
     tool_name: str | None = None
     """The tool whose result a ``tool`` message holds."""
     thinking: str | None = None
@@ -116,18 +117,18 @@ class Message(Schema):
     model thinks apart from its answer)."""
 
     @model_validator(mode="after")
-    def _fits_the_role(self) -> Message:
+    def _fits_the_role(self) -> OllamaMessage:
         if self.tool_calls and self.role != "assistant":
             raise FieldError("only an assistant message has tool calls", "tool_calls")
         return self
 
 
-class Generation(Schema):
+class OllamaGeneration(Schema):
     """What ``/api/chat`` and ``/api/generate`` share."""
 
     model: ModelName
     format: Format = None
-    options: Options | None = None
+    options: OllamaOptions | None = None
     stream: bool = True
     """Ollama streams by default: NDJSON, one object a line."""
     keep_alive: KeepAlive = None
@@ -136,16 +137,18 @@ class Generation(Schema):
     top_logprobs: Annotated[Any, not_supported(_NOTHING)] = None
 
 
-class ChatRequest(Generation):
+class OllamaChatRequest(OllamaGeneration):
     """``POST /api/chat``."""
 
-    messages: Annotated[list[Message], Expect("an array of messages")] = Field(default_factory=list)
+    messages: Annotated[list[OllamaMessage], Expect("an array of messages")] = Field(
+        default_factory=list
+    )
     """Empty: load the model (``keep_alive: 0``: unload it), as Ollama does."""
     tools: Annotated[list[dict[str, Any]] | None, Expect("an array of tools")] = None
     """OpenAI's tool shape (``{"type": "function", "function": {...}}``), checked as on ``/v1``."""
 
 
-class GenerateRequest(Generation):
+class OllamaGenerateRequest(OllamaGeneration):
     """``POST /api/generate``."""
 
     prompt: str = ""
@@ -161,7 +164,7 @@ class GenerateRequest(Generation):
     )
 
 
-class EmbedRequest(Schema):
+class OllamaEmbedRequest(Schema):
     """``POST /api/embed``."""
 
     model: ModelName
@@ -171,21 +174,21 @@ class EmbedRequest(Schema):
     ignores the rest (``true``, Ollama's default); ``false`` is accepted and
     does the same (a text over ``embeddings.max_chars`` is a 400 either way)."""
     dimensions: Annotated[int | None, Field(ge=1)] = None
-    options: Options | None = None
+    options: OllamaOptions | None = None
     keep_alive: KeepAlive = None
     """Accepted: the embedder stays loaded (it lives beside the scheduler)."""
 
 
-class EmbeddingsRequest(Schema):
+class OllamaEmbeddingsRequest(Schema):
     """``POST /api/embeddings``: the legacy endpoint, one text."""
 
     model: ModelName
     prompt: str
-    options: Options | None = None
+    options: OllamaOptions | None = None
     keep_alive: KeepAlive = None
 
 
-class ShowRequest(Schema):
+class OllamaShowRequest(Schema):
     """``POST /api/show``; ``name`` is the older clients' field."""
 
     model: str | None = None
@@ -193,7 +196,7 @@ class ShowRequest(Schema):
     verbose: bool | None = None
 
     @model_validator(mode="after")
-    def _named(self) -> ShowRequest:
+    def _named(self) -> OllamaShowRequest:
         if not (self.model or self.name):
             raise FieldError("must be a non-empty string naming a model", "model")
         return self

@@ -17,7 +17,12 @@ import json
 from typing import Any
 
 from tierlm.server.edge.errors import APIError
-from tierlm.server.ollama.schemas import ChatRequest, GenerateRequest, Generation, Message
+from tierlm.server.ollama.schemas import (
+    OllamaChatRequest,
+    OllamaGenerateRequest,
+    OllamaGeneration,
+    OllamaMessage,
+)
 from tierlm.server.openai.answers import Params
 from tierlm.server.openai.pipeline import parse_chat, parse_completion
 from tierlm.server.settings.sections import LimitSettings
@@ -64,7 +69,7 @@ def _renamed(exc: APIError) -> APIError:
     )
 
 
-def _sampling(req: Generation) -> dict[str, Any]:
+def _sampling(req: OllamaGeneration) -> dict[str, Any]:
     body: dict[str, Any] = {}
     options = req.options
     if options is not None:
@@ -85,7 +90,7 @@ def _sampling(req: Generation) -> dict[str, Any]:
     return body
 
 
-def openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
+def openai_messages(messages: list[OllamaMessage]) -> list[dict[str, Any]]:
     """Ollama's messages as OpenAI's: a call's arguments as JSON text with an
     id, and a tool result answering the oldest open call of its ``tool_name``
     (Ollama's messages carry no ids)."""
@@ -127,7 +132,7 @@ def openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def chat_params(req: ChatRequest, limits: LimitSettings, backend: str) -> Params:
+def chat_params(req: OllamaChatRequest, limits: LimitSettings, backend: str) -> Params:
     body: dict[str, Any] = {
         "model": req.model,
         "messages": openai_messages(req.messages),
@@ -142,7 +147,7 @@ def chat_params(req: ChatRequest, limits: LimitSettings, backend: str) -> Params
         raise _renamed(exc) from None
 
 
-def generate_params(req: GenerateRequest, limits: LimitSettings, backend: str) -> Params:
+def generate_params(req: OllamaGenerateRequest, limits: LimitSettings, backend: str) -> Params:
     if req.suffix:
         raise APIError(
             400,
