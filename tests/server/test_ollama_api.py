@@ -237,3 +237,51 @@ def test_a_chat_preempts_background_work_the_same_through_either_api(
     state = gw.state()
     assert state["stats"]["preemptions"] == 1 and state["stats"]["requeues"] == 1
     assert gw.metric("tierlm_jobs_total", class_="chat", outcome="completed") == 1
+
+
+def test_a_request_s_keep_alive_unloads_its_model_once_idle(gw: Gateway) -> None:
+    c = client(gw)
+    answer = c.chat(
+        model="sim-a", messages=MESSAGES, stream=False, keep_alive=0.2, options={"num_predict": 2}
+    )
+    assert answer.message.content == words(2)
+    # Idle past its keep-alive: unloaded, as Ollama does (the scheduler's unload).
+    gw.wait(lambda s: s["loaded_model"] is None, "the model to be unloaded")
+    assert c.ps().models == []
+    # The next request loads it again (a swap), and is answered.
+    assert c.generate(model="sim-a", prompt="x", options={"num_predict": 1}).response == "w0 "
+
+
+def test_an_app_that_leaves_a_stream_has_its_job_cancelled(gw: Gateway) -> None:
+    body = {"model": "sim-a", "messages": MESSAGES, "options": {"num_predict": 4000}}
+    with httpx.stream("POST", f"{gw.url}/api/chat", json=body, timeout=WAIT) as response:
+        job_id = int(response.headers["x-tierlm-job-id"])
+        first = next(response.iter_lines())
+        assert '"done":false' in first
+    gw.wait(lambda s: s["running"] is None, "the job to stop")
+    (job,) = gw.state()["gateway"]["recent"]
+    assert job["id"] == job_id and job["outcome"] == "cancelled"
+    assert job["reason"] == "client disconnected while running" and job["tokens"] < 4000
+
+
+def test_an_error_after_the_stream_started_is_an_error_line() -> None:
+    # A class that is not re-queued loses its job when a chat preempts it: the
+    # stream has started, so the error comes as Ollama's last line, which the
+    # client raises.
+    settings = sim_settings({"classes": {"gana": {"tier": 4, "fair": True, "requeue": False}}})
+    with serve(settings) as gw:
+        gana = client(gw, **{"X-Tierlm-Class": "gana"})
+
+        def background() -> Any:
+            with pytest.raises(ollama.ResponseError) as info:
+                for _ in gana.generate(
+                    model="sim-a", prompt="x", stream=True, options={"num_predict": 4000}
+                ):
+                    pass
+            return info.value
+
+        future = gw.background(background)
+        gw.wait_running("gana")
+        client(gw).chat(model="sim-a", messages=MESSAGES, stream=False, options={"num_predict": 2})
+        error = future.result(WAIT)
+        assert "preempted" in error.error
