@@ -82,9 +82,9 @@ def ps_entry(gateway: Gateway, model: str, keep_alive: KeepAlive | None) -> dict
     context = held["context"]
     expires = held["expires_in"]
     now = dt.datetime.now(dt.UTC)
-    entry["expires_at"] = created_at(
-        now + (FOREVER if expires is None else dt.timedelta(seconds=expires))
-    )
+    # A keep-alive past Go's longest duration is forever too (and no overflow).
+    left = FOREVER if expires is None else min(FOREVER, dt.timedelta(seconds=min(expires, 1e10)))
+    entry["expires_at"] = created_at(now + left)
     entry["size_vram"] = 0
     entry["context_length"] = context or 0
     return entry

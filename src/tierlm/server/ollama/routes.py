@@ -46,7 +46,7 @@ from tierlm.server.ollama.schemas import (
 from tierlm.server.ollama.streaming import NdjsonStream, ollama_error
 from tierlm.server.ollama.translate import chat_params, generate_params
 from tierlm.server.openai.answers import Params
-from tierlm.server.openai.embeddings import embed_body, shorten
+from tierlm.server.openai.embeddings import CHARS_PER_TOKEN, Embedded, embed_body, shorten
 from tierlm.server.openai.pipeline import counted, gateway_of
 from tierlm.server.openai.requests import parse
 from tierlm.server.openai.streaming import JobResult
@@ -172,12 +172,13 @@ async def generate(request: Request) -> Response:
     return await _run(request, principal, req, params, "generate")
 
 
-async def _embed(request: Request, model: str, texts: str | list[str], **more: Any) -> Any:
+async def _embed(
+    request: Request, model: str, texts: str | list[str], **more: Any
+) -> tuple[Embedded | None, float]:
+    """``/v1/embeddings``' work on the texts (``embed_body``), and its seconds."""
     gateway = gateway_of(request)
     started = gateway.scheduler.now()
     done = await embed_body(request, {"model": model, "input": texts, **more})
-    if done is None:
-        return None, 0.0
     return done, gateway.scheduler.now() - started
 
 
@@ -192,7 +193,9 @@ async def embed(request: Request) -> Response:
         shorten(v, req.dimensions) if req.dimensions and req.dimensions < len(v) else list(v)
         for v in done.vectors
     ]
-    tokens = sum(min(done.max_tokens, max(1, len(t) // 4)) for t in done.params.texts)
+    tokens = sum(
+        min(done.max_tokens, max(1, -(-len(t) // CHARS_PER_TOKEN))) for t in done.params.texts
+    )
     return JSONResponse(
         {
             "model": done.model,

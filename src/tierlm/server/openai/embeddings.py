@@ -64,7 +64,7 @@ from tierlm.server.openai.embedding_request import MAX_INPUTS, EmbeddingRequest
 from tierlm.server.openai.requests import parse
 from tierlm.server.settings.embedders import LazyEmbedder, off_message
 
-__all__ = ["MAX_INPUTS", "Embedded", "embed_body", "render", "routes", "shorten"]
+__all__ = ["CHARS_PER_TOKEN", "MAX_INPUTS", "Embedded", "embed_body", "render", "routes", "shorten"]
 
 logger = logging.getLogger("tierlm.server")
 
