@@ -18,7 +18,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.helpers import MESSAGES, TOKEN, WAIT, Gateway, serve, sim_settings
+from tests.server.helpers import (
+    MESSAGES,
+    TOKEN,
+    WAIT,
+    Gateway,
+    chat_body,
+    in_queue,
+    serve,
+    sim_settings,
+    sse,
+)
 
 ollama = pytest.importorskip("ollama", reason="needs the ollama client (the dev extra)")
 
@@ -285,3 +295,23 @@ def test_an_error_after_the_stream_started_is_an_error_line() -> None:
         client(gw).chat(model="sim-a", messages=MESSAGES, stream=False, options={"num_predict": 2})
         error = future.result(WAIT)
         assert "preempted" in error.error
+
+
+def test_a_full_class_queue_is_a_429_with_retry_after_as_on_v1() -> None:
+    """The same queue limits: the job is refused before it is queued."""
+    settings = sim_settings({"classes": {"gana": {"queue_limit": 1}}})
+    with serve(settings) as gw, sse(gw, chat_body(max_tokens=4000)):
+        gw.wait_running("chat")
+        with sse(gw, chat_body(max_tokens=3), {"X-Tierlm-Class": "gana"}) as first:
+            gw.wait(lambda s: in_queue(s, first.job_id) == 4, "the first gana job queued")
+            raw = httpx.post(
+                f"{gw.url}/api/chat",
+                json={"model": "sim-a", "messages": MESSAGES},
+                headers={"X-Tierlm-Class": "gana"},
+            )
+            assert raw.status_code == 429 and int(raw.headers["retry-after"]) >= 1
+            assert "queue_limit" in raw.json()["error"]
+            with pytest.raises(ollama.ResponseError) as info:
+                client(gw, **{"X-Tierlm-Class": "gana"}).chat(model="sim-a", messages=MESSAGES)
+            assert info.value.status_code == 429
+            assert gw.metric("tierlm_rejected_requests_total", reason="queue_full") == 2
