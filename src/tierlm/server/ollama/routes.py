@@ -101,12 +101,10 @@ async def show(request: Request) -> Response:
     return JSONResponse(models.show(gateway, model))
 
 
-def _keep_alive(request: Request, principal: Principal, req: OllamaGeneration) -> None:
-    """A generation's ``keep_alive``: how long its model stays loaded once idle
-    (``KeepAlive.set_ttl``). One model serves every producer, so only an
-    admin key (or no keys: loopback) may change it."""
-    if req.keep_alive is None:
-        return
+def _keep_alive(principal: Principal, req: OllamaGeneration) -> float | None:
+    """A generation's ``keep_alive`` in seconds (None: until a swap): how long
+    its model stays loaded once idle. One model serves every producer, so
+    only an admin key (or no keys: loopback) may change it; 403 otherwise."""
     if not principal.admin:
         raise APIError(
             403,
@@ -116,10 +114,7 @@ def _keep_alive(request: Request, principal: Principal, req: OllamaGeneration) -
             code="admin_required",
             reason="admin_required",
         )
-    seconds = models.keep_alive_seconds(req.keep_alive)
-    keep_alive = models.keep_alive_of(request)
-    if keep_alive is not None and keep_alive.can_unload:
-        keep_alive.set_ttl(req.model, seconds)
+    return models.keep_alive_seconds(req.keep_alive)
 
 
 async def _run(
@@ -127,12 +122,17 @@ async def _run(
 ) -> Response:
     """Queue the job as ``/v1`` does (``openai.routes._generate``); its answer."""
     gateway = gateway_of(request)
-    _keep_alive(request, principal, req)
+    seconds = None if req.keep_alive is None else _keep_alive(principal, req)
     meta = job_meta(request.headers, principal, gateway.settings.classes)
     params = replace(
         params, request=await counted(gateway, params.request, params.default_max_tokens)
     )
     job = await gateway.submit(meta, params.request)
+    keep_alive = models.keep_alive_of(request)
+    if req.keep_alive is not None and keep_alive is not None and keep_alive.can_unload:
+        # Set once the job is accepted (a refused request changes nothing):
+        # from its end on, idle time counts against the model (KeepAlive.set_ttl).
+        keep_alive.set_ttl(req.model, seconds)
     answer = OllamaAnswer(params, kind)
     if req.stream:
         return NdjsonStream(job, answer)
