@@ -26,6 +26,7 @@ SERVER_FLOORS = (
     "tierlm.server.edge",
     "tierlm.server.gateway",
     "tierlm.server.openai",
+    "tierlm.server.ollama",
     "tierlm.server.ops",
 )
 

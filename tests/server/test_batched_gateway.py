@@ -1,7 +1,8 @@
 """A chat among eight background streams through the gateway, on the real
 SmolLM2 with eight llama.cpp slots (docs/design.md §4.7): its first token
 comes within a couple of decode steps of its prompt, counted in the background
-streams' tokens, never in milliseconds."""
+streams' tokens, never in milliseconds; the same whether the chat comes
+through /v1 or through Ollama's /api/chat (one pipeline, one scheduler)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ MODEL = "smollm2-135m"
 START = 180.0  # loading the model and its start-up probe on a busy 2-core machine
 
 
-def test_a_chat_among_eight_background_streams_starts_within_two_steps() -> None:
+@pytest.mark.parametrize("api", ["/v1/chat/completions", "/api/chat"])
+def test_a_chat_among_eight_background_streams_starts_within_two_steps(api: str) -> None:
     from tierlm.server.settings.backends import local_model_available
 
     if not local_model_available():
@@ -64,7 +66,7 @@ def test_a_chat_among_eight_background_streams_starts_within_two_steps() -> None
             assert going.wait(300), dict(counts)
             state = httpx.get(f"{url}/v1/scheduler/state", timeout=WAIT).json()
             assert len(state["running_jobs"]) == STREAMS  # decoding together
-            behind = [chat_behind(url, counts, lock) for _ in range(3)]
+            behind = [chat_behind(url, counts, lock, api) for _ in range(3)]
         finally:
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
@@ -75,24 +77,28 @@ def test_a_chat_among_eight_background_streams_starts_within_two_steps() -> None
     assert max(behind) <= 2 + 2 + 1, behind
 
 
-def chat_behind(url: str, counts: Counter[int], lock: threading.Lock) -> int:
-    """A chat's stream, read to its first token; the most tokens any
-    background stream produced meanwhile."""
+def chat_behind(url: str, counts: Counter[int], lock: threading.Lock, api: str) -> int:
+    """A chat's stream (through ``api``), read to its first token; the most
+    tokens any background stream produced meanwhile."""
     with lock:
         before = Counter(counts)
-    body = {
+    body: dict[str, object] = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Hi!"}],
-        "max_tokens": 8,
-        "temperature": 0,
         "stream": True,
     }
+    if api == "/api/chat":  # Ollama's: NDJSON lines, its options
+        body["options"] = {"num_predict": 8, "temperature": 0}
+        first = '"content":"'
+    else:
+        body.update({"max_tokens": 8, "temperature": 0})
+        first = '"content"'
     with (
         httpx.Client(base_url=url, timeout=WAIT) as client,
-        client.stream("POST", "/v1/chat/completions", json=body) as reply,
+        client.stream("POST", api, json=body) as reply,
     ):
         for line in reply.iter_lines():
-            if line.startswith("data: {") and '"content"' in line:
+            if (line.startswith("data: {") or api == "/api/chat") and first in line:
                 with lock:
                     return max(counts[i] - before[i] for i in range(STREAMS))
     raise AssertionError("the chat ended without a token")

@@ -9,7 +9,8 @@ Content-Types. They are sent, one after another, on ONE kept-alive httpx
 connection, and every answer must hold:
 
 - no 5xx: client input is never a server error;
-- an error is OpenAI's ``{"error": {...}}`` and carries no exception text;
+- an error is OpenAI's ``{"error": {...}}`` (Ollama's ``{"error": "..."}``
+  under ``/api/``) and carries no exception text;
 - the connection stays usable: the next request goes out on the same one
   (only a 408, 413 or 431, whose body was not read, may close it, saying so).
 
@@ -153,7 +154,11 @@ def check(request: httpx.Request, response: httpx.Response) -> None:
     assert response.status_code < 500, (where, request.content[:200], response.text[:500])
     if response.status_code >= 400:
         error = response.json()["error"]
-        assert set(error) == {"message", "type", "param", "code"}, (where, error)
+        if request.url.path.startswith("/api/"):  # Ollama's shape
+            assert isinstance(error, str), (where, error)
+            error = {"message": error}
+        else:
+            assert set(error) == {"message", "type", "param", "code"}, (where, error)
         assert not EXCEPTION_TEXT.search(error["message"]), (where, error)
     if response.headers.get("connection") == "close":
         assert response.status_code in CLOSING, (where, response.status_code)

@@ -165,6 +165,12 @@ def test_a_client_that_leaves_while_queued_has_its_job_removed(gateway: Gateway)
             "ended_at": recent(gateway, job_id)["ended_at"],  # type: ignore[index]
             "tokens": 0,
             "reason": "client disconnected while queued",
+            # Never started: no wait to its start, no first token, no decode.
+            "wait": None,
+            "ttft": None,
+            "duration": recent(gateway, job_id)["duration"],  # type: ignore[index]
+            "decode": 0,
+            "tokens_per_s": None,
         }
         assert (
             gateway.metric("tierlm_client_disconnects_total", class_="nataraj", state="queued") == 1

@@ -41,6 +41,7 @@ from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive, keep_alive_seconds
 from tierlm.server.gateway.loop_lag import LoopLagProbe
+from tierlm.server.ollama import routes as ollama
 from tierlm.server.openai import embeddings, routes
 from tierlm.server.openai.batch import routes as batch_routes
 from tierlm.server.openai.batch.files import MULTIPART_OVERHEAD
@@ -70,6 +71,7 @@ def _routes() -> list[BaseRoute]:
         *routes.routes(),
         *health.routes(),
         *embeddings.routes(),
+        *ollama.routes(),
         *scheduler_api.routes(),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *dashboard.routes(),

@@ -140,7 +140,12 @@ def _file_backend(config: str | None) -> dict[str, object]:
 def describe(settings: ServerSettings) -> str:
     backend = settings.backend
     lines = [
-        f"listen   http://{settings.server.host}:{settings.server.port}",
+        f"listen   http://{settings.server.host}:{settings.server.port}"
+        + (
+            ""
+            if settings.server.ollama_port is None
+            else f" and :{settings.server.ollama_port} (Ollama apps)"
+        ),
         f"backend  {backend.summary()}",
         f"slots    {backend.slots_summary()}",
         "models   " + (", ".join(backend.model_ids()) or "(any, passed upstream)"),
@@ -194,15 +199,24 @@ def run(args: argparse.Namespace) -> int:
     # Bound now, before the model loads (uvicorn binds after the app's start-up,
     # which loads it): a port in use is said at once, in one line. Listening
     # starts once the gateway is ready, so /health is not reached before.
-    try:
-        listener = bind(settings.server.host, settings.server.port)
-    except OSError as exc:
-        print(
-            f"tierlm serve: cannot listen on {settings.server.host}:{settings.server.port}: "
-            f"{exc.strerror or exc} (another server there? choose one with --port)",
-            file=sys.stderr,
-        )
-        return 2
+    listeners = []
+    server_section = settings.server
+    ports = [(server_section.port, "--port")]
+    if server_section.ollama_port is not None:
+        # Ollama apps' default URL: the same app on a second socket (docs/gateway.md "Ollama apps").
+        ports.append((server_section.ollama_port, "--ollama-port"))
+    for port, flag in ports:
+        try:
+            listeners.append(bind(server_section.host, port))
+        except OSError as exc:
+            for listener in listeners:
+                listener.close()
+            print(
+                f"tierlm serve: cannot listen on {server_section.host}:{port}: "
+                f"{exc.strerror or exc} (another server there? choose one with {flag})",
+                file=sys.stderr,
+            )
+            return 2
     if note is not None:
         # Logged, as every line (JSON with --log-format json); the fallback to
         # the simulated device is a warning: no real model serves.
@@ -224,9 +238,13 @@ def run(args: argparse.Namespace) -> int:
     base = f"http://{settings.server.host}:{settings.server.port}"
     # Logged, not printed: with --log-format json every line is a JSON object.
     logger.info(
-        "tierlm gateway (%s): OpenAI base URL %s/v1, dashboard %s/dashboard, metrics %s/metrics",
+        "tierlm gateway (%s): OpenAI base URL %s/v1, Ollama URL %s, dashboard %s/dashboard, "
+        "metrics %s/metrics",
         settings.backend.kind,
         base,
+        base
+        if server_section.ollama_port is None
+        else f"http://{server_section.host}:{server_section.ollama_port}",
         base,
         base,
     )
@@ -235,10 +253,11 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _drained)
     try:
         with contextlib.suppress(KeyboardInterrupt):  # ... and Ctrl-C the same way
-            server.run(sockets=[listener])
+            server.run(sockets=listeners)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        listener.close()
+        for listener in listeners:
+            listener.close()
     return 0 if server.started or not server.should_exit else 1
 
 

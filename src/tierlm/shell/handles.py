@@ -293,6 +293,10 @@ class GenerationRun:
     """Pieces this run produced (one per token)."""
     first_token_at: float | None
     last_token_at: float | None
+    started_at: float | None = None
+    """When the run was dispatched (scheduler clock): its prompt evaluation is
+    ``started_at`` to ``first_token_at``; a job's wait, the first run's
+    ``started_at`` less its submission."""
 
     @property
     def decode_seconds(self) -> float:
@@ -353,4 +357,4 @@ class ResumingGeneration:
             return "".join(self.pieces)
         finally:
             if self._on_run is not None:
-                self._on_run(GenerationRun(ctx.attempt, tokens, first, last))
+                self._on_run(GenerationRun(ctx.attempt, tokens, first, last, ctx.started_at))

@@ -26,6 +26,7 @@ __all__ = [
     "APIError",
     "ErrorBoundary",
     "error_body",
+    "error_response",
     "exception_handlers",
     "internal_error",
     "send_error",
@@ -91,17 +92,33 @@ def error_body(
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+OLLAMA_PREFIX = "/api/"
+"""Where Ollama's native API lives (``server/ollama``): its errors are Ollama's shape."""
+
+
+def error_response(path: str, error: APIError) -> Response:
+    """``error`` as the clients of ``path``'s API read it: Ollama's
+    ``{"error": "..."}`` under ``/api/``, OpenAI's error object elsewhere."""
+    if path.startswith(OLLAMA_PREFIX):
+        return JSONResponse(
+            {"error": error.message}, status_code=error.status, headers=error.headers
+        )
+    return error.response()
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
         metrics.rejected(exc.reason)
     rejections_of(request.app.state).record(request.method, request.url.path, exc)
-    return exc.response()
+    return error_response(request.url.path, exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    # Starlette's own 404 (no route) and 405 (wrong method), in OpenAI's format.
+    # Starlette's own 404 (no route) and 405 (wrong method), in the API's format,
+    # counted and listed as every rejection is: a client calling an endpoint
+    # the gateway does not serve (an Ollama app's /api/pull) is seen, not lost.
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         message = f"{request.method} {request.url.path}: no such endpoint"
@@ -111,7 +128,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         code = "method_not_allowed"
     else:
         message, code = str(exc.detail), None
-    return APIError(exc.status_code, message, code=code, headers=exc.headers).response()
+    error = APIError(exc.status_code, message, code=code, headers=exc.headers, reason=code)
+    if code is not None:
+        return await _api_error(request, error)
+    return error_response(request.url.path, error)
 
 
 exception_handlers: dict[Any, Any] = {
@@ -128,7 +148,7 @@ async def send_error(error: APIError, scope: Scope, receive: Receive, send: Send
         metrics.rejected(error.reason)
     if state is not None:
         rejections_of(state).record(scope.get("method", ""), scope.get("path", ""), error)
-    await error.response()(scope, receive, send)
+    await error_response(scope.get("path", ""), error)(scope, receive, send)
 
 
 def internal_error() -> APIError:

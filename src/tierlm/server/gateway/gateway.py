@@ -28,6 +28,7 @@ from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.gateway.metrics import Metrics
 from tierlm.server.gateway.recent import RecentJobs
 from tierlm.server.gateway.shutdown import Shutdown, shutting_down
+from tierlm.server.gateway.throughput import Throughput
 from tierlm.server.gateway.timeline import Timeline
 from tierlm.server.settings.backends import close_runner
 from tierlm.server.settings.sources import ServerSettings
@@ -60,6 +61,11 @@ class Gateway:
         """An upstream backend without configured models: any name goes
         upstream, and /v1/models lists the upstream's."""
         self.recent = RecentJobs()
+        self.throughput = Throughput()
+        """Tokens generated a second, over the last seconds (the dashboard)."""
+        self.live: dict[int, GatewayJob] = {}
+        """The requests' jobs not ended yet, by id: what the running ones hold
+        in the KV cache (``resources``)."""
         self.changes = Changes()
         self.admission = Admission(lambda: self.scheduler, settings.queue_limit, RunTimes())
         self.shutdown = Shutdown(
@@ -216,7 +222,13 @@ class Gateway:
         if self.shutdown.draining:
             raise shutting_down("it accepts no new requests")
         self.admission.admit(meta)
-        return GatewayJob(self, meta, request)
+        job = GatewayJob(self, meta, request)
+        self.live[job.id] = job
+        job.handle.add_done_callback(lambda _: self._ended(job.id))
+        return job
+
+    def _ended(self, job_id: int) -> None:
+        self.live.pop(job_id, None)
 
     # -- state ------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from tierlm.server.gateway.changes import Changes
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.gateway.metrics import Metrics
 from tierlm.server.gateway.recent import RecentJobs
+from tierlm.server.gateway.throughput import Throughput
 from tierlm.server.settings.sections import ServerSettings
 from tierlm.shell.handles import GenerationHandle, GenerationRun, JobHandle, JobState
 from tierlm.shell.scheduler import Scheduler
@@ -55,6 +56,9 @@ class JobHost(Protocol):
     @property
     def admission(self) -> Admission: ...
 
+    @property
+    def throughput(self) -> Throughput: ...
+
 
 class GatewayJob:
     """One request's generation, submitted to the scheduler (``Gateway.submit``)."""
@@ -68,6 +72,10 @@ class GatewayJob:
         the queue, after scheduler events): the response's loop waits on it."""
         self.disconnected: str | None = None
         """"queued" or "running" if the client went away before the end."""
+        self.runs: list[GenerationRun] = []
+        """Its runs so far, each told when it ends (a preempted job has several):
+        its wait, prompt evaluation and decode times (Ollama's durations, the
+        dashboard's finished jobs)."""
         self.handle: GenerationHandle = gateway.scheduler.submit_generation(
             meta.class_name,
             request,
@@ -102,6 +110,7 @@ class GatewayJob:
         return self.handle.first_token_at
 
     def _on_piece(self, piece: str) -> None:
+        self.gateway.throughput.add(self.gateway.scheduler.now())
         if len(self.handle.pieces) == 1:
             first = self.handle.first_token_at
             assert first is not None
@@ -110,13 +119,16 @@ class GatewayJob:
         self.wake.set()
 
     def _on_run(self, run: GenerationRun) -> None:
+        self.runs.append(run)
         self.gateway.metrics.generation(
             self.meta.class_name, self.request.model_id, run.tokens, run.decode_seconds
         )
 
     def _on_done(self, _: JobHandle[str]) -> None:
         self.wake.set()
-        self.gateway.recent.ended(self.handle, self.gateway.scheduler.now(), self.disconnected)
+        self.gateway.recent.ended(
+            self.handle, self.gateway.scheduler.now(), self.disconnected, self.runs
+        )
 
     def disconnect(self) -> None:
         """The client went away: cancel the job now (queued: removed at once;

@@ -58,8 +58,30 @@ class KeepAlive:
     def start(self) -> None:
         if not self.ttls or not isinstance(self.scheduler.runner, Unloadable):
             return
-        self._remove = self.scheduler.add_listener(self._on_event)
+        self._listen()
+
+    def _listen(self) -> None:
+        if self._remove is None:
+            self._remove = self.scheduler.add_listener(self._on_event)
         self.touch()
+
+    @property
+    def can_unload(self) -> bool:
+        """Whether the runner can unload models at all (an upstream's server holds them)."""
+        return isinstance(self.scheduler.runner, Unloadable)
+
+    def set_ttl(self, model_id: str, seconds: float | None) -> None:
+        """A request's ``keep_alive`` for ``model_id`` (Ollama's, per request):
+        unloaded after ``seconds`` idle from now on; None: kept until a swap."""
+        if seconds is None:
+            self.ttls.pop(model_id, None)
+            return
+        self.ttls[model_id] = seconds
+        if self._timer is not None:  # armed for the previous time to live
+            self._timer.cancel()
+            self._timer = None
+        if self.can_unload:
+            self._listen()
 
     async def aclose(self) -> None:
         if self._remove is not None:

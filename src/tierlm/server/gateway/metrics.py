@@ -104,6 +104,8 @@ REJECT_REASONS = (
     "shutting_down",
     "embedding_queue_full",
     "embeddings_disabled",
+    "unknown_url",
+    "method_not_allowed",
 )
 
 _OUTCOMES = tuple(end.outcome for end in (JobCompleted, JobFailed, JobCancelled, Requeued))

@@ -3,7 +3,13 @@
 Items are runs (a job on the device, from start to its end and how it ended),
 swaps, and marks (a preemption, a foreground change, pause/resume). Closed items
 get increasing sequence numbers, so a live view fetches only what is new; the
-open run and swap are reported separately. Items older than ``window`` are dropped.
+open runs and swap are reported separately. Items older than ``window`` are dropped.
+
+A batched device runs several jobs at once (docs/design.md §2 slots): every
+job started holds an open run until it ends, each on a ``lane`` (the lowest
+lane free when it started), so a view draws a lane per slot and the batch
+size over time; one open run overwritten by the next showed a busy batch as
+an idle device.
 """
 
 from __future__ import annotations
@@ -37,19 +43,36 @@ class Timeline:
         self.window = window
         self._seq = itertools.count(1)
         self.items: deque[dict[str, Any]] = deque(maxlen=MAX_ITEMS)
-        self.open_run: dict[str, Any] | None = None
+        self.open_runs: dict[int, dict[str, Any]] = {}
+        """The runs on the device now, by job id, in the order they started."""
         self.open_swap: dict[str, Any] | None = None
+        self.lanes = 1
+        """Lanes used so far: the most jobs that ran at once."""
+
+    @property
+    def open_run(self) -> dict[str, Any] | None:
+        """The run started last of those on the device (None: idle)."""
+        return next(reversed(self.open_runs.values()), None)
+
+    def _free_lane(self) -> int:
+        busy = {run["lane"] for run in self.open_runs.values()}
+        lane = next(i for i in range(len(busy) + 1) if i not in busy)
+        self.lanes = max(self.lanes, lane + 1)
+        return lane
 
     def on_event(self, event: SchedulerEvent) -> None:
         match event:
             case JobStarted(job=job):
-                self.open_run = {
+                previous = self.open_runs.pop(job.id, None)
+                lane = previous["lane"] if previous is not None else self._free_lane()
+                self.open_runs[job.id] = {
                     "kind": "run",
                     "job": job.id,
                     "class": job.class_name,
                     "producer": job.producer,
                     "model": job.model_id,
                     "start": event.time,
+                    "lane": lane,
                 }
             case SwapStarted(job=job, previous=previous):
                 self.open_swap = {
@@ -81,12 +104,11 @@ class Timeline:
                     }
                 )
             case RunEnded(job=job):
-                run = self.open_run
-                if run is not None and run["job"] == job.id:
+                run = self.open_runs.pop(job.id, None)
+                if run is not None:
                     self._close_swap(event.time)  # a failed swap ends with its job
                     how = "preempted" if isinstance(event, Requeued) else event.outcome
                     self._add({**run, "end": event.time, "how": how})
-                    self.open_run = None
             case ForegroundChanged(foreground=fg):
                 label = (
                     "foreground: none"

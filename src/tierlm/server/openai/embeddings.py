@@ -39,6 +39,7 @@ import logging
 import math
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -63,7 +64,7 @@ from tierlm.server.openai.embedding_request import MAX_INPUTS, EmbeddingRequest
 from tierlm.server.openai.requests import parse
 from tierlm.server.settings.embedders import LazyEmbedder, off_message
 
-__all__ = ["MAX_INPUTS", "render", "routes", "shorten"]
+__all__ = ["CHARS_PER_TOKEN", "MAX_INPUTS", "Embedded", "embed_body", "render", "routes", "shorten"]
 
 logger = logging.getLogger("tierlm.server")
 
@@ -139,7 +140,22 @@ async def _embed(request: Request, lane: EmbeddingLane, texts: list[str]) -> lis
         return await until_cancelled(gone, lane.embed_many(texts, nowait=True))
 
 
-async def create_embeddings(request: Request) -> Response:
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """A request's texts, embedded: the vectors in order, the request they
+    answer, and the model and embedder's input size that made them."""
+
+    vectors: list[Vector]
+    params: EmbeddingRequest
+    model: str
+    max_tokens: int
+    dim: int
+
+
+async def embed_body(request: Request, body: Any) -> Embedded | None:
+    """Embed the texts of ``body`` (an OpenAI embeddings request, parsed JSON)
+    in the lane; None if the client went away first. Shared with Ollama's
+    ``/api/embed`` (``server/ollama``): the same checks, limits and errors."""
     gateway: Gateway = request.app.state.gateway
     gateway.keys.authenticate(request)  # any key: embeddings are not a task class
     service: EmbeddingService | None = getattr(request.app.state, "embeddings", None)
@@ -150,7 +166,6 @@ async def create_embeddings(request: Request) -> Response:
             code="embeddings_disabled",
             reason="embeddings_disabled",
         )
-    body = await read_json(request, gateway.settings.limits.max_body_bytes)
     lane = service.running_lane()
     if isinstance(lane.embedder, LazyEmbedder) and not lane.embedder.loaded:
         # The default MiniLM loads on its first request (seconds: torch), in a
@@ -177,13 +192,24 @@ async def create_embeddings(request: Request) -> Response:
     except EmbeddingFailed as exc:
         raise _embedder_failed(exc, params, service.model) from None
     if vectors is None:
+        return None
+    max_tokens = int(lane.embedder.max_input_tokens)
+    return Embedded(list(vectors), params, service.model, max_tokens, lane.dim)
+
+
+async def create_embeddings(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    gateway.keys.authenticate(request)
+    body = await read_json(request, gateway.settings.limits.max_body_bytes)
+    done = await embed_body(request, body)
+    if done is None:
         # Nobody reads this: the client is gone.
         return Response(status_code=499)
-    max_tokens = int(lane.embedder.max_input_tokens)
-    if len(vectors) * lane.dim > RENDER_IN_THREAD_FLOATS:
-        payload = await asyncio.to_thread(render, vectors, params, service.model, max_tokens)
+    vectors, params, model = done.vectors, done.params, done.model
+    if len(vectors) * done.dim > RENDER_IN_THREAD_FLOATS:
+        payload = await asyncio.to_thread(render, vectors, params, model, done.max_tokens)
     else:
-        payload = render(vectors, params, service.model, max_tokens)
+        payload = render(vectors, params, model, done.max_tokens)
     return Response(payload, media_type="application/json")
 
 

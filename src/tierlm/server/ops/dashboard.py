@@ -1,6 +1,7 @@
 """The live dashboard: a static page (``dashboard.html``) fed by server-sent events.
 
-``/dashboard`` serves the page; ``/dashboard/events`` streams its state, pushed
+``/dashboard`` serves the page (``dashboard.html``, its script ``app.js`` and
+the timeline's ``timeline.js``); ``/dashboard/events`` streams its state, pushed
 on every scheduler event (at most ``MIN_INTERVAL`` apart) and at least every
 ``MAX_INTERVAL`` (so running times advance); ``/dashboard/state`` is the same
 state once, as JSON. Timeline items are sent once each (by sequence number):
@@ -21,7 +22,7 @@ import html
 import json
 from collections.abc import AsyncGenerator, Iterable
 from dataclasses import asdict
-from importlib import resources
+from importlib import resources as resources_module
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -33,6 +34,9 @@ from tierlm.server.edge.errors import APIError
 from tierlm.server.edge.rejections import rejections_of
 from tierlm.server.gateway.auth import DASHBOARD_COOKIE
 from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.gateway.keep_alive import KeepAlive
+from tierlm.server.gateway.percentiles import class_percentiles
+from tierlm.server.gateway.resources import resources
 from tierlm.server.openai.streaming import EventStream
 from tierlm.shell.snapshot import JobInfo
 
@@ -73,7 +77,10 @@ def _job(info: JobInfo) -> dict[str, Any]:
 
 
 def dashboard_state(
-    gateway: Gateway, since: int = 0, rejected: Iterable[dict[str, Any]] = ()
+    gateway: Gateway,
+    since: int = 0,
+    rejected: Iterable[dict[str, Any]] = (),
+    keep_alive: KeepAlive | None = None,
 ) -> dict[str, Any]:
     """What the page shows; timeline items newer than ``since`` only."""
     snap = gateway.scheduler.snapshot()
@@ -122,8 +129,16 @@ def dashboard_state(
             "items": timeline.since(since),
             "last_seq": timeline.last_seq,
             "open_run": timeline.open_run,
+            # Every job on the device now, each on its lane (a batch: several).
+            "open_runs": list(timeline.open_runs.values()),
+            "lanes": max(timeline.lanes, snap.slots),
             "open_swap": timeline.open_swap,
         },
+        "resources": resources(gateway, keep_alive),
+        # The same histograms as /metrics: a Grafana panel shows the same figures.
+        "percentiles": class_percentiles(
+            {"wait": gateway.metrics.wait, "ttft": gateway.metrics.ttft}
+        ),
         "recent": list(gateway.recent)[:RECENT],
         "rejected": list(rejected)[:RECENT],
         "extensions": {name: dict(fn()) for name, fn in gateway.extensions.items()},
@@ -160,7 +175,7 @@ async def page(request: Request) -> Response:
         if "key" in request.query_params:
             message = "A key in the URL is not accepted (URLs are logged); enter it below."
         return _login_page(message)
-    text = resources.files("tierlm.server.ops").joinpath("dashboard.html").read_text("utf-8")
+    text = resources_files().joinpath("dashboard.html").read_text("utf-8")
     return HTMLResponse(text, headers={"Cache-Control": "no-cache"})
 
 
@@ -182,7 +197,9 @@ async def login(request: Request) -> Response:
 async def state(request: Request) -> Response:
     gateway = _gateway(request)
     gateway.keys.authenticate(request, admin=True)
-    return JSONResponse(dashboard_state(gateway, rejected=rejections_of(request.app.state)))
+    return JSONResponse(
+        dashboard_state(gateway, 0, rejections_of(request.app.state), _keep_alive(request))
+    )
 
 
 async def events(request: Request) -> Response:
@@ -196,7 +213,9 @@ async def events(request: Request) -> Response:
         while not gateway.closing:
             pushed_at = loop.time()
             version = gateway.version
-            data = dashboard_state(gateway, sent_seq, rejections_of(request.app.state))
+            data = dashboard_state(
+                gateway, sent_seq, rejections_of(request.app.state), _keep_alive(request)
+            )
             sent_seq = data["timeline"]["last_seq"]
             yield f"event: state\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
             await gateway.changed(version, MAX_INTERVAL)
@@ -206,8 +225,42 @@ async def events(request: Request) -> Response:
     return EventStream(stream)
 
 
+def _keep_alive(request: Request) -> KeepAlive | None:
+    keep_alive: KeepAlive | None = getattr(request.app.state, "keep_alive", None)
+    return keep_alive
+
+
+_SCRIPTS = ("app.js", "timeline.js")
+
+# The icon browsers ask for on every page: a slot lane with a chat preempting it.
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    '<rect width="16" height="16" rx="3" fill="#1d2125"/>'
+    '<rect x="2" y="3" width="12" height="4" fill="#7048e8"/>'
+    '<rect x="2" y="9" width="7" height="4" fill="#d9480f"/></svg>'
+)
+
+
+async def script_js(request: Request) -> Response:
+    """The page's scripts: static code, no state (the state comes by /events)."""
+    name = request.url.path.rsplit("/", 1)[-1]
+    text = resources_files().joinpath(name).read_text("utf-8")
+    return Response(text, media_type="text/javascript", headers={"Cache-Control": "no-cache"})
+
+
+def resources_files() -> Any:
+    return resources_module.files("tierlm.server.ops")
+
+
+async def favicon(request: Request) -> Response:
+    """Not a 404 in every browser's console and in the recently rejected."""
+    return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+
 def routes() -> list[BaseRoute]:
     return [
+        Route("/favicon.ico", favicon, methods=["GET"]),
+        *(Route(f"/dashboard/{name}", script_js, methods=["GET"]) for name in _SCRIPTS),
         Route("/dashboard", page, methods=["GET"]),
         Route(LOGIN_PATH, login, methods=["POST"]),
         Route("/dashboard/state", state, methods=["GET"]),

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from tierlm.server.ollama import schemas as ollama
 from tierlm.server.openai.batch.create import BatchCreate
 from tierlm.server.openai.requests import ChatRequest, CompletionRequest, EmbeddingRequest
 from tierlm.server.openai.responses_request import ResponsesRequest
@@ -153,6 +154,28 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("GET", "/openapi.json"): Operation("This document.", auth="none"),
     **BATCH_OPERATIONS,
+    # Ollama's native API (server/ollama, docs/gateway.md "Ollama apps").
+    ("GET", "/"): Operation("Ollama's discovery: 'Ollama is running'.", auth="none"),
+    ("GET", "/api/version"): Operation("The Ollama API version followed.", auth="none"),
+    ("GET", "/api/tags"): Operation("The models served (Ollama's)."),
+    ("GET", "/api/ps"): Operation("The loaded model and its keep-alive (Ollama's)."),
+    ("POST", "/api/show"): Operation(
+        "One model's details (Ollama's).", body=ollama.OllamaShowRequest
+    ),
+    ("POST", "/api/chat"): Operation(
+        "A chat, streamed as NDJSON by default (Ollama's).",
+        body=ollama.OllamaChatRequest,
+        scheduling=True,
+    ),
+    ("POST", "/api/generate"): Operation(
+        "A generation, streamed as NDJSON by default (Ollama's).",
+        body=ollama.OllamaGenerateRequest,
+        scheduling=True,
+    ),
+    ("POST", "/api/embed"): Operation("Embeddings (Ollama's).", body=ollama.OllamaEmbedRequest),
+    ("POST", "/api/embeddings"): Operation(
+        "One embedding (Ollama's legacy endpoint).", body=ollama.OllamaEmbeddingsRequest
+    ),
 }
 
 _ERROR = {
@@ -170,6 +193,13 @@ _ERROR = {
             },
         }
     },
+}
+
+
+_OLLAMA_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
 }
 
 
@@ -207,7 +237,10 @@ def _operation(method: str, path: str, route: Route, schemas: Mapping[str, Any])
         content = {media: {"schema": dict(spec.form)}}
         op["requestBody"] = {"required": True, "content": content}
     ok = "text/event-stream" if spec.stream else "application/json"
-    error = {"description": "An error, in OpenAI's format.", "content": _json(_ERROR)}
+    if path.startswith("/api/"):
+        error = {"description": "An error, in Ollama's format.", "content": _json(_OLLAMA_ERROR)}
+    else:
+        error = {"description": "An error, in OpenAI's format.", "content": _json(_ERROR)}
     op["responses"] = {"200": {"description": "OK", "content": {ok: {}}}, "default": error}
     if spec.auth != "none":
         op["security"] = [{"bearer": []}]
@@ -254,7 +287,8 @@ def openapi_document(app_routes: Iterable[BaseRoute], version: str) -> dict[str,
         "info": {
             "title": "tierlm gateway",
             "version": version,
-            "description": "OpenAI-compatible gateway with tiered scheduling (docs/gateway.md).",
+            "description": "OpenAI-compatible gateway with tiered scheduling, and Ollama's "
+            "native API (docs/gateway.md).",
         },
         "paths": paths,
         "components": {

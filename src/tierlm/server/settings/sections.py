@@ -9,7 +9,7 @@ an unknown field is an error too, with a suggestion.
 
 ``ServerSettings()`` is ``tierlm serve``'s default. The file, all sections optional::
 
-    [server]        host, port, log_level, log_format, default_class, sse_heartbeat,
+    [server]        host, port, ollama_port, log_level, log_format, default_class, sse_heartbeat,
                     dashboard_window, allowed_hosts, cors_origins, shutdown_grace
     [limits]        max_body_bytes, default_max_tokens, max_tokens_limit, queue_limit,
                     key_queue_limit, max_connections, header_timeout, body_timeout,
@@ -108,6 +108,10 @@ class ServerSection(Schema):
     """The address to bind; anything but loopback needs ``[[keys]]``."""
     port: Annotated[int, Flag("--port", "N"), Field(ge=0, le=65535)] = DEFAULT_PORT
     """The port."""
+    ollama_port: Annotated[int | None, Flag("--ollama-port", "N"), Field(ge=1, le=65535)] = None
+    """A second port on ``host``, served by the same app, for apps written for
+    Ollama: 11434 (Ollama's) keeps their default URL. Unset: Ollama's API is
+    served on ``port`` only (it always is, beside ``/v1``)."""
     log_level: Annotated[LogLevel, Flag("--log-level", "LEVEL")] = "info"
     """uvicorn's and tierlm's log level."""
     log_format: Annotated[LogFormat, Flag("--log-format", "FORMAT")] = "text"
