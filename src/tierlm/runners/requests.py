@@ -70,6 +70,10 @@ class GenerationRequest:
     ``parallel_tool_calls``, ``logprobs``...) or a backend's own (llama.cpp's
     ``grammar``, ``top_k``, ``mirostat_mode``). A runner honours them, passes
     them on to its server, or raises ``InvalidRequest``; it never drops one."""
+    person: bool = False
+    """A person waits on it (its job is T0 or T1 when it starts): a batched
+    runner evaluates its prompt before background prompts (docs/design.md
+    §4.7 the step plan). The shell sets it; callers need not."""
     job_id: int | str | None = None
     """The scheduler job this generation belongs to, when known: a runner's
     errors name it (e.g. a crashed llama.cpp worker: "while generating for job 12")."""

@@ -298,6 +298,7 @@ class Dispatcher:
                 entry.journal,
                 on_direct=lambda: self._drives_runner(entry),
             )
+            ctx.person = self.policy.tier(job, self.now()) <= Tier.T1
             entry.context = ctx
             if self.slots > 1:
                 # docs/design.md §4.7: a person's first token ends the prompt

@@ -146,6 +146,7 @@ class JobContext:
         "job_id",
         "model_id",
         "on_first_token",
+        "person",
         "progress_at",
         "started_at",
     )
@@ -173,6 +174,9 @@ class JobContext:
         self.first_live_at: float | None = None
         """When the runner gave this run its first token (a journal replay's
         are not the runner's): its prompt is evaluated."""
+        self.person = False
+        """A person waits on this run (T0 or T1 when it started): its
+        requests say so to the runner (docs/design.md §4.7 the step plan)."""
         self.on_first_token: Callable[[], None] | None = None
         """Told once, at ``first_live_at`` (the shell decides again then)."""
         self.progress_at: float | None = None
@@ -246,6 +250,8 @@ class JobContext:
         )
         if request.job_id is None:  # so a runner's errors can name the job
             request = replace(request, job_id=self.job_id)
+        if self.person:  # docs/design.md §4.7 the step plan
+            request = replace(request, person=True)
         journal = self._journal
         if journal is None:
             async with aclosing_stream(self._runner.generate(request, self.cancel)) as stream:
@@ -339,6 +345,8 @@ class ResumingGeneration:
             request = self.request
             if request.job_id is None:  # so a runner's errors can name the job
                 request = replace(request, job_id=ctx.job_id)
+            if ctx.person != request.person:  # docs/design.md §4.7 the step plan
+                request = replace(request, person=ctx.person)
             live = continued(request, self.pieces)
             if live is not None:
                 # ctx._runner: a generation resumes, it is not "direct" work.

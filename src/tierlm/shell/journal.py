@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tierlm.runners.requests import GenerationRequest
 
@@ -53,9 +53,11 @@ def request_key(request: GenerationRequest) -> bytes:
 
     A digest, not the request: an agent's messages can be large, and a work
     function may mutate the list it passed after the call; the digest is
-    taken when the call is made and costs 32 bytes.
+    taken when the call is made and costs 32 bytes. ``person`` is left out:
+    it says who waits on this run, not what the call asks (docs/design.md §4.7).
     """
-    return hashlib.sha256(repr(request).encode()).digest()
+    asked = replace(request, person=False)
+    return hashlib.sha256(repr(asked).encode()).digest()
 
 
 def piece_bytes(piece: str) -> int:
