@@ -12,10 +12,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tierlm.runners.llama_cpp.loader import open_model
+from tierlm.runners.llama_cpp.worker.loader import open_model
 
 if TYPE_CHECKING:
-    from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+    from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
 
 __all__ = ["eog_tokens", "raw_rate"]
 

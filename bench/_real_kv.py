@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from tierlm import JobCompleted, JobEvent, JobStarted, Scheduler, SchedulerEvent
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.llama_cpp import RUN_AHEAD, LlamaCppRunner, LlamaModelSpec
-from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES
+from tierlm.runners.llama_cpp.model.capacity import DEFAULT_KV_POOL_BYTES
 from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from tierlm.runners.llama_cpp.transport import with_omp_defaults
+from tierlm.runners.llama_cpp.host.transport import with_omp_defaults
 
 os.environ.update(with_omp_defaults(os.environ))
 

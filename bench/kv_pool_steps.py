@@ -41,11 +41,11 @@ from typing import Any
 
 from _results import results_file
 from tierlm.runners.llama_cpp import default_chat_spec
-from tierlm.runners.llama_cpp.batch import BatchEngine
-from tierlm.runners.llama_cpp.control import ControlBlock, StopReason
-from tierlm.runners.llama_cpp.kv_pool import KvPool
-from tierlm.runners.llama_cpp.loader import open_model
-from tierlm.runners.llama_cpp.messages import Failed, Generate, Piece, Reply, Step
+from tierlm.runners.llama_cpp.wire.control import ControlBlock, StopReason
+from tierlm.runners.llama_cpp.wire.messages import Failed, Generate, Piece, Reply, Step
+from tierlm.runners.llama_cpp.worker.engine.batch import BatchEngine
+from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
+from tierlm.runners.llama_cpp.worker.loader import open_model
 from tierlm.runners.requests import GenerationRequest
 
 RESULTS = results_file("kv_pool_steps")

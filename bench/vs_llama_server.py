@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 
-from tierlm.runners.llama_cpp.transport import with_omp_defaults
+from tierlm.runners.llama_cpp.host.transport import with_omp_defaults
 
 # OpenMP waits as in the worker, for the raw curve measured in this process.
 os.environ.update(with_omp_defaults(os.environ))
@@ -62,9 +62,9 @@ from _batch_raw import raw_rate
 from _results import results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
-from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
-from tierlm.runners.llama_cpp.loader import open_vocab
-from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.model.cpu_flags import cpu_has_amx
+from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.worker.loader import open_vocab
 from tierlm.runners.requests import GenerationRequest
 
 RESULTS = results_file("vs_llama_server")

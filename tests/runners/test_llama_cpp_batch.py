@@ -26,7 +26,7 @@ pytestmark = pytest.mark.llama
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
 
 from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec, default_chat_model  # noqa: E402
-from tierlm.runners.llama_cpp.batch import PREFILL_CHUNK  # noqa: E402
+from tierlm.runners.llama_cpp.worker.engine.batch import PREFILL_CHUNK  # noqa: E402
 
 MODEL = "smollm2"
 QUESTIONS = [

@@ -19,16 +19,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tierlm.runners.errors import RunnerError
-from tierlm.runners.llama_cpp.capacity import SlotChoice, auto_slots
-from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT
-from tierlm.runners.llama_cpp.default_model import (
+from tierlm.runners.llama_cpp.model.capacity import DEFAULT_KV_POOL_BYTES, SlotChoice, auto_slots
+from tierlm.runners.llama_cpp.model.default_model import (
     DEFAULT_CHAT_MODEL_ID,
     DEFAULT_SYSTEM_PROMPT,
     SMOLLM2_PACKAGE,
     default_chat_model,
 )
-from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES
-from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT
 from tierlm.runners.protocol import Runner
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.settings.backends.base import MODELS, BackendSettings

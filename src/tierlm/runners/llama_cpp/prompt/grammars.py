@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tierlm.runners.errors import InvalidRequest
-from tierlm.runners.llama_cpp.schema_keywords import (
+from tierlm.runners.llama_cpp.prompt.schema_keywords import (
     GRAMMAR_KEYWORDS,
     grammar_schema,
     int_bounds,

@@ -13,7 +13,7 @@ other: the decode thread admits each ``Generate`` into a ``BatchEngine``
 (``batch.py``) and steps it, taking new commands between steps; a load or an
 unload waits until the generations running have ended.
 
-The same class runs inside the worker process (``worker.py``) and, with
+The same class runs inside the worker process (``main.py``) and, with
 ``isolation="thread"``, inside the runner's own process.
 """
 
@@ -27,12 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
-from tierlm.runners.llama_cpp import snapshots
-from tierlm.runners.llama_cpp.batch import BatchEngine
-from tierlm.runners.llama_cpp.decode import decode
-from tierlm.runners.llama_cpp.kv_pool import KvPool
-from tierlm.runners.llama_cpp.loader import LoadedModel, Vocab, open_model, open_vocab
-from tierlm.runners.llama_cpp.messages import (
+from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
     Failed,
     Generate,
@@ -45,14 +40,19 @@ from tierlm.runners.llama_cpp.messages import (
     Shutdown,
     Unload,
 )
-from tierlm.runners.llama_cpp.sampling import check_options
+from tierlm.runners.llama_cpp.worker import snapshots
+from tierlm.runners.llama_cpp.worker.engine.batch import BatchEngine
+from tierlm.runners.llama_cpp.worker.engine.decode import decode
+from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
+from tierlm.runners.llama_cpp.worker.loader import LoadedModel, Vocab, open_model, open_vocab
+from tierlm.runners.llama_cpp.worker.sampling import check_options
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tierlm.runners.llama_cpp.control import ControlBlock
-    from tierlm.runners.llama_cpp.faults import FaultInjection, FaultPoint
-    from tierlm.runners.llama_cpp.messages import Command, Event
+    from tierlm.runners.llama_cpp.wire.control import ControlBlock
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection, FaultPoint
+    from tierlm.runners.llama_cpp.wire.messages import Command, Event
 
 __all__ = ["PROBE_PROMPT", "DecodeService"]
 

@@ -26,13 +26,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from tierlm.runners.llama_cpp.model.capacity import DEFAULT_KV_POOL_BYTES
+from tierlm.runners.llama_cpp.wire.messages import PoolStats
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
-    "DEFAULT_KV_POOL_BYTES",
     "KvPool",
-    "PoolStats",
     "Snapshot",
     "load_seq_state",
     "restore_state",
@@ -42,27 +43,9 @@ __all__ = [
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
 
-DEFAULT_KV_POOL_BYTES = 512 * 2**20
-"""512 MiB: ~22 000 tokens of SmolLM2-135M state (~23 KB a token), e.g. a
-dozen preempted 1 500-token agent prompts."""
 # Snapshots whose state was dropped still hold their tokens (4 bytes each):
 # kept for exact re-evaluation, up to this many.
 MAX_SNAPSHOTS = 256
-
-
-@dataclass(frozen=True, slots=True)
-class PoolStats:
-    """The pool as a gateway would show it."""
-
-    limit_bytes: int
-    state_bytes: int
-    states: int
-    snapshots: int
-    saved: int
-    """States saved since the worker started."""
-    restored: int
-    evicted: int
-    """States dropped to stay within the limit."""
 
 
 @dataclass(eq=False, slots=True)

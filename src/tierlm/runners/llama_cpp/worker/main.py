@@ -1,4 +1,4 @@
-"""The llama.cpp worker process: ``python -m tierlm.runners.llama_cpp.worker CONN CONTROL``.
+"""The llama.cpp worker process: ``python -m tierlm.runners.llama_cpp.worker.main CONN CONTROL``.
 
 Started by the runner (``transport.WorkerProcess``) with two inherited file
 descriptors: ``CONN``, its end of a socket pair carrying pickled commands and
@@ -18,9 +18,9 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from tierlm.runners.llama_cpp.control import HEARTBEAT_SECONDS, ControlBlock
-from tierlm.runners.llama_cpp.messages import Event, Log, Reply, Shutdown
-from tierlm.runners.llama_cpp.service import DecodeService
+from tierlm.runners.llama_cpp.wire.control import HEARTBEAT_SECONDS, ControlBlock
+from tierlm.runners.llama_cpp.wire.messages import Event, Log, Reply, Shutdown
+from tierlm.runners.llama_cpp.worker.service import DecodeService
 
 __all__ = ["main"]
 

@@ -3,7 +3,7 @@
 docs/design.md §1 runners, batched decode. A runner with ``slots`` = k > 1 runs
 up to k generations at once; in the worker each holds a sequence id of the
 context (``n_seq_max`` = k, a KV stream each) and a ``Sequence`` (its sampler,
-cancel, run-ahead: ``batch_seq.py``). Each step:
+cancel, run-ahead: ``sequence.py``). Each step:
 
 1. generations whose runner asked them to stop end (a yield only once it has
    produced a token, docs/design.md §4 preemption kinds);
@@ -14,7 +14,7 @@ cancel, run-ahead: ``batch_seq.py``). Each step:
 3. one ``llama_decode``; each sequence with a row of logits samples its next
    token with its own chain and sends its piece.
 
-KV reuse (``batch_cells.py``). A sequence id keeps the KV of what ran in it
+KV reuse (``cells.py``). A sequence id keeps the KV of what ran in it
 last, and a new generation goes to the free id sharing the longest prefix
 with its tokens, so a generation paused by a yield or a preemption and
 resumed evaluates one token, its last, and no prompt token again; what an
@@ -27,23 +27,23 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import RunnerError
-from tierlm.runners.llama_cpp import snapshots
-from tierlm.runners.llama_cpp.batch_cells import Cells
-from tierlm.runners.llama_cpp.batch_seq import Sequence
-from tierlm.runners.llama_cpp.kv_pool import Snapshot
-from tierlm.runners.llama_cpp.messages import Failed, GenerationStats, Reply, Step
-from tierlm.runners.llama_cpp.sampling import build_sampler, resumed_tokens
+from tierlm.runners.llama_cpp.wire.messages import Failed, GenerationStats, Reply, Step
+from tierlm.runners.llama_cpp.worker import snapshots
+from tierlm.runners.llama_cpp.worker.engine.cells import Cells
+from tierlm.runners.llama_cpp.worker.engine.sequence import Sequence
+from tierlm.runners.llama_cpp.worker.kv_pool import Snapshot
+from tierlm.runners.llama_cpp.worker.sampling import build_sampler, resumed_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tierlm.runners.llama_cpp.control import ControlBlock, StopReason
-    from tierlm.runners.llama_cpp.faults import FaultInjection
-    from tierlm.runners.llama_cpp.kv_pool import KvPool
-    from tierlm.runners.llama_cpp.loader import LoadedModel
-    from tierlm.runners.llama_cpp.messages import Ended, Event, Generate
+    from tierlm.runners.llama_cpp.wire.control import ControlBlock, StopReason
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection
+    from tierlm.runners.llama_cpp.wire.messages import Ended, Event, Generate
+    from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
+    from tierlm.runners.llama_cpp.worker.loader import LoadedModel
 
-__all__ = ["CPU_STEP_COST", "DEFAULT_SLOTS", "PREFILL_CHUNK", "BatchEngine"]
+__all__ = ["PREFILL_CHUNK", "BatchEngine"]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
 
@@ -53,42 +53,7 @@ prefill, docs/design.md §1 runners). Small enough that a step with a chunk
 costs a few plain decode steps on a small CPU, so running sequences keep
 streaming while a long background prompt is read; large enough that a
 2 000-token prompt takes ~30 steps, not 2 000."""
-DEFAULT_SLOTS = 8
-"""The slots to deploy llama.cpp with when batching (docs/design.md §2): the
-last doubling of k that still gains >= 1.4x aggregate tokens/s at the default
-thread count on the curve measured on a quiet machine here (2 threads 96 -> 142
-tokens/s for k = 4 -> 8, 1.48x; 8 -> 16 gains 1.35x for twice the KV memory),
-and what bench/results/batched_decode.json shows here. ``LlamaCppRunner``'s
-own default stays 1 (one at a time) until the shell runs several generations
-at once."""
 _RUN_AHEAD_POLL = 0.001
-
-
-def _step_cost(aggregate: dict[int, float], slots: int) -> tuple[float, ...]:
-    """Relative step time for n = 1..slots from aggregate tokens/s at some k,
-    interpolated linearly in between (and extrapolated past the last k)."""
-    points = sorted(aggregate.items())
-    costs = []
-    for n in range(1, slots + 1):
-        lo = max((p for p in points if p[0] <= n), default=points[0])
-        hi = min((p for p in points if p[0] >= n), default=points[-1])
-        if hi[0] == lo[0]:
-            rate = lo[1] if n <= points[-1][0] else points[-1][1]
-        else:
-            rate = lo[1] + (hi[1] - lo[1]) * (n - lo[0]) / (hi[0] - lo[0])
-        costs.append(n * aggregate[1] / rate)
-    return tuple(costs)
-
-
-CPU_STEP_COST = _step_cost({1: 73.7, 2: 92.4, 4: 112.1, 8: 146.1, 16: 158.4}, 256)
-"""The step time of n sequences relative to one on these machines' CPUs (2
-threads, SmolLM2-135M Q4_1, OpenMP waits as the worker's, docs/design.md §1;
-``bench/batched_decode.py`` raw curve: 73.7, 92.4, 112.1, 146.1, 158.4 tokens/s
-for k = 1, 2, 4, 8, 16): 1.0, 1.6, 2.6, 4.0, 7.4. (With passive waits one
-sequence ran at 33 tokens/s and the curve was 1.0, 1.12, 1.38, 1.86, 2.75: the
-guard let background beside a chat that now slows it past ``chat_slowdown``.)
-The chat latency guard reads it (docs/design.md §4.7); a GPU's curve is
-flatter, so on one the guard cuts more than it must, never less."""
 
 
 def _seq_id(seq: Sequence) -> int:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tierlm.runners.llama_cpp import snapshots
-from tierlm.runners.llama_cpp.kv_pool import (
+from tierlm.runners.llama_cpp.worker import snapshots
+from tierlm.runners.llama_cpp.worker.kv_pool import (
     Snapshot,
     common_prefix,
     load_seq_state,
@@ -25,7 +25,7 @@ from tierlm.runners.llama_cpp.kv_pool import (
 )
 
 if TYPE_CHECKING:
-    from tierlm.runners.llama_cpp.kv_pool import KvPool
+    from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
 
 __all__ = ["Cell", "Cells", "runs"]
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tierlm.runners.requests import TokenLogprob
+
 if TYPE_CHECKING:
-    from tierlm.runners.llama_cpp.faults import FaultInjection
-    from tierlm.runners.llama_cpp.kv_pool import PoolStats
-    from tierlm.runners.llama_cpp.logprobs import TokenLogprobs
-    from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+    from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection
     from tierlm.runners.requests import GenerationRequest
 
 __all__ = [
@@ -37,13 +37,34 @@ __all__ = [
     "LoadInfo",
     "Log",
     "Piece",
+    "PoolStats",
     "Progress",
     "RenderPrompt",
     "Reply",
     "Shutdown",
     "Step",
+    "TokenLogprobs",
     "Unload",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """The pool as a gateway would show it."""
+
+    limit_bytes: int
+    state_bytes: int
+    states: int
+    snapshots: int
+    saved: int
+    """States saved since the worker started."""
+    restored: int
+    evicted: int
+    """States dropped to stay within the limit."""
+
+
+TokenLogprobs = tuple[TokenLogprob, tuple[TokenLogprob, ...]]
+"""A sampled token's log-probability, and the most likely tokens'."""
 
 Ended = Literal[
     "", "max_tokens", "eos", "stop", "cancelled", "prefill_aborted", "context_full", "error"

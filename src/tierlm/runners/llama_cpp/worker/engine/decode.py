@@ -27,18 +27,18 @@ import codecs
 import time
 from typing import TYPE_CHECKING
 
-from tierlm.runners.llama_cpp.logprobs import Logprobs
-from tierlm.runners.llama_cpp.messages import GenerationStats, Piece
-from tierlm.runners.llama_cpp.sampling import build_sampler, resumed_tokens
+from tierlm.runners.llama_cpp.wire.messages import GenerationStats, Piece
+from tierlm.runners.llama_cpp.worker.logprobs import Logprobs
+from tierlm.runners.llama_cpp.worker.sampling import build_sampler, resumed_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from tierlm.runners.llama_cpp.control import ControlBlock
-    from tierlm.runners.llama_cpp.faults import FaultInjection
-    from tierlm.runners.llama_cpp.loader import LoadedModel
-    from tierlm.runners.llama_cpp.logprobs import TokenLogprobs
-    from tierlm.runners.llama_cpp.snapshots import Plan, TokenLog
+    from tierlm.runners.llama_cpp.wire.control import ControlBlock
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection
+    from tierlm.runners.llama_cpp.wire.messages import TokenLogprobs
+    from tierlm.runners.llama_cpp.worker.loader import LoadedModel
+    from tierlm.runners.llama_cpp.worker.snapshots import Plan, TokenLog
     from tierlm.runners.requests import GenerationRequest
 
 __all__ = ["RUN_AHEAD", "decode"]

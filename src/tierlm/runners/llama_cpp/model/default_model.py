@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
 
 __all__ = [
     "DEFAULT_CHAT_MODEL_ID",

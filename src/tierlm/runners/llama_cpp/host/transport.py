@@ -30,14 +30,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT, ControlBlock
-from tierlm.runners.llama_cpp.messages import Shutdown
-from tierlm.runners.llama_cpp.service import DecodeService
+from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT, ControlBlock
+from tierlm.runners.llama_cpp.wire.messages import Shutdown
+from tierlm.runners.llama_cpp.worker.service import DecodeService
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from tierlm.runners.llama_cpp.messages import Command, Event
+    from tierlm.runners.llama_cpp.wire.messages import Command, Event
 
 __all__ = ["OMP_DEFAULTS", "Worker", "WorkerProcess", "WorkerThread", "with_omp_defaults"]
 
@@ -113,7 +113,7 @@ class WorkerProcess:
                 [
                     sys.executable,
                     "-m",
-                    "tierlm.runners.llama_cpp.worker",
+                    "tierlm.runners.llama_cpp.worker.main",
                     str(theirs.fileno()),
                     str(self.control.fd),
                 ],

@@ -16,13 +16,13 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Literal
 
-from tierlm.runners.llama_cpp.calls import Call, Calls
-from tierlm.runners.llama_cpp.transport import Worker, WorkerProcess, WorkerThread
+from tierlm.runners.llama_cpp.host.calls import Call, Calls
+from tierlm.runners.llama_cpp.host.transport import Worker, WorkerProcess, WorkerThread
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from tierlm.runners.llama_cpp.messages import Command
+    from tierlm.runners.llama_cpp.wire.messages import Command
 
 __all__ = ["ISOLATIONS", "Isolation", "WorkerSupervisor"]
 

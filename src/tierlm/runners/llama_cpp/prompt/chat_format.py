@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tierlm.runners.llama_cpp.grammars import tool_choice
+from tierlm.runners.llama_cpp.prompt.grammars import tool_choice
 from tierlm.runners.requests import Message
 from tierlm.runners.tool_calls import format_call
 

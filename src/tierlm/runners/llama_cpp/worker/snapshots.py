@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from tierlm.runners.llama_cpp.kv_pool import (
+from tierlm.runners.llama_cpp.worker.kv_pool import (
     KvPool,
     Snapshot,
     common_prefix,
@@ -33,8 +33,8 @@ from tierlm.runners.llama_cpp.kv_pool import (
 )
 
 if TYPE_CHECKING:
-    from tierlm.runners.llama_cpp.faults import FaultInjection
-    from tierlm.runners.llama_cpp.loader import LoadedModel
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection
+    from tierlm.runners.llama_cpp.worker.loader import LoadedModel
     from tierlm.runners.requests import GenerationRequest
 
 __all__ = [

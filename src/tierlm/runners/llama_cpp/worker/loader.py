@@ -16,20 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import RunnerError
-from tierlm.runners.llama_cpp.chat_format import chat_for_template
-from tierlm.runners.llama_cpp.literal_text import (
+from tierlm.runners.llama_cpp.prompt.chat_format import chat_for_template
+from tierlm.runners.llama_cpp.prompt.literal_text import (
     Piece,
     mark_control_text,
     split_rendered,
     tokenize_pieces,
 )
-from tierlm.runners.llama_cpp.messages import LoadInfo
+from tierlm.runners.llama_cpp.wire.messages import LoadInfo
 from tierlm.runners.requests import GenerationRequest, Message
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+    from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
 
 __all__ = ["CHATML", "LoadedModel", "Vocab", "open_model", "open_vocab"]
 

@@ -14,17 +14,22 @@ import codecs
 import time
 from typing import TYPE_CHECKING, Any
 
-from tierlm.runners.llama_cpp.decode import RUN_AHEAD, _find_stop, _record, _safe_prefix
-from tierlm.runners.llama_cpp.logprobs import Logprobs
-from tierlm.runners.llama_cpp.messages import GenerationStats, Piece
-from tierlm.runners.llama_cpp.snapshots import TokenLog
+from tierlm.runners.llama_cpp.wire.messages import GenerationStats, Piece
+from tierlm.runners.llama_cpp.worker.engine.decode import (
+    RUN_AHEAD,
+    _find_stop,
+    _record,
+    _safe_prefix,
+)
+from tierlm.runners.llama_cpp.worker.logprobs import Logprobs
+from tierlm.runners.llama_cpp.worker.snapshots import TokenLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tierlm.runners.llama_cpp.control import ControlBlock, StopReason
-    from tierlm.runners.llama_cpp.messages import Ended, Generate
-    from tierlm.runners.llama_cpp.snapshots import Plan
+    from tierlm.runners.llama_cpp.wire.control import ControlBlock, StopReason
+    from tierlm.runners.llama_cpp.wire.messages import Ended, Generate
+    from tierlm.runners.llama_cpp.worker.snapshots import Plan
 
 __all__ = ["Sequence"]
 

@@ -28,12 +28,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
-from tierlm.runners.llama_cpp.grammars import request_grammar
+from tierlm.runners.llama_cpp.prompt.grammars import request_grammar
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from tierlm.runners.llama_cpp.snapshots import Plan
+    from tierlm.runners.llama_cpp.worker.snapshots import Plan
     from tierlm.runners.requests import GenerationRequest
 
 __all__ = [

@@ -22,33 +22,33 @@ from typing import TYPE_CHECKING
 
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.errors import DeviceCrashed, RunnerError, unknown_model
-from tierlm.runners.llama_cpp.batch import CPU_STEP_COST
-from tierlm.runners.llama_cpp.calls import WorkerCrashed
-from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT, MAX_LANES, StopReason
-from tierlm.runners.llama_cpp.cpu_flags import extra_bufts_for_slots
-from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES, PoolStats
-from tierlm.runners.llama_cpp.lanes import Lanes
-from tierlm.runners.llama_cpp.messages import (
+from tierlm.runners.llama_cpp.host.calls import WorkerCrashed
+from tierlm.runners.llama_cpp.host.lanes import Lanes
+from tierlm.runners.llama_cpp.host.supervisor import ISOLATIONS, Isolation, WorkerSupervisor
+from tierlm.runners.llama_cpp.model.capacity import CPU_STEP_COST, DEFAULT_KV_POOL_BYTES
+from tierlm.runners.llama_cpp.model.cpu_flags import extra_bufts_for_slots
+from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec, cpu_has_amx
+from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT, MAX_LANES, StopReason
+from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
     Generate,
     GenerationStats,
     InjectFault,
     Load,
     LoadInfo,
+    PoolStats,
     RenderPrompt,
     Shutdown,
     Unload,
 )
-from tierlm.runners.llama_cpp.spec import LlamaModelSpec, cpu_has_amx
-from tierlm.runners.llama_cpp.supervisor import ISOLATIONS, Isolation, WorkerSupervisor
 from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
     from os import PathLike
 
-    from tierlm.runners.llama_cpp.faults import FaultInjection
-    from tierlm.runners.llama_cpp.transport import Worker
+    from tierlm.runners.llama_cpp.host.transport import Worker
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection
 
 __all__ = ["ISOLATIONS", "Isolation", "LlamaCppRunner"]
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tierlm.runners.llama_cpp.wire.messages import TokenLogprobs
 from tierlm.runners.requests import TokenLogprob
 
 if TYPE_CHECKING:
     from tierlm.runners.requests import GenerationRequest
 
-__all__ = ["Logprobs", "TokenLogprobs"]
-
-TokenLogprobs = tuple[TokenLogprob, tuple[TokenLogprob, ...]]
-"""A sampled token's log-probability, and the most likely tokens'."""
+__all__ = ["Logprobs"]
 
 
 @dataclass(slots=True)

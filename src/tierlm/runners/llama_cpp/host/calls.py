@@ -14,11 +14,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
-from tierlm.runners.llama_cpp.messages import Failed, Log, Piece, Progress, Reply, Step
+from tierlm.runners.llama_cpp.wire.messages import Failed, Log, Piece, Progress, Reply, Step
 from tierlm.runners.requests import TokenPiece
 
 if TYPE_CHECKING:
-    from tierlm.runners.llama_cpp.messages import Event
+    from tierlm.runners.llama_cpp.wire.messages import Event
 
 __all__ = ["Call", "Calls", "WorkerCrashed", "describe_exit"]
 

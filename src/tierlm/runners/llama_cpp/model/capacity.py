@@ -1,5 +1,7 @@
-"""How many slots to run llama.cpp with when nobody said (docs/design.md §2
-"How many slots").
+"""The device's sizes, known before any model loads: how many slots to run
+llama.cpp with when nobody said (docs/design.md §2 "How many slots"), what a
+step of n sequences costs (``CPU_STEP_COST``), and the KV snapshot pool's
+default bound.
 
 ``DEFAULT_SLOTS`` (8) is where doubling the batch stops paying on the CPUs
 measured here; but k slots hold k contexts of KV, and a token's KV depends on
@@ -16,13 +18,60 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tierlm.runners.llama_cpp.batch import DEFAULT_SLOTS
-from tierlm.runners.llama_cpp.gguf_header import GgufError, kv_shape
-from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.model.gguf_header import GgufError, kv_shape
+from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
 
-__all__ = ["KV_MEMORY_SHARE", "SlotChoice", "auto_slots", "physical_memory"]
+__all__ = [
+    "CPU_STEP_COST",
+    "DEFAULT_KV_POOL_BYTES",
+    "DEFAULT_SLOTS",
+    "KV_MEMORY_SHARE",
+    "SlotChoice",
+    "auto_slots",
+    "physical_memory",
+]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
+
+DEFAULT_SLOTS = 8
+"""The slots to deploy llama.cpp with when batching (docs/design.md §2): the
+last doubling of k that still gains >= 1.4x aggregate tokens/s at the default
+thread count on the curve measured on a quiet machine here (2 threads 96 -> 142
+tokens/s for k = 4 -> 8, 1.48x; 8 -> 16 gains 1.35x for twice the KV memory),
+and what bench/results/batched_decode.json shows here. ``LlamaCppRunner``'s
+own default stays 1 (one at a time) until the shell runs several generations
+at once."""
+DEFAULT_KV_POOL_BYTES = 512 * 2**20
+"""512 MiB: ~22 000 tokens of SmolLM2-135M state (~23 KB a token), e.g. a
+dozen preempted 1 500-token agent prompts."""
+
+
+def _step_cost(aggregate: dict[int, float], slots: int) -> tuple[float, ...]:
+    """Relative step time for n = 1..slots from aggregate tokens/s at some k,
+    interpolated linearly in between (and extrapolated past the last k)."""
+    points = sorted(aggregate.items())
+    costs = []
+    for n in range(1, slots + 1):
+        lo = max((p for p in points if p[0] <= n), default=points[0])
+        hi = min((p for p in points if p[0] >= n), default=points[-1])
+        if hi[0] == lo[0]:
+            rate = lo[1] if n <= points[-1][0] else points[-1][1]
+        else:
+            rate = lo[1] + (hi[1] - lo[1]) * (n - lo[0]) / (hi[0] - lo[0])
+        costs.append(n * aggregate[1] / rate)
+    return tuple(costs)
+
+
+CPU_STEP_COST = _step_cost({1: 73.7, 2: 92.4, 4: 112.1, 8: 146.1, 16: 158.4}, 256)
+"""The step time of n sequences relative to one on these machines' CPUs (2
+threads, SmolLM2-135M Q4_1, OpenMP waits as the worker's, docs/design.md §1;
+``bench/batched_decode.py`` raw curve: 73.7, 92.4, 112.1, 146.1, 158.4 tokens/s
+for k = 1, 2, 4, 8, 16): 1.0, 1.6, 2.6, 4.0, 7.4. (With passive waits one
+sequence ran at 33 tokens/s and the curve was 1.0, 1.12, 1.38, 1.86, 2.75: the
+guard let background beside a chat that now slows it past ``chat_slowdown``.)
+The chat latency guard reads it (docs/design.md §4.7); a GPU's curve is
+flatter, so on one the guard cuts more than it must, never less."""
+
 
 KV_MEMORY_SHARE = 0.25
 """The part of physical memory the slots' KV may take by default: the rest is
