@@ -49,11 +49,9 @@ T = TypeVar("T")
 Listener = Callable[[SchedulerEvent], None]
 
 # The policy's kind of preemption as the job's cancel reason (docs/design.md §4
-# preemption kinds); both re-queue a re-queueable job.
+# preemption kinds; both re-queue a re-queueable job: ``CancelReason.preempts``).
+# The policy keeps its own two words because core imports no runner (§1).
 _REASONS = {Preemption.YIELD: CancelReason.YIELD, Preemption.PREEMPT: CancelReason.PREEMPTED}
-_PREEMPTIONS = frozenset(_REASONS.values())
-# A stop under way, as the policy sees it: only a yield may still be cut short.
-_STOPPING = {CancelReason.YIELD: Preemption.YIELD}
 
 
 class Dispatcher:
@@ -233,7 +231,9 @@ class Dispatcher:
             if reason is not None:
                 # Only a yield may still be cut short by a person's preemption
                 # (docs/design.md §4 preemption kinds); any other stop is final.
-                stopping[job_id] = _STOPPING.get(reason, Preemption.PREEMPT)
+                stopping[job_id] = (
+                    Preemption.YIELD if reason is CancelReason.YIELD else Preemption.PREEMPT
+                )
         device = Device(
             self.model,
             self.slots,
@@ -376,7 +376,7 @@ class Dispatcher:
         aborted = token.aborts_prompt
         if not token.cancel(reason):
             return  # already stopping for this reason or a stronger one
-        if first and reason in _PREEMPTIONS:  # a yield cut short counts once
+        if first and reason.preempts:  # a yield cut short counts once
             self.stats.preemptions += 1
             self.emit(Preempting(self.loop.time(), entry.job, reason))
         # The grace runs from the first cancel that must stop the job within a
@@ -418,7 +418,7 @@ class Dispatcher:
         self.stuck.pop(job.id, None)
         if isinstance(outcome, Stopped):
             reason = entry.cancel_requested or outcome.reason
-            if reason in _PREEMPTIONS and job.task_class.requeue and not self.closed:
+            if reason.preempts and job.task_class.requeue and not self.closed:
                 entry.preemptions += 1
                 transition(entry, JobState.QUEUED)
                 self.stats.requeues += 1
@@ -427,7 +427,7 @@ class Dispatcher:
             else:
                 # Its caller is told "preempted", whichever kind stopped it:
                 # the difference is the device's, not the caller's.
-                preempted = CancelReason.PREEMPTED if reason in _PREEMPTIONS else reason
+                preempted = CancelReason.PREEMPTED if reason.preempts else reason
                 self._resolve(entry, Stopped(preempted))
         elif self._survives_crash(entry, outcome):
             # docs/design.md §4.9: the device crashed under it, through no fault

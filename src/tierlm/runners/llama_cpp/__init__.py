@@ -3,7 +3,7 @@
 Its rooms follow the process boundary (docs/design.md §1 runners):
 
 - ``host/``: the runner's process. ``LlamaCppRunner`` (the asyncio side), the
-  worker's transport and supervisor, the calls in flight, the slots' lanes;
+  worker's transport and supervisor, the calls in flight, the slots it hands out;
 - ``worker/``: the worker process. Its main loop and decode service, the
   model loader, sampling, log-probabilities, KV snapshots and their pool, and
   ``engine/``, the decode loops (one generation, or a batch of them);

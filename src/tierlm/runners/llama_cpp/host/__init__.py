@@ -4,6 +4,6 @@
 process, or threads here with ``isolation="thread"``), replaces it when it
 dies (``supervisor.py``), matches the worker's events to the calls waiting
 for them (``calls.py``) and hands each generation in flight one of its
-``slots`` (``lanes.py``). It talks to the worker only through ``wire/``;
+``slots`` (``slots.py``). It talks to the worker only through ``wire/``;
 it never loads llama.cpp itself.
 """

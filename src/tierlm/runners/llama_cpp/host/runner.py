@@ -20,15 +20,15 @@ import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.errors import DeviceCrashed, RunnerError, unknown_model
 from tierlm.runners.llama_cpp.host.calls import WorkerCrashed
-from tierlm.runners.llama_cpp.host.lanes import Lanes
+from tierlm.runners.llama_cpp.host.slots import Slots
 from tierlm.runners.llama_cpp.host.supervisor import ISOLATIONS, Isolation, WorkerSupervisor
 from tierlm.runners.llama_cpp.model.capacity import CPU_STEP_COST, DEFAULT_KV_POOL_BYTES
 from tierlm.runners.llama_cpp.model.cpu_flags import extra_bufts_for_slots
 from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec, cpu_has_amx
-from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT, MAX_LANES, StopReason
+from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT, MAX_SLOTS
 from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
     Generate,
@@ -101,8 +101,8 @@ class LlamaCppRunner:
     ) -> None:
         if not stall_timeout > 0:
             raise ValueError(f"stall_timeout: must be seconds > 0, got {stall_timeout!r}")
-        if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_LANES:
-            raise ValueError(f"slots: must be an int from 1 to {MAX_LANES}, got {slots!r}")
+        if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
+            raise ValueError(f"slots: must be an int from 1 to {MAX_SLOTS}, got {slots!r}")
         if not isinstance(kv_pool_bytes, int) or kv_pool_bytes < 0:
             raise ValueError(f"kv_pool_bytes: must be an int >= 0, got {kv_pool_bytes!r}")
         if isolation not in ISOLATIONS:
@@ -119,7 +119,7 @@ class LlamaCppRunner:
         """Sequences decoded at once (docs/design.md §1 runners, batched decode):
         up to ``slots`` concurrent ``generate`` calls decode together, one
         ``llama_batch`` per step; 1 = one generation at a time."""
-        self._lanes = Lanes(slots)
+        self._slot_table = Slots(slots)
         self.step_cost = CPU_STEP_COST[:slots]
         """A step's time with n sequences relative to one, for the shell's chat
         latency guard (docs/design.md §4.7): the curve measured on these CPUs."""
@@ -327,8 +327,8 @@ class LlamaCppRunner:
         self.loaded_model = None
         if worker is not None:
             for gen_id in calls.generations():
-                lane = self._lanes.held.get(gen_id, 0)
-                worker.control.cancel(gen_id, StopReason.SHUTDOWN, lane)
+                slot = self._slot_table.held.get(gen_id, 0)
+                worker.control.cancel(gen_id, CancelReason.SHUTDOWN, slot)
             await asyncio.to_thread(worker.shutdown)
 
     # -- tokens --------------------------------------------------------------
@@ -386,27 +386,27 @@ class LlamaCppRunner:
         stop = cancel.for_call(lambda: yielded)  # a yield: after the first token
         label = f"job {request.job_id}" if request.job_id is not None else "a request"
         gen_id = next(self._ids)
-        lane = await self._lanes.acquire(gen_id)
+        slot = await self._slot_table.acquire(gen_id)
         try:
             worker, call = await self._supervisor.call(
-                Generate(next(self._ids), gen_id, request, label, lane), gen_id=gen_id
+                Generate(next(self._ids), gen_id, request, label, slot), gen_id=gen_id
             )
         except BaseException:
-            self._lanes.release(gen_id)
+            self._slot_table.release(gen_id)
             raise
         control = worker.control
 
         def on_cancel(token: CancelToken) -> None:
             # Called again when a stronger reason replaces the first (a yield
             # cut short by a person's preemption): the worker reads the latest.
-            control.cancel(gen_id, StopReason.of(token.reason), lane)
+            control.cancel(gen_id, token.reason or CancelReason.CALLER, slot)
 
         remove = cancel.add_callback(on_cancel)
         assert call.pieces is not None
         try:
             while (text := await call.pieces.get()) is not None:
                 taken += 1
-                control.set_consumed(gen_id, taken, lane)
+                control.set_consumed(gen_id, taken, slot)
                 if stop.cancelled:
                     return
                 yielded += 1
@@ -422,12 +422,12 @@ class LlamaCppRunner:
             ) from None
         finally:
             remove()
-            control.cancel(gen_id, StopReason.READER_LEFT, lane)  # no-op if it has ended
+            control.cancel(gen_id, CancelReason.READER_LEFT, slot)  # no-op if it has ended
             # Return only once the device is free: the worker is at most one
             # token (or one aborted prompt batch) away from its reply.
             with contextlib.suppress(Exception):
                 await call.result()
-            self._lanes.release(gen_id)
+            self._slot_table.release(gen_id)
             if call.done.done() and call.done.exception() is None:
                 self.last_stats = call.done.result()
                 self.kv_pool = self.last_stats.pool

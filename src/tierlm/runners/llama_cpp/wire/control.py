@@ -9,8 +9,8 @@ block carries how many pieces the reader has taken, which bounds how far the
 decode loop runs ahead of it (``RUN_AHEAD``).
 
 A runner with ``slots`` > 1 runs that many generations at once
-(docs/design.md §1 runners, batched decode): each holds a *lane*, its own pair
-of words; lane 0 is the only one of a runner with one slot.
+(docs/design.md §1 runners, batched decode): each holds a *slot*, its own pair
+of words; slot 0 is the only one of a runner with one slot.
 
 One more word is the worker's heartbeat: a thread of its own bumps it twice a
 second, whatever the decode is doing (llama.cpp's calls release the GIL), so a
@@ -25,18 +25,17 @@ apart without a lock.
 from __future__ import annotations
 
 import ctypes
-import enum
 import mmap
 import os
 import tempfile
 
 from tierlm.runners.cancellation import CancelReason
 
-__all__ = ["DEFAULT_STALL_TIMEOUT", "HEARTBEAT_SECONDS", "MAX_LANES", "ControlBlock", "StopReason"]
+__all__ = ["DEFAULT_STALL_TIMEOUT", "HEARTBEAT_SECONDS", "MAX_SLOTS", "ControlBlock"]
 
-MAX_LANES = 64
+MAX_SLOTS = 64
 """The most generations a worker runs at once (``LlamaCppRunner(slots=...)``)."""
-_WORDS_PER_LANE = 2
+_WORDS_PER_SLOT = 2
 HEARTBEAT_SECONDS = 0.5
 """How often the worker says it is alive (``ControlBlock.beat``): often enough
 that a watchdog of a few seconds sees many beats, rarely enough to cost nothing."""
@@ -46,51 +45,26 @@ beats (``HEARTBEAT_SECONDS``), far beyond a loaded machine's scheduling
 hiccup (a thread of a busy 2-core machine waits well under a second), and well
 inside what a person waits before giving up. The heartbeat thread runs while
 llama.cpp computes, so a long prompt evaluation or model load is no stall."""
-_HEARTBEAT = MAX_LANES * _WORDS_PER_LANE  # the word after the lanes'
+_HEARTBEAT = MAX_SLOTS * _WORDS_PER_SLOT  # the word after the slots'
 _SIZE = (_HEARTBEAT + 1) * 8
 _CANCEL, _CONSUMED = 0, 1
 _SHIFT = 32
 
 
-class StopReason(enum.IntEnum):
-    """Why the runner asked a generation to stop (the worker saves a KV
-    snapshot only for a preemption, either kind: docs/design.md §4 zero-loss
-    preemption)."""
-
-    PREEMPTED = 1
-    CALLER = 2
-    SHUTDOWN = 3
-    READER_LEFT = 4
-    """The stream's reader stopped iterating (closed it or went away)."""
-    YIELD = 5
-    """A preemption for fairness: the prompt evaluation under way is not
-    aborted; the generation stops once it has produced a token
-    (docs/design.md §4 preemption kinds)."""
-
-    @classmethod
-    def of(cls, reason: CancelReason | None) -> StopReason:
-        if reason is CancelReason.YIELD:
-            return cls.YIELD
-        if reason is CancelReason.PREEMPTED:
-            return cls.PREEMPTED
-        if reason is CancelReason.SHUTDOWN:
-            return cls.SHUTDOWN
-        return cls.CALLER
-
-    @property
-    def preempts(self) -> bool:
-        """The job goes back to the queue and resumes: keep its KV state."""
-        return self in (StopReason.PREEMPTED, StopReason.YIELD)
-
-    def stops(self, produced: int) -> bool:
-        """Does a generation that has produced ``produced`` tokens stop now
-        (at a token boundary, or inside its prompt evaluation)? A yield waits
-        for the first token; every other reason stops it at once."""
-        return produced > 0 or self is not StopReason.YIELD
+# A reason as the control block stores it: a small number, in one aligned word
+# with the generation's (0 is "no cancel").
+_CODES = {
+    CancelReason.PREEMPTED: 1,
+    CancelReason.CALLER: 2,
+    CancelReason.SHUTDOWN: 3,
+    CancelReason.READER_LEFT: 4,
+    CancelReason.YIELD: 5,
+}
+_REASONS = {code: reason for reason, code in _CODES.items()}
 
 
 class ControlBlock:
-    """Shared words, per lane: ``cancel`` = (generation, reason), ``consumed`` =
+    """Shared words, per slot: ``cancel`` = (generation, reason), ``consumed`` =
     (generation, pieces taken by the reader)."""
 
     def __init__(self, fd: int | None = None) -> None:
@@ -114,27 +88,27 @@ class ControlBlock:
             os.close(self.fd)
             self.fd = -1
 
-    def cancel(self, gen_id: int, reason: StopReason, lane: int = 0) -> None:
-        if reason is StopReason.READER_LEFT:
-            current = self.stop_reason(gen_id, lane)
-            if current is StopReason.YIELD:
+    def cancel(self, gen_id: int, reason: CancelReason, slot: int = 0) -> None:
+        if reason is CancelReason.READER_LEFT:
+            current = self.stop_reason(gen_id, slot)
+            if current is CancelReason.YIELD:
                 # Nobody takes the first token a yield waits for: stop at once,
                 # still as a preemption (its KV snapshot).
-                reason = StopReason.PREEMPTED
+                reason = CancelReason.PREEMPTED
             elif current is not None:
                 # The reader leaves after every cancel: keep the reason it left
                 # for (a preemption's KV snapshot depends on it).
                 return
-        self._words[lane * _WORDS_PER_LANE + _CANCEL] = (gen_id << _SHIFT) | int(reason)
+        self._words[slot * _WORDS_PER_SLOT + _CANCEL] = (gen_id << _SHIFT) | _CODES[reason]
 
-    def stop_reason(self, gen_id: int, lane: int = 0) -> StopReason | None:
-        word = self._words[lane * _WORDS_PER_LANE + _CANCEL]
+    def stop_reason(self, gen_id: int, slot: int = 0) -> CancelReason | None:
+        word = self._words[slot * _WORDS_PER_SLOT + _CANCEL]
         if word >> _SHIFT != gen_id:
             return None
-        return StopReason(word & 0xFF)
+        return _REASONS[word & 0xFF]
 
-    def set_consumed(self, gen_id: int, pieces: int, lane: int = 0) -> None:
-        self._words[lane * _WORDS_PER_LANE + _CONSUMED] = (gen_id << _SHIFT) | pieces
+    def set_consumed(self, gen_id: int, pieces: int, slot: int = 0) -> None:
+        self._words[slot * _WORDS_PER_SLOT + _CONSUMED] = (gen_id << _SHIFT) | pieces
 
     def beat(self) -> None:
         """The worker is alive (its heartbeat thread)."""
@@ -145,6 +119,6 @@ class ControlBlock:
         beats: int = self._words[_HEARTBEAT]
         return beats
 
-    def consumed(self, gen_id: int, lane: int = 0) -> int:
-        word = self._words[lane * _WORDS_PER_LANE + _CONSUMED]
+    def consumed(self, gen_id: int, slot: int = 0) -> int:
+        word = self._words[slot * _WORDS_PER_SLOT + _CONSUMED]
         return word & 0xFFFFFFFF if word >> _SHIFT == gen_id else 0

@@ -170,8 +170,9 @@ class Generate:
     request: GenerationRequest
     label: str
     """How errors name it: ``job 12`` or ``model 'm'``."""
-    lane: int = 0
-    """Its words in the control block (one lane per slot; ``control.py``)."""
+    slot: int = 0
+    """Which of the runner's slots it holds: its words in the control block
+    (``control.py``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,8 @@
 
 docs/design.md §1 runners, batched decode. A runner with ``slots`` = k > 1 runs
 up to k generations at once; in the worker each holds a sequence id of the
-context (``n_seq_max`` = k, a KV stream each) and a ``Sequence`` (its sampler,
-cancel, run-ahead: ``sequence.py``). Each step:
+context (``n_seq_max`` = k, a KV stream each) and a ``Generation`` (its sampler,
+cancel, run-ahead: ``generation.py``). Each step:
 
 1. generations whose runner asked them to stop end (a yield only once it has
    produced a token, docs/design.md §4 preemption kinds);
@@ -14,7 +14,7 @@ cancel, run-ahead: ``sequence.py``). Each step:
 3. one ``llama_decode``; each sequence with a row of logits samples its next
    token with its own chain and sends its piece.
 
-KV reuse (``cells.py``). A sequence id keeps the KV of what ran in it
+KV reuse (``kv_seqs.py``). A sequence id keeps the KV of what ran in it
 last, and a new generation goes to the free id sharing the longest prefix
 with its tokens, so a generation paused by a yield or a preemption and
 resumed evaluates one token, its last, and no prompt token again; what an
@@ -29,15 +29,16 @@ from typing import TYPE_CHECKING, Any
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp.wire.messages import Failed, GenerationStats, Reply, Step
 from tierlm.runners.llama_cpp.worker import snapshots
-from tierlm.runners.llama_cpp.worker.engine.cells import Cells
-from tierlm.runners.llama_cpp.worker.engine.sequence import Sequence
+from tierlm.runners.llama_cpp.worker.engine.generation import Generation
+from tierlm.runners.llama_cpp.worker.engine.kv_seqs import KvSeqs
 from tierlm.runners.llama_cpp.worker.kv_pool import Snapshot
 from tierlm.runners.llama_cpp.worker.sampling import build_sampler, resumed_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tierlm.runners.llama_cpp.wire.control import ControlBlock, StopReason
+    from tierlm.runners.cancellation import CancelReason
+    from tierlm.runners.llama_cpp.wire.control import ControlBlock
     from tierlm.runners.llama_cpp.wire.faults import FaultInjection
     from tierlm.runners.llama_cpp.wire.messages import Ended, Event, Generate
     from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
@@ -56,7 +57,7 @@ streaming while a long background prompt is read; large enough that a
 _RUN_AHEAD_POLL = 0.001
 
 
-def _seq_id(seq: Sequence) -> int:
+def _seq_id(seq: Generation) -> int:
     return seq.seq
 
 
@@ -85,8 +86,8 @@ class BatchEngine:
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self._ctx)
         self._n_batch = llama_cpp.llama_n_batch(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._cells = Cells(self._ctx, model.key, slots, pool)
-        self._running: list[Sequence] = []
+        self._kv_seqs = KvSeqs(self._ctx, model.key, slots, pool)
+        self._running: list[Generation] = []
         self._out: list[Any] | None = None
         """While a step runs: what it sends, sent as one ``Step`` at its end."""
         self.steps = 0
@@ -113,7 +114,7 @@ class BatchEngine:
         """Start ``command`` (a free sequence id exists: the runner runs at most
         ``slots`` generations). Raises what the generation fails with."""
         request = command.request
-        if self.control.stop_reason(command.gen_id, command.lane) is not None:
+        if self.control.stop_reason(command.gen_id, command.slot) is not None:
             self._send(Reply(command.call_id, GenerationStats(ended="cancelled")))
             return
         plan = snapshots.choose_tokens(self.model, request, self._pool)
@@ -126,8 +127,8 @@ class BatchEngine:
         llm = self.model.llm
         seed = int(request.extra.get("seed", llm._seed)) & 0xFFFFFFFF
         sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
-        seq, reused = self._cells.place(plan)
-        self._running.append(Sequence(command, plan, seq, reused, sampler, llm))
+        seq, reused = self._kv_seqs.place(plan)
+        self._running.append(Generation(command, plan, seq, reused, sampler, llm))
 
     # -- a step ---------------------------------------------------------------------
 
@@ -160,7 +161,7 @@ class BatchEngine:
                 self._end(seq, "prefill_aborted" if seq.prefilling else "cancelled", reason)
         fault = self._fault()
         batch, n = self._batch, 0
-        fed: list[tuple[Sequence, list[int], int]] = []  # (sequence, tokens, logits row)
+        fed: list[tuple[Generation, list[int], int]] = []  # (sequence, tokens, logits row)
         # Rows in sequence-id order: with a KV stream per sequence, llama.cpp
         # puts in one ubatch only sequences whose ids follow each other
         # (llama_batch_allocr::split_equal); in any other order a step of 8
@@ -206,7 +207,7 @@ class BatchEngine:
             if not seq.prefilling:
                 seq.stats.decode_steps += 1
                 seq.stats.one_pass_steps += one_pass
-            self._cells[seq.seq].tokens.extend(tokens)
+            self._kv_seqs[seq.seq].tokens.extend(tokens)
             seq.n_past += len(tokens)
             del seq.pending[: len(tokens)]
             if row < 0:
@@ -226,7 +227,7 @@ class BatchEngine:
 
     # -- the end of a generation ---------------------------------------------------
 
-    def _end(self, seq: Sequence, ended: Ended, reason: StopReason | None = None) -> None:
+    def _end(self, seq: Generation, ended: Ended, reason: CancelReason | None = None) -> None:
         self._running.remove(seq)
         stats = seq.finish(ended, self._emit)
         source = seq.plan.source
@@ -245,17 +246,17 @@ class BatchEngine:
                 plan.prompt_text, segments,
             )  # fmt: skip
             self._pool.add(paused)
-        self._cells.release(seq.seq, self.steps, paused, forget=ended == "context_full")
+        self._kv_seqs.release(seq.seq, self.steps, paused, forget=ended == "context_full")
         stats.pool = self._pool.stats()
         self._emit(Reply(seq.command.call_id, stats))
 
     def fail_all(self, message: str) -> None:
-        """Fail every running generation and forget every cell's KV."""
+        """Fail every running generation and forget every sequence id's KV."""
         running, self._running = self._running, []
         for seq in running:
             model_id = seq.request.model_id
             self._emit(Failed(seq.command.call_id, f"model {model_id!r}: {message}", model_id))
-        self._cells.clear()
+        self._kv_seqs.clear()
 
     def stats(self) -> dict[str, Any]:
         return {"steps": self.steps, "evaluated": self.evaluated}

@@ -13,7 +13,7 @@ Runs on the worker's one decode thread (docs/design.md §1 runners). Stopping:
   is evaluated: it costs a Python call per graph node, and a single-token decode
   is short enough to wait for.
 
-A yield (``StopReason.YIELD``) aborts nothing: the generation finishes its
+A yield (``CancelReason.YIELD``) aborts nothing: the generation finishes its
 prompt evaluation, produces its first token and stops at the next boundary
 (docs/design.md §4 preemption kinds).
 

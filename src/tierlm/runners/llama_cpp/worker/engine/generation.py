@@ -1,10 +1,11 @@
-"""One sequence of a batched decode: its tokens to evaluate, its sampler, its output.
+"""One running generation of a batched decode: its tokens to evaluate, its
+sampler, its output (it runs in one sequence id of the context, ``seq``).
 
 docs/design.md §1 runners, batched decode. What ``decode.py`` does for the one
 generation of a runner with one slot, per sequence: its own sampler chain
 (grammar, ``logit_bias``, seed, temperature... ``sampling.py``), log-probabilities,
 stop strings, the text held back for them, one piece per token, its cancel
-and its run-ahead bound (its lane of the control block). ``batch.py`` decides
+and its run-ahead bound (its slot of the control block). ``batch.py`` decides
 what each step evaluates; this only turns a sampled token into a piece.
 """
 
@@ -27,14 +28,15 @@ from tierlm.runners.llama_cpp.worker.snapshots import TokenLog
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tierlm.runners.llama_cpp.wire.control import ControlBlock, StopReason
+    from tierlm.runners.cancellation import CancelReason
+    from tierlm.runners.llama_cpp.wire.control import ControlBlock
     from tierlm.runners.llama_cpp.wire.messages import Ended, Generate
     from tierlm.runners.llama_cpp.worker.snapshots import Plan
 
-__all__ = ["Sequence"]
+__all__ = ["Generation"]
 
 
-class Sequence:
+class Generation:
     """A generation running in the batch, in sequence id ``seq``."""
 
     def __init__(
@@ -71,17 +73,17 @@ class Sequence:
         """Still evaluating its prompt (no token sampled yet)."""
         return self.first_at is None
 
-    def stop_reason(self, control: ControlBlock) -> StopReason | None:
+    def stop_reason(self, control: ControlBlock) -> CancelReason | None:
         """Why the runner wants it stopped now, if it does (a yield waits for
         the first token: docs/design.md §4 preemption kinds)."""
-        reason = control.stop_reason(self.command.gen_id, self.command.lane)
+        reason = control.stop_reason(self.command.gen_id, self.command.slot)
         return reason if reason is not None and reason.stops(self.stats.tokens) else None
 
     def may_step(self, control: ControlBlock) -> bool:
         """Within its run-ahead bound: its reader has taken all but < RUN_AHEAD
         of its pieces (``decode.RUN_AHEAD``). A sequence ahead of its reader
         sits out a step instead of holding up the others."""
-        consumed = control.consumed(self.command.gen_id, self.command.lane)
+        consumed = control.consumed(self.command.gen_id, self.command.slot)
         return self.prefilling or self.stats.tokens - consumed < RUN_AHEAD
 
     def take(self, token: int, index: int, send: Callable[[Piece], None]) -> Ended | None:
