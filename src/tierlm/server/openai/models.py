@@ -24,7 +24,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from tierlm.runners.errors import RunnerError
 from tierlm.runners.protocol import Unloadable
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
@@ -116,10 +115,7 @@ async def load_model(request: Request) -> Response:
     model = request.path_params["model"]
     gateway.check_model(model)
     started = time.perf_counter()
-    try:
-        await gateway.scheduler.load_model(model)
-    except RunnerError as exc:
-        raise _backend_error(gateway, exc) from None
+    await gateway.scheduler.load_model(model)  # a RunnerError is answered by its hint
     _touched(request)
     body = card(request, gateway, model)
     body["tierlm"]["load_seconds"] = round(time.perf_counter() - started, 3)
@@ -140,10 +136,7 @@ async def unload_model(request: Request) -> Response:
             code="unsupported",
             reason="unsupported",
         )
-    try:
-        unloaded = await gateway.scheduler.unload_model(model)
-    except RunnerError as exc:
-        raise _backend_error(gateway, exc) from None
+    unloaded = await gateway.scheduler.unload_model(model)
     _touched(request)
     body = card(request, gateway, model)
     body["tierlm"]["unloaded"] = unloaded == model
@@ -154,13 +147,6 @@ def _touched(request: Request) -> None:
     keep_alive = _keep_alive(request)
     if keep_alive is not None:
         keep_alive.touch()
-
-
-def _backend_error(gateway: Gateway, exc: RunnerError) -> APIError:
-    upstream = gateway.settings.backend.capabilities.upstream
-    return APIError(
-        502 if upstream else 500, f"backend: {exc}", code="backend_error", type="server_error"
-    )
 
 
 def routes() -> list[BaseRoute]:

@@ -16,7 +16,6 @@ from starlette.requests import Request
 from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.protocol import PromptCounter
 from tierlm.runners.requests import GenerationRequest
-from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.auth import Principal
 from tierlm.server.gateway.gateway import Gateway, GatewayJob
 from tierlm.server.gateway.metadata import PRODUCER_HEADER, JobMeta
@@ -91,8 +90,8 @@ async def counted(
         return request
     try:
         tokens = await runner.count_prompt_tokens(request)
-    except InvalidRequest as exc:
-        raise APIError(400, str(exc), param=exc.param, code="invalid_request") from None
+    except InvalidRequest:
+        raise  # the request's fault: answered by its hints (400, edge/errors.py)
     except RunnerError as exc:
         # Not the request's fault (a worker restarting): it is queued all the
         # same, with the estimate; the generation meets the error if it lasts.
