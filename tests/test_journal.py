@@ -22,6 +22,7 @@ from tierlm import (
     SchedulerConfig,
 )
 from tierlm.runners import CancelToken, GenerationRequest, SimulatedRunner
+from tierlm.runners.protocol import Abilities
 from tierlm.shell.journal import CALL_BYTES, Journal, JournalBudget, piece_bytes
 from tierlm.testing import run_virtual
 
@@ -44,8 +45,8 @@ class CountingRunner:
         return self.inner.loaded_model
 
     @property
-    def restores_kv(self) -> bool:
-        return self.inner.restores_kv
+    def abilities(self) -> Abilities:
+        return self.inner.abilities
 
     async def load(self, model_id: str) -> None:
         await self.inner.load(model_id)

@@ -21,7 +21,7 @@ from tierlm.core.config import SchedulerConfig
 from tierlm.core.policy import Device, Policy, Preemption
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
 from tierlm.runners.errors import DeviceCrashed, RunnerError
-from tierlm.runners.protocol import Runner, Unloadable, runner_slots
+from tierlm.runners.protocol import Runner, Unloadable, abilities_of
 from tierlm.shell.entries import Entry, Outcome, Raised, Returned, Stopped, transition
 from tierlm.shell.events import (
     JobCancelled,
@@ -65,15 +65,15 @@ class Dispatcher:
         self.entries: dict[int, Entry[Any]] = {}
         self.running: dict[int, Entry[Any]] = {}
         """The jobs holding a slot, by id, in the order they started."""
-        # Runners written before slots decode one sequence (docs/design.md §2 slots).
-        self.slots: int = runner_slots(runner)
-        self.step_cost: tuple[float, ...] = tuple(getattr(runner, "step_cost", ()))
-        # What the runner knows of its swaps before one is measured (docs/design.md §4.8).
-        estimate = getattr(runner, "swap_estimate", None)
-        self.swap_estimate: float | None = float(estimate) if estimate is not None else None
-        # A runner that resumes from KV snapshots redoes no evaluation: its
-        # slices need not stretch (docs/design.md §4.6 a slice worth its resume).
-        self.restores_kv = bool(getattr(runner, "restores_kv", False))
+        # What the runner can do (runners.protocol.Abilities): its slots, step
+        # cost curve, swap estimate before one is measured (docs/design.md
+        # §4.8), and whether it resumes from KV snapshots, so that its slices
+        # need not stretch (§4.6 a slice worth its resume).
+        abilities = abilities_of(runner)
+        self.slots: int = abilities.slots
+        self.step_cost: tuple[float, ...] = abilities.step_cost
+        self.swap_estimate: float | None = abilities.swap_estimate
+        self.restores_kv = abilities.restores_kv
         self.model: str | None = runner.loaded_model
         """The model the device holds, or is swapping to."""
         self.swapping_to: str | None = None

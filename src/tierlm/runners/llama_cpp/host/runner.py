@@ -41,6 +41,7 @@ from tierlm.runners.llama_cpp.wire.messages import (
     Shutdown,
     Unload,
 )
+from tierlm.runners.protocol import Abilities
 from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
@@ -164,6 +165,19 @@ class LlamaCppRunner:
         """A preempted generation resumes from its KV snapshot, not by
         re-evaluating (the shell's slices read it: docs/design.md §4.6)."""
         return self.kv_pool_bytes > 0
+
+    @property
+    def abilities(self) -> Abilities:
+        """Its slots, the CPU's step-cost curve, KV restore, and each model's
+        context: the one llama.cpp applied once the model is loaded, else its
+        spec's. (No swap estimate: the shell measures the first load.)"""
+        contexts = {model_id: spec.n_ctx for model_id, spec in self.models.items()}
+        load = self.last_load
+        if load is not None and load.model_id == self.loaded_model:
+            contexts[load.model_id] = load.n_ctx
+        return Abilities(
+            self.slots, tuple(self.step_cost), restores_kv=self.restores_kv, contexts=contexts
+        )
 
     @property
     def worker_pid(self) -> int | None:
