@@ -9,6 +9,7 @@ not one at import time.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
 def source_files() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
@@ -69,6 +71,7 @@ def _within(name: str, modules: set[str]) -> Iterator[str]:
         name = name.rpartition(".")[0]
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     files = source_files()
     modules = set(files)

@@ -358,6 +358,7 @@ def _build(producers: int) -> tuple[TieredPolicy, Callable[[], None]]:
     return policy, step
 
 
+@pytest.mark.slow
 def test_cost_per_job_at_100k_producers_is_within_3x_of_1k() -> None:
     """Row 8: 100 000 distinct producers (one per user behind the gateway).
     Today enqueueing did not finish in 5 minutes (a scan over every producer
