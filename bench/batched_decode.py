@@ -3,7 +3,7 @@ beside ``LlamaCppRunner(slots=k)`` with k concurrent generations, in ONE run.
 
 For k = 1, 2, 4, 8, 16 sequences and 1 and 2 threads: aggregate decode tokens/s
 of k greedy streams decoded in one ``llama_batch`` per step with llama.cpp's
-low-level API (``_batch_raw.py``), and of k concurrent ``generate`` calls of a
+low-level API (``_lib/batch_raw.py``), and of k concurrent ``generate`` calls of a
 runner with k slots (the worker process, its sampler chains, pieces, pipe).
 Repeats are interleaved (raw, runner, raw, runner...) so a change of machine
 load hits both; the figures are medians and the ratios are taken per repeat.
@@ -11,7 +11,7 @@ End-of-generation tokens are banned in both, so every stream runs its length.
 
     python bench/batched_decode.py [--repeats 3] [--tokens 96] [--ks 1,2,4,8,16]
 
-Writes batched_decode.json to the results folder (bench/_results.py) and prints a
+Writes batched_decode.json to the results folder (bench/_lib/results.py) and prints a
 table. Target: the runner >= 0.9x the raw curve at the same k and threads. The default
 ``slots`` is the k where doubling stops paying (docs/design.md §2).
 """
@@ -38,8 +38,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _batch_raw import raw_rate
-from _results import results_file
+from _lib.batch_raw import raw_rate
+from _lib.results import results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.llama_cpp.model.cpu_flags import cpu_has_amx

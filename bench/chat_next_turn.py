@@ -21,7 +21,7 @@ hits all three. The restored tokens are counted by the runner.
 
     python bench/chat_next_turn.py [--threads 1] [--trials 5]
 
-Writes chat_next_turn.json to the results folder (bench/_results.py).
+Writes chat_next_turn.json to the results folder (bench/_lib/results.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import results_file
 from tierlm import Scheduler
 from tierlm.runners.llama_cpp import (
     DEFAULT_CHAT_MODEL_ID,

@@ -1,6 +1,6 @@
 """The virtual cluster: R real Schedulers on simulated devices behind a router.
 
-Runs tests/cluster/virtual_cluster.py's cluster (one virtual-time loop,
+Runs ``tierlm.testing.virtual_cluster``'s cluster (one virtual-time loop,
 deterministic) with tierlm's router (``tierlm.cluster.rank`` on routing stats
 polled every 10 s, as Ray Serve polls them) and with Ray Serve's default
 router (power of two choices on the live queue lengths, model-blind), and
@@ -16,7 +16,7 @@ records:
 
     python bench/cluster.py [--replicas 3] [--seed 1]
 
-Writes cluster.json to the results folder (bench/_results.py) and prints a table.
+Writes cluster.json to the results folder (bench/_lib/results.py) and prints a table.
 """
 
 from __future__ import annotations
@@ -25,21 +25,15 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.cluster.virtual_cluster
-sys.path.insert(0, str(ROOT / "src"))
+from rich.console import Console
+from rich.table import Table
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from tests.cluster.virtual_cluster import background, chats, run_cluster  # noqa: E402
-
-from _results import results_file  # noqa: E402
-from tierlm.testing import run_virtual  # noqa: E402
+from _lib.results import results_file
+from tierlm.testing import run_virtual
+from tierlm.testing.virtual_cluster import background, chats, run_cluster
 
 RESULTS = results_file("cluster")
 ROUTERS = ("tierlm", "p2c")
@@ -146,7 +140,7 @@ def main() -> int:
             )
     console.print(table)
     console.print_json(json.dumps({k: data[k] for k in ("chat_under_flood", "lost_replica")}))
-    console.print(f"written {RESULTS.relative_to(ROOT)} in {data['wall_seconds']} s")
+    console.print(f"written {RESULTS} in {data['wall_seconds']} s")
     return 0
 
 

@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import results_file
 from tierlm.embedding import EmbeddingLane, SentenceTransformerEmbedder
+from tierlm.sim.stats import percentile
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -83,11 +84,6 @@ class ModeResult:
     mean_batch: float
 
 
-def percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of a sorted list."""
-    return ordered[max(0, min(len(ordered) - 1, round(q * len(ordered) + 0.5) - 1))]
-
-
 async def offer(
     texts: list[str], callers: int, call: Callable[[str], Awaitable[Vector]]
 ) -> tuple[float, list[float]]:
@@ -116,8 +112,8 @@ def summarise(
         texts=len(latencies),
         seconds=round(seconds, 3),
         texts_per_s=round(len(latencies) / seconds, 1),
-        p50_ms=round(percentile(ordered, 0.50) * 1000, 1),
-        p99_ms=round(percentile(ordered, 0.99) * 1000, 1),
+        p50_ms=round((percentile(ordered, 50) or 0.0) * 1000, 1),
+        p99_ms=round((percentile(ordered, 99) or 0.0) * 1000, 1),
         max_ms=round(ordered[-1] * 1000, 1),
         model_calls=calls,
         mean_batch=round(texts / calls, 2),

@@ -69,12 +69,12 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from _gateway_clients import run_gateway, run_inprocess
-from _gateway_plan import CHAT_WINDOW, MIX, MODEL, plan
-from _gateway_server import HOST, Server
-from _gateway_stats import compare, summarise
-from _gateway_table import table
-from _results import results_file
+from _lib.gateway.clients import run_gateway, run_inprocess
+from _lib.gateway.plan import CHAT_WINDOW, MIX, MODEL, plan
+from _lib.gateway.server import HOST, Server
+from _lib.gateway.stats import compare, summarise
+from _lib.gateway.table import table
+from _lib.results import results_file
 
 RESULTS = results_file("gateway_load")
 

@@ -26,7 +26,7 @@ then on a fresh prefill of the same lengths.
 
     python bench/kv_pool_steps.py [--threads 2] [--streams 32] [--cut 60] [--steps 500]
 
-Writes kv_pool_steps.json to the results folder (bench/_results.py).
+Writes kv_pool_steps.json to the results folder (bench/_lib/results.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from _results import results_file
+from _lib.results import results_file
 from tierlm.runners.cancellation import CancelReason
 from tierlm.runners.llama_cpp import default_chat_spec
 from tierlm.runners.llama_cpp.wire.control import ControlBlock

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import results_file
 from tierlm.core import Job, Policy, SchedulerConfig, TieredPolicy, default_classes
 from tierlm.core.jobs import Foreground
 from tierlm.testing import next_start

@@ -30,7 +30,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import results_file
 from tierlm.sim import DeviceModel, compute_metrics, simulate
 from tierlm.sim.policies import DEFAULT_COLUMNS, parse_policy_names
 from tierlm.sim.workloads import get_workload

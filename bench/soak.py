@@ -55,7 +55,7 @@ from typing import Any
 import httpx
 import psutil
 
-from _results import results_file
+from _lib.results import results_file
 
 HOST = "127.0.0.1"
 RESULTS = results_file("soak")

@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import results_file
 from tierlm.sim import compute_metrics, simulate
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.policies import parse_policy_names

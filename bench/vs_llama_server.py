@@ -30,7 +30,7 @@ outside the repository (~16 min on 2 cores), and pass its path:
     python bench/vs_llama_server.py --server /work/llama-server-build/build/bin/llama-server \
         [--threads 1,2] [--streams 8,32] [--repeats 3]
 
-Writes vs_llama_server.json to the results folder (bench/_results.py) and prints a table.
+Writes vs_llama_server.json to the results folder (bench/_lib/results.py) and prints a table.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from _batch_raw import raw_rate
-from _results import results_file
+from _lib.batch_raw import raw_rate
+from _lib.results import results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.llama_cpp.model.cpu_flags import cpu_has_amx

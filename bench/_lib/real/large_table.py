@@ -2,7 +2,7 @@
 
 Latencies in ms and in token intervals, the throughput share and the
 scheduler's own cost, swap times, and what resume saved, from the results
-``bench`` (bench/_real_large.py) returns.
+``bench`` (bench/_lib/real/large.py) returns.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from _real_common import PRESET, TARGET_SHARE, THREADS, console
+from _lib.real.common import PRESET, TARGET_SHARE, THREADS, console
 
 
 def print_table(r: dict[str, Any], seconds: float, load: tuple[float, float]) -> None:

@@ -16,7 +16,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from _real_common import BACKGROUND, CHAT, CHAT_TOKENS, GREEDY, TARGET_SHARE, Tap, timed
+from _lib.real.common import BACKGROUND, CHAT, CHAT_TOKENS, GREEDY, TARGET_SHARE, Tap, timed
 from tierlm import (
     JobContext,
     JobEvent,

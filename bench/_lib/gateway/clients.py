@@ -5,7 +5,7 @@ the gateway variant streams chat completions over HTTP with httpx (the
 background requests from this process, the chats from a process of their own,
 see ``chat_clients``). Each client fills its ``Record``; ``run_inprocess`` and
 ``run_gateway`` release them all at once and return the raw records and costs
-that bench/_gateway_stats.py summarises.
+that bench/_lib/gateway/stats.py summarises.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 
-from _gateway_plan import MESSAGES, MODEL, Record, Spec, check
-from _gateway_server import SERVER_START_TIMEOUT, Server, scrape, server_view
-from _gateway_stats import LagProbe
+from _lib.gateway.plan import MESSAGES, MODEL, Record, Spec, check
+from _lib.gateway.server import SERVER_START_TIMEOUT, Server, scrape, server_view
+from _lib.gateway.stats import LagProbe
 from tierlm.runners.cancellation import Cancelled
 from tierlm.server.serve_cli import add_arguments, settings_from_args
 from tierlm.server.settings.backends import make_runner

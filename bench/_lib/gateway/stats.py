@@ -15,7 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from _gateway_plan import Record
+from _lib.gateway.plan import Record
+from tierlm.sim.stats import percentile
 
 # The lag probe's timer: often enough to catch a stall of a few token intervals,
 # rare enough (100 wake-ups a second) to cost nothing measurable.
@@ -60,14 +61,8 @@ class LagProbe:
 
 
 def pct(values: Sequence[float], q: float) -> float | None:
-    """Percentile with linear interpolation (numpy's default); None if empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    """The ``q`` quantile (0-1), as every figure of tierlm is (``tierlm.sim.stats.percentile``)."""
+    return percentile(values, 100 * q)
 
 
 def dist(values: Sequence[float]) -> dict[str, float | int | None]:
