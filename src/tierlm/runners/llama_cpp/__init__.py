@@ -36,7 +36,7 @@ from tierlm.runners.llama_cpp.model.spec import (
 )
 from tierlm.runners.llama_cpp.wire.messages import GenerationStats, LoadInfo
 from tierlm.runners.llama_cpp.worker.engine.batch import PREFILL_CHUNK
-from tierlm.runners.llama_cpp.worker.engine.decode import RUN_AHEAD
+from tierlm.runners.llama_cpp.worker.engine.pieces import RUN_AHEAD
 
 __all__ = [
     "DEFAULT_CHAT_MODEL_ID",

@@ -23,16 +23,16 @@ prefix) is ``snapshots.py``'s job; this module only runs them.
 
 from __future__ import annotations
 
-import codecs
 import time
 from typing import TYPE_CHECKING
 
 from tierlm.runners.llama_cpp.wire.messages import GenerationStats, Piece
+from tierlm.runners.llama_cpp.worker.engine.pieces import RUN_AHEAD, Pieces
 from tierlm.runners.llama_cpp.worker.logprobs import Logprobs
 from tierlm.runners.llama_cpp.worker.sampling import build_sampler, resumed_tokens
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from tierlm.runners.llama_cpp.wire.control import ControlBlock
     from tierlm.runners.llama_cpp.wire.faults import FaultInjection
@@ -41,15 +41,8 @@ if TYPE_CHECKING:
     from tierlm.runners.llama_cpp.worker.snapshots import Plan, TokenLog
     from tierlm.runners.requests import GenerationRequest
 
-__all__ = ["RUN_AHEAD", "decode"]
+__all__ = ["decode"]
 
-RUN_AHEAD = 8
-"""Tokens the decode loop may produce beyond what its reader has taken.
-
-Unbounded, a loop decoding thousands of tokens a second runs far ahead of a
-busy event loop, and all of that is decoded after a cancel the reader would
-have honoured at once. A few tokens of slack keep the loop from waiting on
-the reader for every token."""
 # How often a loop that is RUN_AHEAD tokens ahead checks its reader again.
 _RUN_AHEAD_POLL = 0.001
 
@@ -92,9 +85,7 @@ def decode(
     sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
     logprobs = Logprobs.of(request, llm)
     vocab = llm._model.vocab
-    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    stops = [s for s in request.stop if s]
-    held = ""  # text that may be the start of a stop string, not yet emitted
+    pieces = Pieces(llm, request.stop, journal)
     ctx = llm._ctx.ctx
     null_cb = llama_cpp.ggml_abort_callback()
     n_ctx = llm.n_ctx()
@@ -142,55 +133,22 @@ def decode(
                 stats.ended = "eos"
                 break
             scores = logprobs.of_token(token) if logprobs is not None else None
-            piece = utf8.decode(llm.detokenize([token], special=False))
-            if stops:
-                held += piece
-                hit = _find_stop(held, stops)
-                if hit is not None:
-                    _record(journal, token, held[:hit], clean=False)
-                    emit(held[:hit], scores)
-                    held = ""
-                    stats.ended = "stop"
-                    break
-                # Hold back what may start a stop string, but still one
-                # piece per token (possibly empty), so pieces count tokens;
-                # the last token releases everything.
-                cut = len(held) if i == request.max_tokens - 1 else _safe_prefix(held, stops)
-                piece, held = held[:cut], held[cut:]
-            _record(journal, token, piece, clean=not held and not utf8.getstate()[0])
+            piece, stopped = pieces.of(token, last=i == request.max_tokens - 1)
+            if stopped:
+                emit(piece, scores)
+                stats.ended = "stop"
+                break
             if not emit(piece, scores):
                 stats.ended = "cancelled"
                 break
         else:
             stats.ended = "max_tokens"
-        if held and stats.ended in ("eos", "context_full"):
-            # Text held back for a stop string that never came: the end
-            # token's piece. (After a cancel it is dropped, so a resume
-            # regenerates it: nothing is duplicated.)
-            emit(held)
+        if stats.ended in ("eos", "context_full"):
+            held = pieces.release()  # the end token's piece
+            if held:
+                emit(held)
     finally:
         generator.close()
         del llm._init_sampler
         if first_at is not None:
             stats.decode_seconds = time.perf_counter() - first_at
-
-
-def _record(journal: TokenLog, token: int, piece: str, *, clean: bool) -> None:
-    journal.tokens.append(token)
-    journal.pieces.append(piece)
-    journal.clean.append(clean)
-
-
-def _find_stop(text: str, stops: Sequence[str]) -> int | None:
-    """Index of the earliest stop string in ``text``, None if there is none."""
-    found = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(found) if found else None
-
-
-def _safe_prefix(text: str, stops: Sequence[str]) -> int:
-    """Length of the prefix of ``text`` that cannot be part of a stop string."""
-    for start in range(len(text)):
-        rest = text[start:]
-        if any(s.startswith(rest) for s in stops):
-            return start
-    return len(text)

@@ -11,17 +11,11 @@ what each step evaluates; this only turns a sampled token into a piece.
 
 from __future__ import annotations
 
-import codecs
 import time
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.llama_cpp.wire.messages import GenerationStats, Piece
-from tierlm.runners.llama_cpp.worker.engine.decode import (
-    RUN_AHEAD,
-    _find_stop,
-    _record,
-    _safe_prefix,
-)
+from tierlm.runners.llama_cpp.worker.engine.pieces import RUN_AHEAD, Pieces
 from tierlm.runners.llama_cpp.worker.logprobs import Logprobs
 from tierlm.runners.llama_cpp.worker.snapshots import TokenLog
 
@@ -62,9 +56,7 @@ class Generation:
         self.journal = TokenLog()
         self.logprobs = Logprobs.of(self.request, llm)
         self._llm = llm
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._stops = [s for s in self.request.stop if s]
-        self._held = ""
+        self._pieces = Pieces(llm, self.request.stop, self.journal)
         self.started = time.perf_counter()
         self.first_at: float | None = None
 
@@ -81,7 +73,7 @@ class Generation:
 
     def may_step(self, control: ControlBlock) -> bool:
         """Within its run-ahead bound: its reader has taken all but < RUN_AHEAD
-        of its pieces (``decode.RUN_AHEAD``). A sequence ahead of its reader
+        of its pieces (``pieces.RUN_AHEAD``). A sequence ahead of its reader
         sits out a step instead of holding up the others."""
         consumed = control.consumed(self.command.gen_id, self.command.slot)
         return self.prefilling or self.stats.tokens - consumed < RUN_AHEAD
@@ -99,20 +91,11 @@ class Generation:
         if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
             return "eos"
         scores = self.logprobs.of_token(token, index) if self.logprobs is not None else None
-        piece = self._utf8.decode(llm.detokenize([token], special=False))
         last = self.stats.tokens == self.request.max_tokens - 1
-        if self._stops:
-            held = self._held + piece
-            hit = _find_stop(held, self._stops)
-            if hit is not None:
-                _record(self.journal, token, held[:hit], clean=False)
-                self._send(held[:hit], scores, send)
-                self._held = ""
-                return "stop"
-            cut = len(held) if last else _safe_prefix(held, self._stops)
-            piece, self._held = held[:cut], held[cut:]
-        _record(self.journal, token, piece, clean=not self._held and not self._utf8.getstate()[0])
+        piece, stopped = self._pieces.of(token, last=last)
         self._send(piece, scores, send)
+        if stopped:
+            return "stop"
         if last:
             return "max_tokens"
         self.pending = [token]
@@ -125,11 +108,11 @@ class Generation:
     def finish(self, ended: Ended, send: Callable[[Piece], None]) -> GenerationStats:
         """Its stats, once it has ended; text held back for a stop string that
         never came goes out with an end token (after a cancel it is dropped,
-        so a resume regenerates it: nothing is duplicated, as in decode.py)."""
-        if self._held and ended in ("eos", "context_full"):
-            send(Piece(self.command.gen_id, self._held))
+        so a resume regenerates it: nothing is duplicated, as in decode.py: ``Pieces.release``)."""
+        held = self._pieces.release() if ended in ("eos", "context_full") else ""
+        if held:
+            send(Piece(self.command.gen_id, held))
             self.stats.tokens += 1
-            self._held = ""
         self.stats.ended = ended
         if self.first_at is not None:
             self.stats.decode_seconds = time.perf_counter() - self.first_at
