@@ -28,7 +28,6 @@ os.environ.update(with_omp_defaults(os.environ))
 import argparse
 import asyncio
 import json
-import platform
 import statistics
 import time
 from dataclasses import replace
@@ -39,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from _lib.batch_raw import raw_rate
-from _lib.results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.llama_cpp.model.cpu_flags import cpu_has_amx
@@ -136,7 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
-    load = os.getloadavg()[0]
+    load_before = load_now()
     rows = asyncio.run(measure(ks, threads, args.repeats, args.tokens))
     table = Table(title="aggregate decode tokens/s (medians), runner / raw per repeat")
     for column in ("threads", "k", "raw", "runner", "runner/raw"):
@@ -151,11 +150,7 @@ def main() -> None:
     args.out.write_text(
         json.dumps(
             {
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "amx": cpu_has_amx(),
-                "load_before": round(load, 2),
-                "load_after": round(os.getloadavg()[0], 2),
+                "machine": machine(load_before, amx=cpu_has_amx()),
                 "repeats": args.repeats,
                 "tokens_per_stream": args.tokens,
                 "rows": list(rows.values()),

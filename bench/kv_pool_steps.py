@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from _lib.results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.runners.cancellation import CancelReason
 from tierlm.runners.llama_cpp import default_chat_spec
 from tierlm.runners.llama_cpp.wire.control import ControlBlock
@@ -191,8 +191,10 @@ def main() -> None:
     parser.add_argument("--cut", type=int, default=60, help="tokens a run makes before it yields")
     parser.add_argument("--steps", type=int, default=500, help="steps per way, at most")
     args = parser.parse_args()
+    load_before = load_now()
     rows = [run(way, args) for way in ("pool", "no-restore", "off")]
-    RESULTS.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
+    report = {"args": vars(args), "rows": rows, "machine": machine(load_before)}
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -64,8 +64,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -73,7 +71,7 @@ from typing import Any
 from _lib.real.common import console
 from _lib.real.large import run_large
 from _lib.real.smollm2_sections import run_chats, run_isolation, run_resume
-from _lib.results import results_file
+from _lib.results import load_now, machine, results_file
 
 RESULTS = results_file("real_model")
 
@@ -108,6 +106,7 @@ def main() -> None:
     parser.add_argument("--models", type=Path, help="directory to keep the models in")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    load_before = load_now()
     if args.tokens < 40:
         parser.error("--tokens: at least 40")
     sections = [name.strip() for name in args.sections.split(",") if name.strip()]
@@ -125,10 +124,7 @@ def main() -> None:
     report.update(
         {
             "benchmark": "real_model",
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cores": os.cpu_count(),
-            "llama_cpp_python": llama_cpp.__version__,
+            "machine": machine(load_before, llama_cpp_python=llama_cpp.__version__),
         }
     )
     report.setdefault("sections", {})

@@ -45,7 +45,6 @@ os.environ.update(with_omp_defaults(os.environ))
 import argparse
 import asyncio
 import json
-import platform
 import socket
 import statistics
 import subprocess
@@ -59,7 +58,7 @@ from rich.console import Console
 from rich.table import Table
 
 from _lib.batch_raw import raw_rate
-from _lib.results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.llama_cpp.model.cpu_flags import cpu_has_amx
@@ -279,7 +278,7 @@ def main() -> None:
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     streams = [int(n) for n in args.streams.split(",")]
-    load = os.getloadavg()[0]
+    load_before = load_now()
     rows = asyncio.run(measure(args.server, threads, streams, args.repeats))
     table = Table(title=f"aggregate tokens/s, {TOKENS} tokens a stream (medians; x = vs -np 8)")
     columns = (
@@ -303,11 +302,7 @@ def main() -> None:
     RESULTS.write_text(
         json.dumps(
             {
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "amx": cpu_has_amx(),
-                "load_before": round(load, 2),
-                "load_after": round(os.getloadavg()[0], 2),
+                "machine": machine(load_before, amx=cpu_has_amx()),
                 "repeats": args.repeats,
                 "rows": rows,
             },

