@@ -35,7 +35,7 @@ def test_positions_are_the_real_dispatch_order_at_every_tier() -> None:
         assert started[0] == predicted[0]
         assert [by_id[i].model_id for i in started] == [by_id[i].model_id for i in predicted]
         # Outside the pool (whose turns depend on what running its jobs
-        # charges: tests/test_queue_order_core.py), the order is exact.
+        # charges: tests/core/test_queue_order_core.py), the order is exact.
         apart = {i for i in predicted if not by_id[i].job.task_class.fair}
         assert [i for i in started if i in apart] == [i for i in predicted if i in apart]
         tiers = {by_id[i].class_name + by_id[i].model_id: t for i, (t, _p) in positions.items()}

@@ -65,7 +65,7 @@ def build(
     """The policy after the case's history and with its queue (paused time)."""
     # The pool floor is a share of past busy time, like a budget: running the
     # queue changes it (docs/design.md §4), so it is left out here and tested
-    # on its own (tests/test_fair_pool.py).
+    # on its own (tests/shell/test_fair_pool.py).
     policy = TieredPolicy(CLASSES, SchedulerConfig(pool_floor=0.0, slice=SLICE))
     ids = iter(range(1, 10_000))
     now = 0.0
