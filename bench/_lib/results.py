@@ -58,24 +58,17 @@ def machine(load_before: float, **extra: Any) -> dict[str, Any]:
 
 def _commit() -> str | None:
     """The checkout's commit (``+`` when it has changes), None outside git."""
-    here = Path(__file__).resolve().parent
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("+" if dirty else "")
+
+
+def _git(*args: str) -> str:
+    here = Path(__file__).resolve().parent
+    done = subprocess.run(
+        ["git", *args], cwd=here, capture_output=True, text=True, timeout=10, check=True
+    )
+    return done.stdout.strip()
