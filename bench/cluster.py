@@ -1,6 +1,6 @@
 """The virtual cluster: R real Schedulers on simulated devices behind a router.
 
-Runs ``tierlm.testing.virtual_cluster``'s cluster (one virtual-time loop,
+Runs ``tierlm.sim.virtual_cluster``'s cluster (one virtual-time loop,
 deterministic) with tierlm's router (``tierlm.cluster.rank`` on routing stats
 polled every 10 s, as Ray Serve polls them) and with Ray Serve's default
 router (power of two choices on the live queue lengths, model-blind), and
@@ -31,8 +31,8 @@ from rich.console import Console
 from rich.table import Table
 
 from _lib.results import load_now, machine, results_file
+from tierlm.sim.virtual_cluster import background, chats, run_cluster
 from tierlm.testing import run_virtual
-from tierlm.testing.virtual_cluster import background, chats, run_cluster
 
 RESULTS = results_file("cluster")
 ROUTERS = ("tierlm", "p2c")
