@@ -131,3 +131,46 @@ async def test_a_person_with_the_chat_open_does_not_wait_for_the_swap_back() -> 
         await asyncio.gather(backfill, return_exceptions=True)
     # The first chat may wait for a swap back to m1; after it, none does.
     assert max(waits[1:]) <= 2 * TOKEN, waits
+
+
+async def test_work_on_another_model_gets_its_swap_in_a_persons_idle_gap() -> None:
+    """Seed scenario 6: work on another model "waits for a chat idle gap".
+    Beside a person who types every 45 s with the chat page open, the hold
+    never ended and a job on m2 waited 1 210 s. Now, once it has waited
+    max_affinity_wait, it swaps in right after the person's next chat ends,
+    and the device returns to the chat's model after it, so the person's
+    next message still finds m1 loaded (docs/design.md §4.8 excursions)."""
+    async with Scheduler(device("m1", "m2")) as sched:
+        sched.set_foreground("chat")
+        waits: list[float] = []
+
+        async def extraction() -> None:
+            while True:
+                submitted = sched.now()
+                started: list[float] = []
+                await sched.run("extract", "m2", noting_start(started), producer="extract")
+                waits.append(started[0] - submitted)
+
+        chat_waits = []
+        backfill = None
+        for turn in range(16):
+            if turn == 1:
+                backfill = asyncio.create_task(extraction())
+            sent = sched.now()
+            first: list[float] = []
+            async for _piece in sched.generate(
+                "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=5
+            ):
+                if not first:
+                    first.append(sched.now())
+            chat_waits.append(first[0] - sent)
+            await asyncio.sleep(45)
+        assert backfill is not None
+        backfill.cancel()
+        await asyncio.gather(backfill, return_exceptions=True)
+    # max_affinity_wait, then at most one gap between two chats (45 s) and
+    # the chat, and its swap.
+    assert waits and max(waits) <= 120 + 45 + 1 + SWAP, waits
+    assert len(waits) >= 3, waits  # an excursion every bound + gap (~171 s) in 675 s
+    # The person never waits for the swap back.
+    assert max(chat_waits) <= 2 * TOKEN, chat_waits

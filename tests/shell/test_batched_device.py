@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import cast
 
 from tierlm import (
+    JobContext,
     JobStarted,
     Preempting,
     RunEnded,
@@ -324,3 +326,41 @@ def test_a_persons_long_prompt_is_evaluated_alone_from_the_step_it_starts() -> N
     assert beside == 0, beside
     # One step boundary, then its prompt within PROMPT_SLOWDOWN of alone and a token.
     assert ttft <= step + 400 * 0.002 * PROMPT_SLOWDOWN + TOKEN + 1e-9, ttft
+
+
+def test_a_job_that_drives_the_runner_itself_never_ends_a_chat() -> None:
+    """A closure job that calls ``ctx.runner`` directly used to take the whole
+    device on k slots: every other sequence yielded, a person's chat among
+    them, and a chat is never re-queued, so it ended ``Cancelled`` after 30
+    of its 300 tokens. It holds its own slot now (docs/design.md §4.7)."""
+
+    async def direct(ctx: JobContext) -> int:
+        sim = cast("SimulatedRunner", ctx.runner)
+        request = GenerationRequest(ctx.model_id, prompt="x", max_tokens=200, prompt_tokens=1)
+        outcome = await sim.complete(request, ctx.cancel)
+        ctx.checkpoint()
+        return outcome.tokens
+
+    async def main() -> tuple[int, int, int, int]:
+        async with Scheduler(device(8, batch_cost=0.0)) as sched:
+            counts: Counter[int] = Counter()
+            streams = background(sched, 4, 200, counts)
+            chat: list[str] = []
+
+            async def person() -> None:
+                async for piece in sched.generate("chat", "m1", prompt="hi", max_tokens=300):
+                    chat.append(piece)
+
+            talking = asyncio.create_task(person())
+            await asyncio.sleep(30 * TOKEN)  # the chat has made about 30 tokens
+            whole = sched.submit("gana", "m1", direct, producer="cron")
+            await talking  # raised Cancelled before
+            tokens = await whole
+            await asyncio.gather(*streams)
+            return len(chat), tokens, sum(counts.values()), sched.stats.preemptions
+
+    chat_tokens, direct_tokens, streamed, preemptions = run_virtual(main())
+    assert chat_tokens == 300
+    assert direct_tokens == 200
+    assert streamed == 4 * 200
+    assert preemptions == 0  # nobody was made to yield for it

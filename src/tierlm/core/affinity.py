@@ -10,6 +10,10 @@ best job on the loaded model, which one runs, or whether to wait.
   model (``SwapHolds``: chat_grace, chat_idle with the chat page open; the
   grace capped by ski rental when the device would idle), nor for a moment
   after a job ends whose producer sends its next at once (``Anticipation``).
+- Work that has waited ``max_affinity_wait`` gets its swap in the person's
+  next chat idle gap despite the holds (seed scenario 6), and while a person
+  may type, the device away from their model runs only such work, then
+  returns (``Choice.return_to``): an excursion.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ class Choice:
     job_id: int | None
     affinity_expiry: float | None = None
     hold_expiry: float | None = None
+    return_to: str | None = None
+    """With no job to run: load this model, the one a person may type on
+    (docs/design.md §4.8 excursions)."""
 
 
 def choose(
@@ -47,11 +54,28 @@ def choose(
     oldest: tuple[int, Job] | None = None,
     anticipation: Anticipation | None = None,
     loaded_job: Job | None = None,
+    person_model: str | None = None,
 ) -> Choice:
     """``oldest``: of the best jobs of the models not loaded, the one that was
     submitted first (id, job); ``anticipation``: the producers' think times;
-    ``loaded_job``: ``best_loaded``'s job."""
+    ``loaded_job``: ``best_loaded``'s job; ``person_model``: the model a
+    person may type on now (``SwapHolds.expecting``)."""
     rank, _key, best_id = best
+    if (
+        person_model is not None
+        and loaded_model is not None
+        and loaded_model != person_model
+        and rank > Tier.T1
+    ):
+        # docs/design.md §4.8 excursions: away from the model a person may
+        # type on, only work that has waited the bound runs, then the device
+        # goes back, so the person's next message finds their model loaded.
+        if loaded_job is not None and now >= loaded_job.submitted_at + max_affinity_wait:
+            assert best_loaded is not None
+            return Choice(best_loaded[2])
+        if best_job.model_id == person_model:
+            return Choice(best_id)
+        return Choice(None, return_to=person_model)
     if loaded_model is None or best_job.model_id == loaded_model:
         return Choice(best_id)
     if rank <= Tier.T1:
@@ -67,6 +91,12 @@ def choose(
         if loaded_job is not None and loaded_job.submitted_at <= target.submitted_at:
             assert best_loaded is not None
             return Choice(best_loaded[2])
+        if holds.gap_fits(now, loaded_model, starve_at, target.model_id):
+            # Seed scenario 6: it "waits for a chat idle gap", the first one
+            # since it reached the bound that holds its excursion; a person
+            # who chats every 45 s kept the hold alive forever (a job waited
+            # 1 210 s).
+            return Choice(target_id)
     else:
         target_id, target = best_id, best_job
         if best_loaded is not None:

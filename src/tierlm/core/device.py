@@ -52,12 +52,9 @@ class Device:
     can_start: bool = True
     """False while paused, held for a load or unload, swapping or closing:
     nothing new may start (running jobs may still be stopped)."""
-    whole: frozenset[int] = frozenset()
-    """Running jobs whose work drives the runner itself (``ctx.runner``): each
-    takes the whole device (docs/design.md §4.7)."""
     swap_estimate: float | None = None
     """The runner's own estimate of a swap's seconds before any is measured
-    (``Runner.swap_estimate``; the ski-rental cap reads it, docs/design.md §4.8)."""
+    (``Abilities.swap_estimate``; the ski-rental cap reads it, docs/design.md §4.8)."""
     step_cost: Sequence[float] = ()
     """The runner's step time with n sequences, relative to one (index n - 1):
     ``(1.0, 1.1, 1.3, ...)``. Empty: unknown, taken as flat. The chat latency
@@ -71,7 +68,7 @@ class Device:
     (so far, while it has none): the evaluation a resume without its KV state
     would redo. A fair slice grows to be worth it (docs/design.md §4.6 a slice
     worth its resume). Empty when the runner restores KV state
-    (``Runner.restores_kv``); a job still swapping is absent."""
+    (``Abilities.restores_kv``); a job still swapping is absent."""
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -94,3 +91,7 @@ class Decision:
     """Running jobs to stop, and how."""
     wake_at: float | None = None
     """When to ask again with no event (a hold ending, a deadline, a slice)."""
+    load: str | None = None
+    """With nothing to start on an empty device: load this model, with no job
+    (the model a person may type on, after an excursion to another one,
+    docs/design.md §4.8 excursions)."""

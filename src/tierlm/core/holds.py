@@ -20,7 +20,9 @@ only delays a swap while same-model work runs costs nothing and is not capped.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SWAP_ESTIMATE", "OPEN_PAGE_SWAPS", "SwapHolds"]
+from collections import deque
+
+__all__ = ["DEFAULT_SWAP_ESTIMATE", "EXCURSION_SWAPS", "OPEN_PAGE_SWAPS", "SwapHolds"]
 
 OPEN_PAGE_SWAPS = 10.0
 """With the chat page open, the most swap times a hold idles the device for
@@ -28,6 +30,14 @@ OPEN_PAGE_SWAPS = 10.0
 tierlm promises not to make them pay for background work; an idle second costs
 background throughput. Ten swaps keep the whole 60 s ``chat_idle`` on the
 seed's 10 s swap, and a 0.1 s swap still frees the device after 1 s."""
+
+EXCURSION_SWAPS = 3.0
+"""docs/design.md §4.8 excursions: the part of a person's chat idle gap an
+excursion to another model needs, in swap times: the swap there, its job
+(about a swap's length, the unit ski rental bets in), and the swap back."""
+
+GAPS_KEPT = 4
+"""A person's last chat idle gaps remembered; the shortest is the bet."""
 
 DEFAULT_SWAP_ESTIMATE = 10.0
 """Seed: "a model swap costs ~10 s". Used until a swap has been measured."""
@@ -37,9 +47,12 @@ class SwapHolds:
     """Last chat per model, measured swap times, and the idle hold in progress."""
 
     __slots__ = (
+        "_chat_model",
+        "_gaps",
         "_held_since",
         "_last_chat",
         "_last_swap",
+        "_page_opened",
         "_swaps",
         "chat_grace",
         "chat_idle",
@@ -52,15 +65,29 @@ class SwapHolds:
         self.chat_idle = max(chat_grace, chat_idle)
         self.grace_factor = grace_factor
         self._last_chat: dict[str, float] = {}
+        self._chat_model: str | None = None
+        self._gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self._swaps: dict[str, float] = {}
         self._last_swap: float | None = None
         self._held_since: float | None = None
+        # When the chat page last opened, and the model of the last chat then:
+        # a person opens the page to type (docs/design.md §4.8 holds).
+        self._page_opened: tuple[float, str] | None = None
         self.runner_estimate: float | None = None
         """The runner's own swap estimate (``Device.swap_estimate``), used until
         a swap is measured."""
 
     def chat_ended(self, model_id: str, now: float) -> None:
         self._last_chat[model_id] = now
+        self._chat_model = model_id
+
+    def page_opened(self, now: float) -> None:
+        """The chat page opened: the person came to type, on the model their
+        last chat used (docs/design.md §4.8: the open page holds it from now,
+        as a chat would; a swap away at this moment made the first message
+        wait for it and the swap back)."""
+        model = self._chat_model
+        self._page_opened = None if model is None else (now, model)
 
     def swapped(self, model_id: str, seconds: float) -> None:
         """A swap to ``model_id`` took ``seconds`` (told by the shell)."""
@@ -82,6 +109,9 @@ class SwapHolds:
         ``target_model`` (None: no chat ran on it). ``idle``: nothing else on
         the loaded model can run meanwhile, so the device would idle."""
         last_chat = self._last_chat.get(loaded_model)
+        opened = self._page_opened
+        if chat_open and opened is not None and opened[1] == loaded_model:
+            last_chat = max(last_chat if last_chat is not None else opened[0], opened[0])
         if last_chat is None:
             return None
         end = last_chat + (self.chat_idle if chat_open else self.chat_grace)
@@ -94,6 +124,48 @@ class SwapHolds:
             since = self._held_since if self._held_since is not None else now
             end = min(end, since + swaps * self.swap_estimate(target_model))
         return end
+
+    def expecting(self, now: float, *, chat_open: bool) -> str | None:
+        """The model a person at the open chat page may type on now: their
+        last chat's, within ``chat_idle`` of it or of the page opening (None:
+        the page is closed, or they have stopped). The excursion rule of
+        docs/design.md §4.8 brings the device back to it."""
+        model = self._chat_model
+        if not chat_open or model is None:
+            return None
+        return model if now < self.expected_until(now, chat_open=chat_open) else None
+
+    def expected_until(self, now: float, *, chat_open: bool) -> float:
+        """Until when a person may type again (``expecting``); ``now`` or
+        earlier: not expected."""
+        model = self._chat_model
+        if model is None:
+            return now
+        end = self.hold_end(now, model, model, chat_open=chat_open, idle=False)
+        return now if end is None else end
+
+    def chat_submitted(self, now: float) -> None:
+        """A person sent a message: the time since their last chat ended is
+        one of their gaps (reading the reply, typing the next)."""
+        if self._last_chat:
+            self._gaps.append(now - max(self._last_chat.values()))
+
+    def gap_fits(self, now: float, model_id: str, since: float, target_model: str) -> bool:
+        """Whether an excursion to ``target_model`` fits in the person's chat
+        idle gap (docs/design.md §4.8 excursions; seed scenario 6: work on
+        another model "waits for a chat idle gap"): a gap that began at or
+        after ``since`` (their last chat on ``model_id`` ended then, and the
+        page has not opened again since: a person who just opened it is about
+        to type), whose rest, by the shortest of their last gaps, holds
+        ``EXCURSION_SWAPS`` swaps (there, a job, and back)."""
+        last = self._last_chat.get(model_id)
+        if last is None or last < since or not self._gaps:
+            return False
+        opened = self._page_opened
+        if opened is not None and opened[0] > last:
+            return False
+        rest = min(self._gaps) - (now - last)
+        return rest >= EXCURSION_SWAPS * self.swap_estimate(target_model)
 
     def idling(self, now: float) -> None:
         """The device went idle holding a model while other work waits."""

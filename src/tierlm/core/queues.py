@@ -19,7 +19,7 @@ from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.jobs import Foreground, Job, Subject
 from tierlm.core.turns import ChatTurns
 
-__all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue"]
+__all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue", "running_candidate"]
 
 Live = dict[int, int]
 """job id -> version of every queued job; an entry is live iff its version matches."""
@@ -213,3 +213,17 @@ class ModelQueue:
             if candidate is not None and (best is None or candidate < best):
                 best = candidate
         return best
+
+
+def running_candidate(rank: int, job: Job, skip: frozenset[str]) -> Candidate | None:
+    """The order key of a running job at ``rank``, as the queues would key it,
+    unless it is in the pool's own order (then the pool compares it,
+    ``FairPool.best``) or its class is skipped (a budget)."""
+    if rank >= T2 and job.class_name in skip:
+        return None
+    if rank in (T3, T3_AFTER_POOL):
+        due = job.due if job.due is not None else math.inf
+        return (rank, (due, job.id), job.id)
+    if rank == T4:
+        return None
+    return (rank, (job.id,), job.id)

@@ -13,8 +13,9 @@ by the same rules:
   running sequence that the policy would stop for it is stopped, one at a
   time (a stop under way frees the next slot). A swap needs every slot: each
   running sequence the policy would stop is stopped.
-- A job whose work drives the runner itself (``ctx.runner``) takes the whole
-  device: the others yield and none joins while it runs.
+- A job whose work drives the runner itself (``ctx.runner``) holds one slot,
+  like any job: it never makes the others yield (a person's chat among them
+  was cancelled that way), it only restarts when it is stopped itself.
 - The chat latency guard: while a person's sequence (T0, T1) runs, the batch
   is cut to the largest size whose step time stays within ``chat_slowdown`` of
   one sequence's, by the runner's step-time curve; while its prompt is still
@@ -104,16 +105,19 @@ def plan(
             return cap
         return device.slots
 
-    def room() -> int:
-        if device.whole:
-            return 0  # a job that drives the runner itself holds the whole device
-        in_batch = len(staying) + len(starts)
-        return min(device.free - len(starts), limit_now() - in_batch)
+    def room_for(job: Job) -> bool:
+        if device.free - len(starts) <= 0:
+            return False
+        if rules.tier(job, now) <= T1:
+            # docs/design.md §4.7 persons: the guard shields people from
+            # background, never from each other nor a page from its own work.
+            return True
+        return len(staying) + len(starts) < limit_now()
 
     draining = False
-    while device.can_start and room() > 0:
+    while device.can_start and device.free - len(starts) > 0:
         job = rules.peek(now, loaded)
-        if job is None:
+        if job is None or not room_for(job):
             break
         if job.model_id != loaded and (device.running or starts):
             draining = True  # its swap waits for an empty device
@@ -130,7 +134,7 @@ def plan(
         yielding = device.stopping.get(job.id) is Preemption.YIELD
         if yielding and rules.should_preempt(job, now, loaded) is Preemption.PREEMPT:
             stops.append((job, Preemption.PREEMPT))
-    full = bool(device.whole) or len(device.running) + len(starts) >= device.slots
+    full = len(device.running) + len(starts) >= device.slots
     if staying and (full or draining):
         # Lowest-ranked first; among equals the latest started (it has the least sunk).
         order = sorted(reversed(staying), key=lambda j: -rules.tier(j, now))
@@ -147,10 +151,6 @@ def plan(
             if preemption is not None:
                 stops.append((job, preemption))
                 staying.remove(job)
-    # A job that drives the runner itself takes the whole device: the others yield.
-    if device.whole:
-        stops.extend((job, Preemption.YIELD) for job in staying if job.id not in device.whole)
-        staying = [job for job in staying if job.id in device.whole]
     # The chat latency guard cuts the batch around a person's sequence.
     if person(staying) or person(starts):
         over = len(staying) + len(starts) - limit_now()

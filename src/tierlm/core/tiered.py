@@ -7,8 +7,8 @@ docs/design.md §4, the normative statement of what it implements.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 from tierlm.core import fair_choice
 from tierlm.core.affinity import choose
@@ -19,12 +19,14 @@ from tierlm.core.classes import T2, T3, T4, TaskClass, Tier
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.device import Decision, Device, Preemption
 from tierlm.core.fairness import FairPool
+from tierlm.core.flapping import Flapping
 from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.order import policy_order
+from tierlm.core.pool_pick import PoolPick
 from tierlm.core.preemption import preemption
-from tierlm.core.queues import T3_AFTER_POOL, Candidate
+from tierlm.core.queues import T3_AFTER_POOL, Candidate, running_candidate
 from tierlm.core.slices import SliceClocks
 from tierlm.core.slots import plan
 from tierlm.core.turns import chat_order
@@ -75,13 +77,16 @@ class TieredPolicy:
         self._slices = SliceClocks(config.slice)  # each one's slice: after its swap
         self._loaded_at_pick: str | None = None
         self._pool_running: set[int] = set()  # those running in the pool's own order
-        self._pool_cache: dict[str, tuple[object, Candidate | None]] = {}
+        self._pool_pick = PoolPick(self.fair, self.floor, self._jobs)
         # Times at which this decision's answers would change by themselves: set
         # by each choice while ``decide`` runs, read by its ``wake_at``.
         self._wake: list[float] = []
+        # The model an idle device should go back to (docs/design.md §4.8
+        # excursions), set by the decision under way.
+        self._return_to: str | None = None
         # The surface the person just left, and until when its running
         # evaluation is not cut for the new one (docs/design.md §4.6).
-        self._left: tuple[Foreground, float] | None = None
+        self._flapping = Flapping(config.slice)
 
     # -- events ---------------------------------------------------------------
 
@@ -89,6 +94,8 @@ class TieredPolicy:
         self._book.advance(now)
         self._book.add(job, now)
         self.anticipation.submitted(job.producer, job.model_id, now)
+        if job.task_class.tier == Tier.T0:
+            self.holds.chat_submitted(now)
 
     def requeue(self, job: Job, now: float) -> None:
         """docs/design.md §4 re-queue: back to the front of its tier (it keeps its
@@ -99,19 +106,24 @@ class TieredPolicy:
         self._slices.end_turn(job.producer)
 
     def remove(self, job: Job, now: float) -> None:
+        self._flapping.removed(job)
         if job.id in self._book.live:
             self._book.remove(job, now, to_run=False)
 
     def set_foreground(self, foreground: Foreground | None, now: float) -> None:
         self._book.advance(now)
+        was_open = self._chat_surface_open()
         if foreground != self.foreground and self.foreground is not None:
             # docs/design.md §4.6 foreground flapping: for a slice, the surface
             # the person just left keeps its running evaluation.
-            self._left = (self.foreground, now + self.config.slice)
+            self._flapping.left(self.foreground, now)
         self.foreground = foreground
+        if self._chat_surface_open() and not was_open:
+            self.holds.page_opened(now)
 
     def _started(self, job: Job, now: float) -> None:
         self._running[job.id] = job
+        self._flapping.started(job, now)
         if job.task_class.tier == Tier.T0:
             self._book.turns.served(job.producer)  # docs/design.md §4.2 persons in turn
         # A job that needs a swap starts its slice when the swap ends (swapped).
@@ -143,6 +155,7 @@ class TieredPolicy:
         self._book.advance(now)
         if self._running.pop(job.id, None) is None:
             return
+        self._flapping.ended(job)
         self._slices.stop(job.id, now, turn=self._turn_of(job))
         self._pool_running.discard(job.id)
         if job.task_class.fair:
@@ -217,42 +230,6 @@ class TieredPolicy:
             return _T3_AFTER_POOL
         return tier
 
-    def _candidate(self, job: Job, now: float, skip: frozenset[str]) -> Candidate | None:
-        """The order key of the running job, unless it is in the pool's own
-        order (then the pool compares it, ``FairPool.best``)."""
-        rank = self._rank(job, now)
-        if rank >= T2 and job.class_name in skip:
-            return None
-        if rank in (T3, _T3_AFTER_POOL):
-            due = job.due if job.due is not None else math.inf
-            return (rank, (due, job.id), job.id)
-        if rank == T4:
-            return None
-        return (rank, (job.id,), job.id)
-
-    def _pool_candidate(
-        self, model: str, skip: frozenset[str], running: Job | None, t4: bool
-    ) -> Candidate | None:
-        """The pool's best job on ``model``: an open loan (T3, EDF) or, if
-        ``t4``, the EEVDF pick (T4), in which ``running`` competes."""
-        key = (self.fair.version, skip, self.floor.active, running, t4)
-        cached = self._pool_cache.get(model)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        candidate: Candidate | None = None
-        if not self.floor.active:
-            loan = fair_choice.best_loan(self.fair, model, skip)
-            if loan is not None:
-                due = self._jobs[loan].due
-                assert due is not None
-                candidate = (T3, (due, loan), loan)
-        if candidate is None and t4:
-            found = fair_choice.best(self.fair, model, skip, running_job=running)
-            if found is not None:
-                candidate = (T4, found[0], found[1])
-        self._pool_cache[model] = (key, candidate)
-        return candidate
-
     # -- decisions ------------------------------------------------------------
 
     def _over_budget(self, now: float, joining: bool = False) -> frozenset[str]:
@@ -283,7 +260,7 @@ class TieredPolicy:
         oldest: tuple[int, Job] | None = None  # the longest-waiting model's best job
         in_pool = mine = None
         if extra is not None:
-            mine = self._candidate(extra, now, skip)
+            mine = running_candidate(self._rank(extra, now), extra, skip)
             if mine is None and extra.task_class.fair and extra.class_name not in skip:
                 in_pool = extra  # ranks T4: the pool compares it along its path
                 if not t4:
@@ -300,7 +277,7 @@ class TieredPolicy:
             )
             if candidate is None or candidate[0] >= T3:  # else the pool cannot win here
                 running = in_pool if in_pool is not None and in_pool.model_id == model_id else None
-                pool = self._pool_candidate(model_id, skip, running, t4)
+                pool = self._pool_pick.best(model_id, skip, running, t4)
                 if pool is not None and (candidate is None or pool < candidate):
                     candidate = pool
             if (
@@ -323,6 +300,11 @@ class TieredPolicy:
         if best is None:
             return None
         best_job = extra if extra is not None and extra.id == best[2] else self._jobs[best[2]]
+        chat_open = self._chat_surface_open()
+        person = self.holds.expecting(now, chat_open=chat_open)
+        if person is not None:
+            # When the person may have stopped typing, the excursion rule ends.
+            self._wake.append(self.holds.expected_until(now, chat_open=chat_open))
         choice = choose(
             best,
             best_job,
@@ -331,14 +313,17 @@ class TieredPolicy:
             loaded_model=loaded_model,
             max_affinity_wait=self.config.max_affinity_wait,
             holds=self.holds,
-            chat_open=self._chat_surface_open(),
+            chat_open=chat_open,
             oldest=oldest,
             anticipation=self.anticipation,
             loaded_job=self._job_of(best_loaded[2], extra) if best_loaded is not None else None,
+            person_model=person,
         )
         for expiry in (choice.affinity_expiry, choice.hold_expiry):
             if expiry is not None:
                 self._wake.append(expiry)
+        if choice.return_to is not None and extra is None:
+            self._return_to = choice.return_to
         return choice.job_id
 
     def _job_of(self, job_id: int, extra: Job | None) -> Job:
@@ -370,11 +355,21 @@ class TieredPolicy:
         """docs/design.md §2 decide: this step's plan, by the k-slot rules of
         §4.7 (``slots.plan``) over this policy's one-sequence answers."""
         self._wake = []
+        self._return_to = None
         self.holds.runner_estimate = device.swap_estimate
         self._slices.evaluations = device.evaluations
         decision = plan(self, now, device, self.config.chat_slowdown)
         self._wake = []
-        return decision
+        return self._go_back(decision, device)
+
+    def _go_back(self, decision: Decision, device: Device) -> Decision:
+        """docs/design.md §4.8 excursions: an empty device with nothing to
+        start goes back to the model a person may type on, with no job."""
+        back = self._return_to
+        idle = not decision.start and not device.running and device.can_start
+        if back is None or not idle or back == device.loaded_model:
+            return decision
+        return replace(decision, load=back)
 
     def peek(self, now: float, loaded_model: str | None) -> Job | None:
         """The job a free slot would run (left queued; ``take`` starts it)."""
@@ -434,18 +429,22 @@ class TieredPolicy:
         if choice is None or choice == running.id:
             return None
         best = self._jobs[choice]
+        best_rank = self._rank(best, now)
+        redo, wake = self._slices.evaluations, self._wake
+        just_left = self._flapping.just_left(running, now, redo, wake)
+        if just_left and best_rank == Tier.T1:
+            # docs/design.md §4.6 foreground flapping.
+            self._flapping.cut(running)
+            if self._flapping.owes_resume(running, now, redo, wake):
+                return None
         return preemption(
             run_rank,
-            self._rank(best, now),
+            best_rank,
             best_budgeted=best.task_class.budget is not None,
-            person_just_left=self._just_left(running, now),
+            person_just_left=just_left,
             requeues_whole=running.task_class.requeue and running.resumable,
             in_slice=in_slice,
         )
-
-    def _just_left(self, job: Job, now: float) -> bool:
-        left = self._left
-        return left is not None and now < left[1] and left[0].matches(job)
 
     def next_wakeup(self, now: float) -> float | None:
         """When the last decision may change with no event (``wakeups``)."""

@@ -18,10 +18,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from tierlm.core.config import SchedulerConfig
-from tierlm.core.policy import Device, Policy, Preemption
+from tierlm.core.policy import Policy, Preemption
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
 from tierlm.runners.errors import DeviceCrashed, RunnerError
 from tierlm.runners.protocol import Runner, Unloadable, abilities_of
+from tierlm.shell.device_view import describe
 from tierlm.shell.entries import Entry, Outcome, Raised, Returned, Stopped, transition
 from tierlm.shell.events import (
     JobCancelled,
@@ -30,6 +31,7 @@ from tierlm.shell.events import (
     JobStarted,
     JobStuck,
     JobSubmitted,
+    ModelReturned,
     Paused,
     Preempting,
     Requeued,
@@ -89,6 +91,7 @@ class Dispatcher:
         self._idle: asyncio.Event | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when: float | None = None
+        self._returning: asyncio.Task[None] | None = None  # a swap back (Decision.load)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -178,8 +181,11 @@ class Dispatcher:
         The loaded model is the runner's afterwards."""
         self.held += 1
         try:
-            while self.running:
-                await self.idle()
+            while self.running or self._returning is not None:
+                if self._returning is not None:
+                    await asyncio.shield(self._returning)
+                else:
+                    await self.idle()
             return await operation()
         finally:
             self.held -= 1
@@ -209,48 +215,23 @@ class Dispatcher:
             return
         self.version += 1
         now = self.loop.time()
-        stopping = {}
-        evaluations = {}
-        decoding = set()
-        for job_id, entry in self.running.items():
-            ctx = entry.context
-            if ctx is not None and ctx.first_live_at is not None:
-                decoding.add(job_id)
-            if ctx is not None:
-                # docs/design.md §4.6: what this run redid before it made new
-                # progress, what its next resume redoes too. A device that
-                # restores KV evaluates nothing again; only the calls a closure
-                # job's journal could not keep are generated again.
-                progress = now if ctx.progress_at is None else ctx.progress_at
-                if not self.restores_kv:
-                    evaluations[job_id] = progress - ctx.started_at
-                elif ctx.first_live_at is not None and progress > ctx.first_live_at:
-                    evaluations[job_id] = progress - ctx.first_live_at
-            assert entry.token is not None
-            reason = entry.token.reason
-            if reason is not None:
-                # Only a yield may still be cut short by a person's preemption
-                # (docs/design.md §4 preemption kinds); any other stop is final.
-                stopping[job_id] = (
-                    Preemption.YIELD if reason is CancelReason.YIELD else Preemption.PREEMPT
-                )
-        device = Device(
+        device = describe(
+            now,
             self.model,
             self.slots,
-            tuple(entry.job for entry in self.running.values()),
-            stopping,
+            self.running,
             can_start=not (self.paused or self.held or self.swapping_to is not None),
-            whole=frozenset(j for j, e in self.running.items() if not e.job.resumable),
+            restores_kv=self.restores_kv,
             swap_estimate=self.swap_estimate,
             step_cost=self.step_cost,
-            decoding=frozenset(decoding),
-            evaluations=evaluations,
         )
         decision = self.policy.decide(now, device)
         for job, preemption in decision.stop:
             self.stop_running(self.running[job.id], _REASONS[preemption])
         for job in decision.start:
             self._start(self.entries[job.id], now)
+        if decision.load is not None and not self.running and self.swapping_to is None:
+            self._return_to(decision.load)
         self._arm_timer(now, None if self.paused else decision.wake_at)
 
     def _arm_timer(self, now: float, when: float | None) -> None:
@@ -334,12 +315,19 @@ class Dispatcher:
         self._finish(entry, outcome)
 
     async def _swap(self, entry: Entry[Any], model_id: str) -> None:
-        """Load ``model_id``; not interruptible (docs/design.md §4), counted and timed."""
-        started = self.now()
+        """Load ``model_id`` for ``entry``'s job (docs/design.md §4)."""
         previous = self.model
+        self.emit(SwapStarted(self.now(), entry.job, previous))
+        seconds = await self._load(model_id)
+        self.emit(SwapFinished(self.now(), entry.job, previous, seconds))
+        self.reschedule()  # the other slots may fill now (docs/design.md §4.7)
+
+    async def _load(self, model_id: str) -> float:
+        """Load ``model_id``; not interruptible (docs/design.md §4), counted
+        and timed: its seconds."""
+        started = self.now()
         self.swapping_to = model_id
         self.model = model_id
-        self.emit(SwapStarted(started, entry.job, previous))
         try:
             await self.runner.load(model_id)
         except asyncio.CancelledError:
@@ -358,13 +346,32 @@ class Dispatcher:
         self.stats.swaps += 1
         self.stats.swap_seconds += ended - started
         self.policy.swapped(model_id, ended - started, ended)
-        self.emit(SwapFinished(ended, entry.job, previous, ended - started))
-        self.reschedule()  # the other slots may fill now (docs/design.md §4.7)
+        return ended - started
+
+    def _return_to(self, model_id: str) -> None:
+        """Load ``model_id`` with no job (``Decision.load``, docs/design.md §4.8
+        excursions), a swap like any other; a chat arriving meanwhile waits
+        only for its rest."""
+        assert self.loop is not None
+        self.swapping_to = model_id
+        self._returning = self.loop.create_task(self._swap_back(model_id))
+
+    async def _swap_back(self, model_id: str) -> None:
+        previous = self.model
+        try:
+            seconds = await self._load(model_id)
+        except RunnerError as exc:  # nobody waits on it: the next job's swap retries
+            logger.warning("going back to %r failed: %s", model_id, exc)
+        else:
+            self.emit(ModelReturned(self.now(), model_id, previous, seconds))
+        finally:
+            self._returning = None
+        self.reschedule()
 
     def _drives_runner(self, entry: Entry[Any]) -> None:
         """Its work uses ``ctx.runner`` itself: a preemption makes it start over
-        (docs/design.md §4.6 preemption kinds), and it takes the whole device
-        (§4.7): the shell cannot put its calls in the batch's slots."""
+        (docs/design.md §4.6 preemption kinds). It keeps its one slot (§4.7):
+        its calls are one sequence of the batch, like ``ctx.generate``'s."""
         if entry.job.resumable:
             entry.job.resumable = False
             self.reschedule()

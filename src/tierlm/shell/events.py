@@ -39,6 +39,7 @@ __all__ = [
     "JobStarted",
     "JobStuck",
     "JobSubmitted",
+    "ModelReturned",
     "Paused",
     "Preempting",
     "Requeued",
@@ -159,6 +160,17 @@ class ForegroundChanged(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ModelReturned(Event):
+    """The device went back, with no job, to the model a person may type on
+    after an excursion to another (docs/design.md §4.8 excursions)."""
+
+    model_id: str
+    previous: str | None
+    seconds: float
+    """How long the swap back took."""
+
+
+@dataclass(frozen=True, slots=True)
 class Paused(Event):
     """``Scheduler.pause()``: nothing new is dispatched (docs/design.md §4 lifecycle)."""
 
@@ -173,6 +185,7 @@ SchedulerEvent = (
     | JobStarted
     | SwapStarted
     | SwapFinished
+    | ModelReturned
     | Preempting
     | JobStuck
     | Requeued

@@ -186,6 +186,7 @@ def run_comparison(
     out: Path,
     console: Console,
     quiet: bool = False,
+    target_seeds: Sequence[int] = (),
 ) -> Comparison:
     """Simulate with a progress bar, print the tables, write results and charts."""
     horizon = float(duration if duration is not None else workload.default_duration)
@@ -198,6 +199,7 @@ def run_comparison(
             duration=horizon,
             device=device,
             progress=bars.comparison(workload.name, policies, horizon),
+            target_seeds=target_seeds,
         )
     elapsed = time.perf_counter() - started
     print_report(comparison, console)

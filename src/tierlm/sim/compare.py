@@ -11,6 +11,7 @@ from tierlm.sim.device import DeviceModel
 from tierlm.sim.engine import simulate
 from tierlm.sim.metrics import compute_metrics
 from tierlm.sim.records import SimRecords
+from tierlm.sim.seeds import worst_over_seeds
 from tierlm.sim.targets import TargetCheck, check_targets, story_checks
 from tierlm.sim.workload import Workload
 
@@ -40,8 +41,11 @@ def compare(
     device: DeviceModel | None = None,
     config: SchedulerConfig | None = None,
     progress: PolicyProgress | None = None,
+    target_seeds: Sequence[int] = (),
 ) -> Comparison:
-    """Simulate ``workload`` under each policy (same seed, same device)."""
+    """Simulate ``workload`` under each policy (same seed, same device); with
+    ``target_seeds``, tierlm's targets are its worst over those seeds too
+    (``tierlm.sim.seeds``)."""
     device = device or DeviceModel()
     horizon = float(duration if duration is not None else workload.default_duration)
     result = Comparison(workload, seed, horizon, device)
@@ -62,8 +66,18 @@ def compare(
         result.metrics[name] = compute_metrics(records)
     result.targets = [
         *story_checks(workload, result.metrics),
-        *check_targets(workload.name, result.metrics, device.token_interval),
+        *check_targets(workload.name, result.metrics, device.token_interval, device.step_seconds),
     ]
+    if target_seeds and "tierlm" in policies:
+        result.targets = worst_over_seeds(
+            workload,
+            result.targets,
+            seed=seed,
+            seeds=target_seeds,
+            duration=horizon,
+            device=device,
+            config=config,
+        )
     return result
 
 

@@ -27,6 +27,7 @@ from tierlm.sim.cli_common import (
 )
 from tierlm.sim.demo_summary import run_summary
 from tierlm.sim.policies import DEFAULT_COLUMNS, POLICIES, RESUME
+from tierlm.sim.seeds import DEMO_SEEDS
 from tierlm.sim.workloads.issue118 import Issue118
 
 __all__ = ["LEGEND", "add_arguments", "run"]
@@ -113,6 +114,12 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         console=console,
         quiet=args.quiet,
+        target_seeds=DEMO_SEEDS,
+    )
+    console.print(
+        f"The targets are tierlm's on seeds {DEMO_SEEDS[0]}-{DEMO_SEEDS[-1]} (each its "
+        f"worst seed); the tables are seed {args.seed}'s.",
+        highlight=False,
     )
     if args.no_cases:
         return 0

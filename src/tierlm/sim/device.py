@@ -92,6 +92,13 @@ class DeviceModel:
         return 1.0 / self.decode_tps
 
     @property
+    def step_seconds(self) -> float:
+        """The longest decode step: every slot full (one token interval on
+        one slot). A running batch stops at its next step boundary, so a
+        person's chat may wait that long for the device (docs/design.md §8)."""
+        return self.token_interval * (1.0 + self.batch_cost * (self.slots - 1))
+
+    @property
     def prefill_per_token(self) -> float:
         """Seconds per prompt token."""
         return 1.0 / self.prefill_tps

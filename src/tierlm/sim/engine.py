@@ -118,6 +118,7 @@ async def _simulate(
         swap_seconds=device.swap_seconds,
         jobs=[recorder.records[i] for i in sorted(recorder.records)],
         foreground=list(recorder.foreground),
+        returns=list(recorder.returns),
         fair_classes=sorted(name for name, c in sched.classes.items() if c.fair),
         budget_caps={name: c.budget.share for name, c in sorted(sched.classes.items()) if c.budget},
         initial_model=workload.initial_model,

@@ -9,6 +9,7 @@ from tierlm.shell.events import (
     JobEvent,
     JobStarted,
     JobSubmitted,
+    ModelReturned,
     Preempting,
     Requeued,
     RunEnded,
@@ -29,12 +30,16 @@ class Recorder:
     def __init__(self) -> None:
         self.records: dict[int, JobRecord] = {}
         self.foreground: list[tuple[float, str]] = []
+        self.returns: list[tuple[float, float]] = []
 
     def __call__(self, event: SchedulerEvent) -> None:
         if isinstance(event, ForegroundChanged):
             foreground = event.foreground
             name = foreground.class_name if foreground is not None else FOREGROUND_NONE
             self.foreground.append((event.time, name))
+            return
+        if isinstance(event, ModelReturned):
+            self.returns.append((event.time - event.seconds, event.time))
             return
         if not isinstance(event, JobEvent):
             return

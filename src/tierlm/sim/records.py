@@ -164,6 +164,8 @@ class SimRecords:
     jobs: list[JobRecord] = field(default_factory=list)
     foreground: list[tuple[float, str]] = field(default_factory=list)
     """(time, class name or FOREGROUND_NONE) at every foreground change."""
+    returns: list[tuple[float, float]] = field(default_factory=list)
+    """(start, end) of each swap back with no job (docs/design.md §4.8 excursions)."""
     fair_classes: list[str] = field(default_factory=list)
     """Classes in the fair pool (their producers are compared for fairness)."""
     budget_caps: dict[str, float] = field(default_factory=dict)

@@ -35,12 +35,18 @@ class TargetCheck:
 
 
 def check_targets(
-    workload: str, metrics: Mapping[str, Metrics], token_interval: float
+    workload: str,
+    metrics: Mapping[str, Metrics],
+    token_interval: float,
+    step_seconds: float | None = None,
 ) -> list[TargetCheck]:
-    """The targets for ``workload``, for the policies that ran."""
+    """The targets for ``workload``, for the policies that ran;
+    ``step_seconds``: the device's longest decode step (one token interval
+    on one slot), the wait a running batch's step boundary allows."""
     checks: list[TargetCheck] = []
     if workload == "issue118":
-        checks += _issue118(metrics, token_interval)
+        step = step_seconds or token_interval
+        checks += _issue118(metrics, token_interval, step, batched=step > token_interval)
     if workload in ("issue118", "backfill-flood"):
         checks += _budget("tierlm", workload, metrics)
     if workload == "backfill-flood":
@@ -80,7 +86,9 @@ def _check(
     return TargetCheck(workload, policy, target, measured, bound, ok, note)
 
 
-def _issue118(metrics: Mapping[str, Metrics], token_interval: float) -> list[TargetCheck]:
+def _issue118(
+    metrics: Mapping[str, Metrics], token_interval: float, step: float, *, batched: bool
+) -> list[TargetCheck]:
     out = []
     ours = metrics.get("tierlm")
     if ours is not None:
@@ -105,10 +113,12 @@ def _issue118(metrics: Mapping[str, Metrics], token_interval: float) -> list[Tar
             _check(
                 "issue118",
                 "tierlm",
-                "chat waits <= one token boundary [max wait, s]",
+                "chat waits <= one device step [max wait, s]",
                 wait,
-                token_interval,
-                None if wait is None else wait <= token_interval + _EPS,
+                step,
+                None if wait is None else wait <= step + _EPS,
+                "a running batch stops at its next step boundary: one token "
+                "interval on one slot, longer with every slot full",
             )
         )
         waste = ours["waste"]
@@ -136,8 +146,12 @@ def _issue118(metrics: Mapping[str, Metrics], token_interval: float) -> list[Tar
                 "reproduces #118: a chat waits >= 30 s [max TTFT, s]",
                 worst,
                 30.0,
-                None if worst is None else worst >= 30.0,
-                f"p99 {_fmt(lane['chat']['ttft_p99'])} s, p50 {_fmt(lane['chat']['ttft_p50'])} s",
+                # The bug was a phone's, one sequence at a time; on a batched
+                # device the old queue gives the chat a free slot too, so there
+                # it is context, not a target (docs/design.md §4.7).
+                None if worst is None or batched else worst >= 30.0,
+                f"p99 {_fmt(lane['chat']['ttft_p99'])} s, p50 {_fmt(lane['chat']['ttft_p50'])} s"
+                + ("; on one slot it is a target, here context" if batched else ""),
             )
         )
     seed = metrics.get("seed-literal")

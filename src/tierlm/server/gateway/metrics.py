@@ -60,6 +60,7 @@ from tierlm.shell.events import (
     JobCompleted,
     JobFailed,
     JobStarted,
+    ModelReturned,
     Preempting,
     Requeued,
     RunEnded,
@@ -183,6 +184,9 @@ class Metrics:
             case SwapFinished(job=job, seconds=seconds):
                 self.swaps.labels(job.model_id).inc()
                 self.swap_seconds.labels(job.model_id).inc(seconds)
+            case ModelReturned(model_id=model_id, seconds=seconds):
+                self.swaps.labels(model_id).inc()
+                self.swap_seconds.labels(model_id).inc(seconds)
             case RunEnded(job=job):
                 self.jobs.labels(job.class_name, event.outcome).inc()
 

@@ -15,6 +15,7 @@ from typing import Any
 from tierlm.shell.events import (
     ForegroundChanged,
     JobStarted,
+    ModelReturned,
     Paused,
     Preempting,
     Requeued,
@@ -59,6 +60,16 @@ class Timeline:
                 }
             case SwapFinished():
                 self._close_swap(event.time)
+            case ModelReturned(model_id=model_id, previous=previous, seconds=seconds):
+                self._add(
+                    {
+                        "kind": "swap",
+                        "model": model_id,
+                        "previous": previous,
+                        "start": event.time - seconds,
+                        "end": event.time,
+                    }
+                )
             case Preempting(job=job):
                 self._add(
                     {

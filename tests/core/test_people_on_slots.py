@@ -1,0 +1,110 @@
+"""People on a batched device (docs/design.md §4.7 persons): the chat latency
+guard shields people from background work, never from each other, and never
+a page from its own work. Virtual time, 8 simulated slots on the 2-thread CPU
+curve; counts of steps, never wall time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tierlm import Scheduler
+from tierlm.runners import GenerationRequest, SimulatedRunner
+from tierlm.runners.simulated import LLAMA_CPP_CPU_BATCH_COST
+from tierlm.testing import run_virtual
+
+TOKEN = 1 / 15  # the phone's decode
+PREFILL = 1 / 150  # and its prompt evaluation, per token
+STEP_MAX = TOKEN * (1 + LLAMA_CPP_CPU_BATCH_COST * 7)  # a full batch's step
+
+
+def device() -> SimulatedRunner:
+    return SimulatedRunner(
+        token_interval=TOKEN,
+        prefill_per_token=PREFILL,
+        swap_seconds=1.0,
+        initial_model="m1",
+        slots=8,
+        batch_cost=LLAMA_CPP_CPU_BATCH_COST,
+        resume="restore",
+    )
+
+
+async def first_token(
+    sched: Scheduler,
+    cls: str,
+    producer: str,
+    prompt_tokens: int,
+    max_tokens: int = 20,
+    **kw: object,
+) -> float:
+    """Seconds from submit to the first token."""
+    request = GenerationRequest(
+        "m1", prompt=f"{producer}", max_tokens=max_tokens, prompt_tokens=prompt_tokens
+    )
+    submitted = sched.now()
+    firsts: list[float] = []
+
+    def on_piece(_piece: str) -> None:
+        if not firsts:
+            firsts.append(sched.now())
+
+    await sched.submit_generation(cls, request, on_piece, producer)
+    return firsts[0] - submitted
+
+
+def test_a_second_person_is_not_kept_waiting_by_another_persons_long_prompt() -> None:
+    """While one person's 4 000-token prompt evaluated (27 s), a second
+    person's short chat waited for all of it with 7 slots free: 26.9 s."""
+
+    async def main() -> tuple[float, float]:
+        async with Scheduler(device()) as sched:
+            long = asyncio.create_task(first_token(sched, "chat", "alice", 4000))
+            await asyncio.sleep(1.0)
+            short = await first_token(sched, "chat", "bob", 50)
+            await long
+        async with Scheduler(device()) as idle:
+            alone = await first_token(idle, "chat", "bob", 50)
+        return short, alone
+
+    short, alone = run_virtual(main())
+    # Its own prompt (beside one other sequence) and two steps.
+    assert short <= alone * (1 + LLAMA_CPP_CPU_BATCH_COST) + 2 * STEP_MAX, (short, alone)
+
+
+def test_the_foreground_pages_own_work_is_not_slowed_by_opening_the_page() -> None:
+    """Eight streams of the deck page: with the page open they are T1, and the
+    guard cut their own batch around them to 0.55x of their speed closed."""
+
+    async def deck(open_page: bool) -> float:
+        async with Scheduler(device()) as sched:
+            if open_page:
+                sched.set_foreground("nataraj")
+            started = sched.now()
+            await asyncio.gather(
+                *(first_token(sched, "nataraj", f"deck{i}", 100, max_tokens=200) for i in range(8))
+            )
+            return sched.now() - started  # every stream's 200 tokens are out
+
+    closed = run_virtual(deck(False))
+    opened = run_virtual(deck(True))
+    assert closed / opened >= 0.95, (closed, opened)
+
+
+def test_people_batch_with_each_other() -> None:
+    """Eight people's chats at once (a plain OpenAI client's keyless requests
+    are each a person): served together on 8 slots, not one at a time."""
+
+    async def main() -> tuple[list[float], float]:
+        async with Scheduler(device()) as sched:
+            waits = await asyncio.gather(
+                *(first_token(sched, "chat", f"user{i}", 50) for i in range(8))
+            )
+        async with Scheduler(device()) as idle:
+            alone = await first_token(idle, "chat", "solo", 50)
+        return list(waits), alone
+
+    waits, alone = run_virtual(main())
+    # All eight prompts evaluate in one batch: each within the batch's
+    # slowdown of its time alone, and two steps.
+    bound = alone * (1 + LLAMA_CPP_CPU_BATCH_COST * 7) + 2 * STEP_MAX
+    assert max(waits) <= bound, (waits, alone)
