@@ -41,8 +41,8 @@ from typing import Any
 import httpx
 import openai
 
-from _gateway_server import Server
-from _results import results_file
+from _lib.gateway.server import Server
+from _lib.results import results_file
 
 RESULTS = results_file("batch_vs_requests")
 MODEL = "sim-a"

@@ -3,7 +3,7 @@ beside ``LlamaCppRunner(slots=k)`` with k concurrent generations, in ONE run.
 
 For k = 1, 2, 4, 8, 16 sequences and 1 and 2 threads: aggregate decode tokens/s
 of k greedy streams decoded in one ``llama_batch`` per step with llama.cpp's
-low-level API (``_batch_raw.py``), and of k concurrent ``generate`` calls of a
+low-level API (``_lib/batch_raw.py``), and of k concurrent ``generate`` calls of a
 runner with k slots (the worker process, its sampler chains, pieces, pipe).
 Repeats are interleaved (raw, runner, raw, runner...) so a change of machine
 load hits both; the figures are medians and the ratios are taken per repeat.
@@ -11,7 +11,7 @@ End-of-generation tokens are banned in both, so every stream runs its length.
 
     python bench/batched_decode.py [--repeats 3] [--tokens 96] [--ks 1,2,4,8,16]
 
-Writes batched_decode.json to the results folder (bench/_results.py) and prints a
+Writes batched_decode.json to the results folder (bench/_lib/results.py) and prints a
 table. Target: the runner >= 0.9x the raw curve at the same k and threads. The default
 ``slots`` is the k where doubling stops paying (docs/design.md §2).
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from tierlm.runners.llama_cpp.transport import with_omp_defaults
+from tierlm.runners.llama_cpp.host.transport import with_omp_defaults
 
 # OpenMP waits as in the worker, for the raw curve measured in this process.
 os.environ.update(with_omp_defaults(os.environ))
@@ -28,7 +28,6 @@ os.environ.update(with_omp_defaults(os.environ))
 import argparse
 import asyncio
 import json
-import platform
 import statistics
 import time
 from dataclasses import replace
@@ -38,12 +37,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _batch_raw import raw_rate
-from _results import results_file
+from _lib.batch_raw import raw_rate
+from _lib.results import load_now, machine, results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
-from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
-from tierlm.runners.llama_cpp.loader import open_vocab
+from tierlm.runners.llama_cpp.model.cpu_flags import cpu_has_amx
+from tierlm.runners.llama_cpp.worker.loader import open_vocab
 from tierlm.runners.requests import GenerationRequest
 
 RESULTS = results_file("batched_decode")
@@ -136,7 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
-    load = os.getloadavg()[0]
+    load_before = load_now()
     rows = asyncio.run(measure(ks, threads, args.repeats, args.tokens))
     table = Table(title="aggregate decode tokens/s (medians), runner / raw per repeat")
     for column in ("threads", "k", "raw", "runner", "runner/raw"):
@@ -151,11 +150,7 @@ def main() -> None:
     args.out.write_text(
         json.dumps(
             {
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "amx": cpu_has_amx(),
-                "load_before": round(load, 2),
-                "load_after": round(os.getloadavg()[0], 2),
+                "machine": machine(load_before, amx=cpu_has_amx()),
                 "repeats": args.repeats,
                 "tokens_per_stream": args.tokens,
                 "rows": list(rows.values()),

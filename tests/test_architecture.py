@@ -9,6 +9,7 @@ not one at import time.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
 def source_files() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
@@ -70,6 +72,7 @@ def _within(name: str, modules: set[str]) -> Iterator[str]:
         name = name.rpartition(".")[0]
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     files = source_files()
     modules = set(files)
@@ -173,6 +176,54 @@ def test_runners_import_only_runners() -> None:
     """docs/design.md §1: runners know no policy; they import their own protocol
     (and the error root)."""
     assert imports_outside(layer("tierlm.runners"), ("tierlm.runners", "tierlm.errors")) == {}
+
+
+LLAMA = "tierlm.runners.llama_cpp"
+# The llama.cpp runner's rooms follow the process boundary (its package
+# docstring): the runner's process, the worker's, and what both share.
+LLAMA_PROCESSES = (f"{LLAMA}.host", f"{LLAMA}.worker")
+LLAMA_SHARED = (f"{LLAMA}.wire", f"{LLAMA}.model", f"{LLAMA}.prompt")
+# The one door across: with isolation="thread" the runner runs the worker's
+# service in threads of its own process (docs/design.md §1 runners).
+LLAMA_DOORS = {(f"{LLAMA}.host.transport", f"{LLAMA}.worker.service")}
+
+
+def test_every_llama_cpp_module_is_in_a_room() -> None:
+    rooms = (*LLAMA_PROCESSES, *LLAMA_SHARED)
+    loose = [m for m in layer(LLAMA) if m != LLAMA and not m.startswith(rooms)]
+    assert loose == []
+
+
+def test_the_llama_cpp_processes_meet_only_through_the_shared_rooms() -> None:
+    """host/ (the runner's process) and worker/ (the worker's) import each other
+    only through wire/, model/ and prompt/; those import neither."""
+    graph = import_graph()
+    crossing = {}
+    for room in (*LLAMA_PROCESSES, *LLAMA_SHARED):
+        forbidden = tuple(r for r in LLAMA_PROCESSES if r != room)
+        for module in layer(room):
+            bad = sorted(
+                t
+                for t in graph[module]
+                if t.startswith(forbidden) and (module, t) not in LLAMA_DOORS
+            )
+            if bad:
+                crossing[module] = bad
+    assert crossing == {}
+    # A door nobody uses any more is closed: take it out of LLAMA_DOORS.
+    assert all(target in graph[module] for module, target in LLAMA_DOORS)
+
+
+def test_nothing_outside_imports_the_llama_cpp_worker() -> None:
+    """The gateway and the rest of tierlm use llama.cpp through the runner's
+    face, host/ and the shared rooms: no code of the worker's process runs there."""
+    graph = import_graph()
+    users = {
+        m: sorted(t for t in targets if t.startswith(f"{LLAMA}.worker"))
+        for m, targets in graph.items()
+        if not m.startswith(f"{LLAMA}.")
+    }
+    assert {m: ts for m, ts in users.items() if ts and m != LLAMA} == {}
 
 
 def test_the_shell_imports_only_core_runners_and_itself() -> None:

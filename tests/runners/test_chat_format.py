@@ -1,5 +1,5 @@
 """Tools, past tool calls and tool results in a chat, as a template gets them
-(``tierlm.runners.llama_cpp.chat_format``): through a template that knows
+(``tierlm.runners.llama_cpp.prompt.chat_format``): through a template that knows
 tools, or in the documented prompt format for one that does not."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.runners.helpers import run
-from tierlm.runners.llama_cpp.chat_format import TOOLS_INTRO, chat_for_template
+from tierlm.runners.llama_cpp.prompt.chat_format import TOOLS_INTRO, chat_for_template
 
 if TYPE_CHECKING:
     from tests.runners.helpers import TinyModels

@@ -1,11 +1,11 @@
 """The AMX check that turns weight repacking off for batched decoding
-(``tierlm.runners.llama_cpp.cpu_flags``; the crash: llama.cpp #16315, #20824)."""
+(``tierlm.runners.llama_cpp.model.cpu_flags``; the crash: llama.cpp #16315, #20824)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tierlm.runners.llama_cpp import cpu_flags
+from tierlm.runners.llama_cpp.model import cpu_flags
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tierlm.runners.llama_cpp.kv_pool import KvPool, Snapshot
+from tierlm.runners.llama_cpp.worker.kv_pool import KvPool, Snapshot
 
 
 def snapshot(

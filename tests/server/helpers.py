@@ -238,6 +238,19 @@ class Stream:
         return "".join(pieces)
 
 
+def module_gateway(raw: Mapping[str, Any] | None = None, *, key: str | None = None) -> Any:
+    """A module's ``gw`` fixture: one sim gateway with ``raw`` added to the
+    tests' settings (``sim_settings``), shared by the module's tests:
+    ``gw = module_gateway({"keys": KEYS}, key="sk-admin")``."""
+
+    @pytest.fixture(scope="module")
+    def gw() -> Iterator[Gateway]:
+        with serve(sim_settings(raw), key=key) as gateway:
+            yield gateway
+
+    return gw
+
+
 @contextlib.contextmanager
 def serve_default_model(n_ctx: int | None = None) -> Iterator[Gateway]:
     """A gateway on the embedded SmolLM2-135M-Instruct (llama-cpp, one thread,

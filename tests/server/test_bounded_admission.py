@@ -5,20 +5,16 @@ The sim gateway with the default limits (1 MiB bodies)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.server.helpers import Gateway, serve, sim_settings
+from tests.server.helpers import Gateway, module_gateway
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture(scope="module")
-def gw() -> Iterator[Gateway]:
-    with serve(sim_settings()) as g:
-        yield g
+gw = module_gateway()
 
 
 def nested_any_of(levels: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.server.helpers import read_into
 from tests.server.serve_process import tierlm_serve
 from tierlm.runners.llama_cpp import DEFAULT_SLOTS, default_chat_spec
-from tierlm.runners.llama_cpp.capacity import auto_slots, physical_memory
+from tierlm.runners.llama_cpp.model.capacity import auto_slots, physical_memory
 from tierlm.server.settings.backends import local_model_available
 from tierlm.server.settings.embedders import minilm_installed
 

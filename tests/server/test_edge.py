@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,14 +18,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.server.helpers import MESSAGES, WAIT, Gateway, chat_body, serve, sim_settings
+from tests.server.helpers import (
+    MESSAGES,
+    WAIT,
+    Gateway,
+    chat_body,
+    module_gateway,
+    serve,
+    sim_settings,
+)
 from tierlm.server.settings.sources import settings_from_dict
 
-
-@pytest.fixture(scope="module")
-def gw() -> Iterator[Gateway]:
-    with serve(sim_settings({"limits": {"max_body_bytes": 100_000}})) as g:
-        yield g
+gw = module_gateway({"limits": {"max_body_bytes": 100_000}})
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:

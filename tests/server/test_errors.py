@@ -9,15 +9,11 @@ from typing import Any
 import openai
 import pytest
 
-from tests.server.helpers import MESSAGES, Gateway, chat_body, serve, sim_settings
+from tests.server.helpers import MESSAGES, Gateway, chat_body, module_gateway
 from tierlm.server.openai.compat import TOOL
 
-
-@pytest.fixture(scope="module")
-def gw() -> Iterator[Gateway]:
-    # One gateway for the module: each test also checks it still serves.
-    with serve(sim_settings({"limits": {"max_body_bytes": 10_000, "max_tokens_limit": 100}})) as g:
-        yield g
+# One gateway for the module: each test also checks it still serves.
+gw = module_gateway({"limits": {"max_body_bytes": 10_000, "max_tokens_limit": 100}})
 
 
 def still_serves(gw: Gateway) -> None:

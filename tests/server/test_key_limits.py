@@ -22,6 +22,7 @@ from tests.server.helpers import (
     chat_body,
     error_message,
     in_queue,
+    module_gateway,
     serve,
     sim_settings,
     sse,
@@ -37,11 +38,9 @@ KEYS = [
 NATARAJ_LIMIT = 4
 
 
-@pytest.fixture(scope="module")
-def gw() -> Iterator[Gateway]:
-    settings = sim_settings({"keys": KEYS, "classes": {"nataraj": {"queue_limit": NATARAJ_LIMIT}}})
-    with serve(settings, key="sk-admin") as g:
-        yield g
+gw = module_gateway(
+    {"keys": KEYS, "classes": {"nataraj": {"queue_limit": NATARAJ_LIMIT}}}, key="sk-admin"
+)
 
 
 @contextlib.contextmanager

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import openai
 import pytest
 
-from tests.server.helpers import MESSAGES, Gateway, error_message, serve, sim_settings
+from tests.server.helpers import (
+    MESSAGES,
+    Gateway,
+    error_message,
+    module_gateway,
+)
 
 KEYS = [
     {"key": "sk-chat", "name": "chat-ui", "classes": ["chat"]},
@@ -22,10 +25,7 @@ KEYS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def gw() -> Iterator[Gateway]:
-    with serve(sim_settings({"keys": KEYS}), key="sk-admin") as g:
-        yield g
+gw = module_gateway({"keys": KEYS}, key="sk-admin")
 
 
 def test_a_key_limited_to_extract_cannot_claim_chat(gw: Gateway) -> None:

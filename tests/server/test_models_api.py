@@ -5,13 +5,12 @@ unloading by hand (admin, through the scheduler), and the idle time to live
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
-from tests.server.helpers import MESSAGES, WAIT, Gateway, serve, sim_settings
+from tests.server.helpers import MESSAGES, WAIT, Gateway, module_gateway, serve, sim_settings
 from tierlm.server.settings.sources import settings_from_dict
 
 if TYPE_CHECKING:
@@ -23,11 +22,9 @@ KEYS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def gw() -> Iterator[Gateway]:
-    settings = sim_settings({"keys": KEYS, "backend": {"models": {"sim-a": {}, "sim-b": {}}}})
-    with serve(settings, key="sk-admin") as g:
-        yield g
+gw = module_gateway(
+    {"keys": KEYS, "backend": {"models": {"sim-a": {}, "sim-b": {}}}}, key="sk-admin"
+)
 
 
 def states(gw: Gateway, key: str = "sk-user") -> dict[str, str]:

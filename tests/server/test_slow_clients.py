@@ -14,20 +14,16 @@ import json
 import signal
 import socket
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.server.helpers import WAIT, Gateway, serve, sim_settings
+from tests.server.helpers import WAIT, Gateway, module_gateway, serve, sim_settings
 from tests.server.serve_process import tierlm_serve
 
-
-@pytest.fixture(scope="module")
-def gw() -> Iterator[Gateway]:
-    limits = {"header_timeout": 1.0, "body_timeout": 1.0, "max_connections": 300}
-    with serve(sim_settings({"limits": limits})) as g:
-        yield g
+gw = module_gateway(
+    {"limits": {"header_timeout": 1.0, "body_timeout": 1.0, "max_connections": 300}}
+)
 
 
 def connect(url: str) -> socket.socket:

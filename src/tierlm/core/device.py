@@ -54,7 +54,7 @@ class Device:
     nothing new may start (running jobs may still be stopped)."""
     swap_estimate: float | None = None
     """The runner's own estimate of a swap's seconds before any is measured
-    (``Runner.swap_estimate``; the ski-rental cap reads it, docs/design.md §4.8)."""
+    (``Abilities.swap_estimate``; the ski-rental cap reads it, docs/design.md §4.8)."""
     step_cost: Sequence[float] = ()
     """The runner's step time with n sequences, relative to one (index n - 1):
     ``(1.0, 1.1, 1.3, ...)``. Empty: unknown, taken as flat. The chat latency
@@ -68,7 +68,7 @@ class Device:
     (so far, while it has none): the evaluation a resume without its KV state
     would redo. A fair slice grows to be worth it (docs/design.md §4.6 a slice
     worth its resume). Empty when the runner restores KV state
-    (``Runner.restores_kv``); a job still swapping is absent."""
+    (``Abilities.restores_kv``); a job still swapping is absent."""
 
     def __post_init__(self) -> None:
         if self.slots < 1:

@@ -18,6 +18,7 @@ class LaneFull(EmbeddingError):
 
     status_hint = 429
     code = "queue_full"
+    reason = "embedding_queue_full"
 
 
 class LaneClosed(EmbeddingError):

@@ -48,6 +48,21 @@ class CancelReason(enum.Enum):
     """The submitter called ``JobHandle.cancel()`` (or stopped reading a stream)."""
     SHUTDOWN = "shutdown"
     """The scheduler is closing."""
+    READER_LEFT = "reader left"
+    """A runner's own: the stream's reader stopped iterating (closed it or
+    went away). No token carries it; a runner tells its device."""
+
+    @property
+    def preempts(self) -> bool:
+        """The job goes back to the queue and resumes: a runner keeps its KV
+        state (docs/design.md §4 zero-loss preemption)."""
+        return self in (CancelReason.PREEMPTED, CancelReason.YIELD)
+
+    def stops(self, produced: int) -> bool:
+        """Does a generation that has produced ``produced`` tokens stop now
+        (at a token boundary, or inside its prompt evaluation)? A yield waits
+        for the first token; every other reason stops it at once."""
+        return produced > 0 or self is not CancelReason.YIELD
 
 
 # A stronger reason replaces a weaker one (CancelToken.cancel); the first of
@@ -57,6 +72,7 @@ _STRENGTH = {
     CancelReason.PREEMPTED: 1,
     CancelReason.CALLER: 2,
     CancelReason.SHUTDOWN: 2,
+    CancelReason.READER_LEFT: 2,
 }
 
 

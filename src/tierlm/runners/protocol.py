@@ -11,14 +11,25 @@ nothing of tierlm outside ``tierlm.runners`` but the error root
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from tierlm.runners.cancellation import CancelToken
     from tierlm.runners.requests import GenerationRequest
 
-__all__ = ["Batched", "PromptCounter", "Runner", "Unloadable", "aclosing_stream", "runner_slots"]
+__all__ = [
+    "Abilities",
+    "Batched",
+    "Describes",
+    "PromptCounter",
+    "Runner",
+    "Unloadable",
+    "abilities_of",
+    "aclosing_stream",
+    "runner_slots",
+]
 
 
 @contextlib.asynccontextmanager
@@ -76,6 +87,45 @@ class Batched(Protocol):
 def runner_slots(runner: object) -> int:
     """How many ``generate`` calls ``runner`` decodes at once (1 without ``slots``)."""
     return runner.slots if isinstance(runner, Batched) else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Abilities:
+    """What a runner can do, as the scheduler and the gateway plan with it
+    (``Describes.abilities``; ``abilities_of`` for any runner)."""
+
+    slots: int = 1
+    """Sequences decoded at once (docs/design.md §2 slots)."""
+    step_cost: tuple[float, ...] = ()
+    """A step's time with n = 1..slots sequences, relative to one: the chat
+    latency guard reads it (docs/design.md §4.7); () = unknown (flat)."""
+    swap_estimate: float | None = None
+    """A swap's seconds before one is measured (docs/design.md §4.8)."""
+    restores_kv: bool = False
+    """A preempted generation resumes from its KV snapshot rather than
+    re-evaluating: its slices need not stretch (docs/design.md §4.6)."""
+    contexts: Mapping[str, int] = field(default_factory=dict)
+    """Each model's context window in tokens, where the runner knows it."""
+
+    def context(self, model_id: str) -> int | None:
+        return self.contexts.get(model_id)
+
+
+@runtime_checkable
+class Describes(Protocol):
+    """A runner that says what it can do. Its own protocol, as ``Batched``:
+    a runner without it is one sequence at a time, nothing more known."""
+
+    @property
+    def abilities(self) -> Abilities: ...
+
+
+def abilities_of(runner: object) -> Abilities:
+    """What ``runner`` can do (read afresh: a context is known once its model
+    is loaded)."""
+    if isinstance(runner, Describes):
+        return runner.abilities
+    return Abilities(slots=runner_slots(runner))
 
 
 @runtime_checkable

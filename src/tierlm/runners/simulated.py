@@ -60,6 +60,7 @@ from typing import Literal
 
 from tierlm.runners.cancellation import CallToken, CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError, unknown_model
+from tierlm.runners.protocol import Abilities
 from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.simulated_defaults import (
     DEFAULT_KV_BYTES_PER_TOKEN,
@@ -237,6 +238,10 @@ class SimulatedRunner:
     def step_cost(self) -> tuple[float, ...]:
         """A step's time with n sequences, relative to one (n = 1..slots)."""
         return tuple(1.0 + self.batch_cost * (n - 1) for n in range(1, self.slots + 1))
+
+    @property
+    def abilities(self) -> Abilities:
+        return Abilities(self.slots, self.step_cost, self.swap_estimate, self.restores_kv)
 
     def _slowdown(self) -> float:
         """Each sequence's step time now, relative to running alone."""

@@ -177,6 +177,7 @@ def create_app(
     app.state.gateway = gateway
     app.state.body_reads = body_reads
     app.state.metrics = gateway.metrics
+    app.state.public_text = settings.backend.public  # what a 5xx may show (edge/errors.py)
     app.state.embeddings = service
     app.state.batches = batches
     return app

@@ -12,9 +12,6 @@ from tierlm.shell.entries import Entry
 
 __all__ = ["describe"]
 
-# A stop under way, as the policy sees it: only a yield may still be cut short.
-_STOPPING = {CancelReason.YIELD: Preemption.YIELD}
-
 
 def describe(
     now: float,
@@ -49,7 +46,9 @@ def describe(
         if reason is not None:
             # Only a yield may still be cut short by a person's preemption
             # (docs/design.md §4 preemption kinds); any other stop is final.
-            stopping[job_id] = _STOPPING.get(reason, Preemption.PREEMPT)
+            stopping[job_id] = (
+                Preemption.YIELD if reason is CancelReason.YIELD else Preemption.PREEMPT
+            )
     return Device(
         model,
         slots,

@@ -22,7 +22,7 @@ from tierlm.core.config import SchedulerConfig
 from tierlm.core.policy import Policy, Preemption
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
 from tierlm.runners.errors import DeviceCrashed, RunnerError
-from tierlm.runners.protocol import Runner, Unloadable, runner_slots
+from tierlm.runners.protocol import Runner, Unloadable, abilities_of
 from tierlm.shell.device_view import describe
 from tierlm.shell.entries import Entry, Outcome, Raised, Returned, Stopped, transition
 from tierlm.shell.events import (
@@ -52,9 +52,9 @@ T = TypeVar("T")
 Listener = Callable[[SchedulerEvent], None]
 
 # The policy's kind of preemption as the job's cancel reason (docs/design.md §4
-# preemption kinds); both re-queue a re-queueable job.
+# preemption kinds; both re-queue a re-queueable job: ``CancelReason.preempts``).
+# The policy keeps its own two words because core imports no runner (§1).
 _REASONS = {Preemption.YIELD: CancelReason.YIELD, Preemption.PREEMPT: CancelReason.PREEMPTED}
-_PREEMPTIONS = frozenset(_REASONS.values())
 
 
 class Dispatcher:
@@ -68,15 +68,15 @@ class Dispatcher:
         self.entries: dict[int, Entry[Any]] = {}
         self.running: dict[int, Entry[Any]] = {}
         """The jobs holding a slot, by id, in the order they started."""
-        # Runners written before slots decode one sequence (docs/design.md §2 slots).
-        self.slots: int = runner_slots(runner)
-        self.step_cost: tuple[float, ...] = tuple(getattr(runner, "step_cost", ()))
-        # What the runner knows of its swaps before one is measured (docs/design.md §4.8).
-        estimate = getattr(runner, "swap_estimate", None)
-        self.swap_estimate: float | None = float(estimate) if estimate is not None else None
-        # A runner that resumes from KV snapshots redoes no evaluation: its
-        # slices need not stretch (docs/design.md §4.6 a slice worth its resume).
-        self.restores_kv = bool(getattr(runner, "restores_kv", False))
+        # What the runner can do (runners.protocol.Abilities): its slots, step
+        # cost curve, swap estimate before one is measured (docs/design.md
+        # §4.8), and whether it resumes from KV snapshots, so that its slices
+        # need not stretch (§4.6 a slice worth its resume).
+        abilities = abilities_of(runner)
+        self.slots: int = abilities.slots
+        self.step_cost: tuple[float, ...] = abilities.step_cost
+        self.swap_estimate: float | None = abilities.swap_estimate
+        self.restores_kv = abilities.restores_kv
         self.model: str | None = runner.loaded_model
         """The model the device holds, or is swapping to."""
         self.swapping_to: str | None = None
@@ -385,7 +385,7 @@ class Dispatcher:
         aborted = token.aborts_prompt
         if not token.cancel(reason):
             return  # already stopping for this reason or a stronger one
-        if first and reason in _PREEMPTIONS:  # a yield cut short counts once
+        if first and reason.preempts:  # a yield cut short counts once
             self.stats.preemptions += 1
             self.emit(Preempting(self.loop.time(), entry.job, reason))
         # The grace runs from the first cancel that must stop the job within a
@@ -430,8 +430,7 @@ class Dispatcher:
             # A person's chat is not re-queued, except when it yields its slot
             # to another person's turn (docs/design.md §4.7): it resumes.
             turn = reason is CancelReason.YIELD and job.task_class.tier == Tier.T0
-            requeue = job.task_class.requeue or turn
-            if reason in _PREEMPTIONS and requeue and not self.closed:
+            if reason.preempts and (job.task_class.requeue or turn) and not self.closed:
                 entry.preemptions += 1
                 transition(entry, JobState.QUEUED)
                 self.stats.requeues += 1
@@ -440,7 +439,7 @@ class Dispatcher:
             else:
                 # Its caller is told "preempted", whichever kind stopped it:
                 # the difference is the device's, not the caller's.
-                preempted = CancelReason.PREEMPTED if reason in _PREEMPTIONS else reason
+                preempted = CancelReason.PREEMPTED if reason.preempts else reason
                 self._resolve(entry, Stopped(preempted))
         elif self._survives_crash(entry, outcome):
             # docs/design.md §4.9: the device crashed under it, through no fault

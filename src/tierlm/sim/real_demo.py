@@ -26,7 +26,7 @@ from rich import box
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tierlm.runners.llama_cpp.default_model import DEFAULT_SYSTEM_PROMPT
+from tierlm.runners.llama_cpp.model.default_model import DEFAULT_SYSTEM_PROMPT
 from tierlm.shell.scheduler import Scheduler
 from tierlm.sim.charts import TIMELINE_FILE, timeline
 from tierlm.sim.policies import make_policy

@@ -11,7 +11,7 @@ header name for the scheduling headers).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -19,12 +19,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tierlm.errors import TierlmError
+from tierlm.runners.errors import RunnerError
 from tierlm.server.edge.rejections import rejections_of
 from tierlm.server.edge.request_id import current_request_id
 
 __all__ = [
     "APIError",
     "ErrorBoundary",
+    "api_error",
     "error_body",
     "error_response",
     "exception_handlers",
@@ -50,10 +53,14 @@ _TYPES = {
 }
 
 
-class APIError(Exception):
-    """A request the gateway answers with an error (status + OpenAI error body).
+class APIError(TierlmError):
+    """An answer the gateway composed itself: a status, a message and OpenAI's
+    error fields (``TierlmError``'s hints, set per instance).
 
-    ``reason`` labels the ``tierlm_rejected_requests_total`` metric (one of
+    Every other ``TierlmError`` a route lets through is answered by its own
+    hints (``api_error``); an ``APIError`` is for what only the gateway knows
+    (an unknown model id, a header out of range, an auth failure). ``reason``
+    labels the ``tierlm_rejected_requests_total`` metric (one of
     ``metrics.REJECT_REASONS``).
     """
 
@@ -69,7 +76,7 @@ class APIError(Exception):
         headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
+        self.status_hint = status
         self.message = message
         self.param = param
         self.code = code
@@ -79,11 +86,42 @@ class APIError(Exception):
         self.reason = reason or "invalid_request"
         self.headers = dict(headers or {})
 
+    @property
+    def status(self) -> int:
+        return self.status_hint
+
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, self.param, self.code)
 
     def response(self) -> Response:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def api_error(exc: TierlmError, public: Callable[[str], str] | None = None) -> APIError:
+    """The answer to ``exc``, from its own hints (tierlm.errors): the one place a
+    library error becomes HTTP. A client's fault (4xx) shows its message; a
+    server-side one (5xx) shows it through ``public`` (the backend's filter of
+    what only the operator may see: an upstream's address), prefixed
+    ``backend:`` when a runner raised it."""
+    if isinstance(exc, APIError):
+        return exc
+    status = exc.status_hint
+    headers = {} if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
+    reason = exc.reason or exc.code
+    if status < 500:
+        return APIError(
+            status, str(exc), param=exc.param, code=exc.code, reason=reason, headers=headers
+        )
+    message = f"backend: {exc}" if isinstance(exc, RunnerError) else str(exc)
+    return APIError(
+        status,
+        public(message) if public is not None else message,
+        param=exc.param,
+        code=exc.code,
+        type="server_error",
+        reason=reason,
+        headers=headers,
+    )
 
 
 def error_body(
@@ -107,12 +145,16 @@ def error_response(path: str, error: APIError) -> Response:
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, APIError)
+    # Every TierlmError a route lets through ends here (docs/design.md §1: the
+    # gateway maps an error to a response by its hint). The app puts the
+    # backend's filter of operator-only text on its state (``public_text``).
+    assert isinstance(exc, TierlmError)
+    error = api_error(exc, getattr(request.app.state, "public_text", None))
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
-        metrics.rejected(exc.reason)
-    rejections_of(request.app.state).record(request.method, request.url.path, exc)
-    return error_response(request.url.path, exc)
+        metrics.rejected(error.reason)
+    rejections_of(request.app.state).record(request.method, request.url.path, error)
+    return error_response(request.url.path, error)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -135,7 +177,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 exception_handlers: dict[Any, Any] = {
-    APIError: _api_error,
+    TierlmError: _api_error,
     HTTPException: _http_error,
 }
 

@@ -65,7 +65,7 @@ def context_of(options: dict[str, Any]) -> int | None:
 
 @functools.lru_cache(maxsize=32)
 def _header_kv(path: str, mtime: float) -> int | None:
-    from tierlm.runners.llama_cpp.gguf_header import GgufError, kv_shape
+    from tierlm.runners.llama_cpp.model.gguf_header import GgufError, kv_shape
 
     try:
         return kv_shape(path).bytes_per_token

@@ -49,7 +49,6 @@ from starlette.routing import BaseRoute, Route
 from tierlm.embedding import (
     EmbeddingFailed,
     EmbeddingLane,
-    LaneClosed,
     LaneFull,
     Vector,
 )
@@ -175,20 +174,16 @@ async def embed_body(request: Request, body: Any) -> Embedded | None:
     try:
         vectors = await _embed(request, lane, params.texts)
     except LaneFull:
+        # Told in the gateway's words (its setting's name, its estimate of when
+        # the queue has room); answered by its hints (429, edge/errors.py).
         stats = lane.stats()
         retry = service.retry_after(stats)
-        raise APIError(
-            429,
+        full = LaneFull(
             f"embedding queue full: {stats.queue_depth} of {stats.max_queue} texts queued "
-            f"(embeddings.max_queue), {len(params.texts)} offered; retry in about {retry} s",
-            code="queue_full",
-            reason="embedding_queue_full",
-            headers={"Retry-After": str(retry)},
-        ) from None
-    except LaneClosed:
-        raise APIError(
-            503, "the gateway is shutting down; the texts were not embedded", code="shutting_down"
-        ) from None
+            f"(embeddings.max_queue), {len(params.texts)} offered; retry in about {retry} s"
+        )
+        full.retry_after = retry
+        raise full from None
     except EmbeddingFailed as exc:
         raise _embedder_failed(exc, params, service.model) from None
     if vectors is None:

@@ -12,7 +12,7 @@ import logging
 
 from tierlm.errors import TierlmError
 from tierlm.runners.cancellation import Cancelled, CancelReason
-from tierlm.server.edge.errors import APIError, internal_error
+from tierlm.server.edge.errors import APIError, api_error, internal_error
 from tierlm.server.gateway.jobs import GatewayJob
 from tierlm.server.gateway.shutdown import shutting_down
 
@@ -44,14 +44,7 @@ def job_error(job: GatewayJob) -> APIError | None:
         # the runner cannot do (400, found only as it ran: most are refused when
         # the prompt is counted), an upstream that failed (502) or stalled (504),
         # tierlm's or the device's fault (500).
-        client_fault = exc.status_hint < 500
-        return APIError(
-            exc.status_hint,
-            str(exc) if client_fault else gateway.settings.backend.public(f"backend: {exc}"),
-            param=getattr(exc, "param", None),
-            code=exc.code,
-            type=None if client_fault else "server_error",
-        )
+        return api_error(exc, gateway.settings.backend.public)
     except Exception as exc:
         # Its text may hold paths or URLs: logged, not answered.
         logger.error("job %d failed", job.id, exc_info=exc)

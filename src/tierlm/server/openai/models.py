@@ -23,7 +23,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from tierlm.runners.errors import RunnerError
 from tierlm.runners.protocol import Unloadable
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
@@ -114,10 +113,7 @@ async def load_model(request: Request) -> Response:
     gateway = _gateway(request, admin=True)
     model = request.path_params["model"]
     gateway.check_model(model)
-    try:
-        seconds = await gateway.load_model(model)
-    except RunnerError as exc:
-        raise _backend_error(gateway, exc) from None
+    seconds = await gateway.load_model(model)  # a RunnerError is answered by its hint
     _touched(request)
     body = card(request, gateway, model)
     body["tierlm"]["load_seconds"] = round(seconds, 3)
@@ -138,10 +134,7 @@ async def unload_model(request: Request) -> Response:
             code="unsupported",
             reason="unsupported",
         )
-    try:
-        unloaded = await gateway.scheduler.unload_model(model)
-    except RunnerError as exc:
-        raise _backend_error(gateway, exc) from None
+    unloaded = await gateway.scheduler.unload_model(model)
     _touched(request)
     body = card(request, gateway, model)
     body["tierlm"]["unloaded"] = unloaded == model
@@ -152,13 +145,6 @@ def _touched(request: Request) -> None:
     keep_alive = _keep_alive(request)
     if keep_alive is not None:
         keep_alive.touch()
-
-
-def _backend_error(gateway: Gateway, exc: RunnerError) -> APIError:
-    upstream = gateway.settings.backend.capabilities.upstream
-    return APIError(
-        502 if upstream else 500, f"backend: {exc}", code="backend_error", type="server_error"
-    )
 
 
 def routes() -> list[BaseRoute]:

@@ -14,9 +14,8 @@ from typing import Any
 from starlette.requests import Request
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
-from tierlm.runners.protocol import PromptCounter
+from tierlm.runners.protocol import PromptCounter, abilities_of
 from tierlm.runners.requests import GenerationRequest
-from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.auth import Principal
 from tierlm.server.gateway.gateway import Gateway, GatewayJob
 from tierlm.server.gateway.metadata import PRODUCER_HEADER, JobMeta
@@ -91,8 +90,8 @@ async def counted(
         return request
     try:
         tokens = await runner.count_prompt_tokens(request)
-    except InvalidRequest as exc:
-        raise APIError(400, str(exc), param=exc.param, code="invalid_request") from None
+    except InvalidRequest:
+        raise  # the request's fault: answered by its hints (400, edge/errors.py)
     except RunnerError as exc:
         # Not the request's fault (a worker restarting): it is queued all the
         # same, with the estimate; the generation meets the error if it lasts.
@@ -100,7 +99,7 @@ async def counted(
         return request
     request = replace(request, prompt_tokens=tokens)
     limits = gateway.settings.limits
-    context = _context(runner, request.model_id)
+    context = abilities_of(runner).context(request.model_id)
     if default_max_tokens and limits.context_max_tokens and context is not None:
         room = max(1, min(limits.max_tokens_limit, context - tokens))
         request = replace(request, max_tokens=room)
@@ -109,20 +108,6 @@ async def counted(
         # "stop" (an agent must not take a truncated JSON for a whole one).
         request = replace(request, max_tokens=context - tokens)
     return request
-
-
-def _context(runner: object, model_id: str) -> int | None:
-    """The model's context size, if its runner tells it (``describe``)."""
-    describe = getattr(runner, "describe", None)
-    if describe is None:
-        return None
-    try:
-        options = describe(model_id)
-    except Exception:  # a runner that cannot describe this model: no context known
-        return None
-    applied = options.get("applied")
-    n_ctx = applied.get("n_ctx") if isinstance(applied, dict) else options.get("n_ctx")
-    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
 
 
 def with_user(meta: JobMeta, request: Request, principal: Principal, params: Params) -> JobMeta:

@@ -19,17 +19,17 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from tierlm.runners.errors import RunnerError
-from tierlm.runners.llama_cpp.capacity import SlotChoice, auto_slots
-from tierlm.runners.llama_cpp.control import DEFAULT_STALL_TIMEOUT
-from tierlm.runners.llama_cpp.default_model import (
+from tierlm.runners.llama_cpp import LlamaCppRunner
+from tierlm.runners.llama_cpp.model.capacity import DEFAULT_KV_POOL_BYTES, SlotChoice, auto_slots
+from tierlm.runners.llama_cpp.model.default_model import (
     DEFAULT_CHAT_MODEL_ID,
     DEFAULT_SYSTEM_PROMPT,
     SMOLLM2_PACKAGE,
     default_chat_model,
 )
-from tierlm.runners.llama_cpp.kv_pool import DEFAULT_KV_POOL_BYTES
-from tierlm.runners.llama_cpp.spec import LlamaModelSpec
-from tierlm.runners.protocol import Runner
+from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
+from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT
+from tierlm.runners.protocol import PromptCounter, Runner, abilities_of
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.settings.backends.base import MODELS, BackendSettings
 from tierlm.server.settings.duration import Duration
@@ -214,8 +214,6 @@ class LlamaCppBackend(BackendSettings):
         return f"{choice.slots} ({choice.reason})"
 
     def make_runner(self) -> Runner:
-        from tierlm.runners.llama_cpp import LlamaCppRunner
-
         return LlamaCppRunner(
             self.model_specs(),
             kv_pool_bytes=self.kv_pool_bytes,
@@ -225,19 +223,19 @@ class LlamaCppBackend(BackendSettings):
 
     def runner_state(self, runner: Runner) -> Mapping[str, Any]:
         """The worker's pid and restarts, and what it last crashed on."""
-        if not hasattr(runner, "worker_pid"):
-            return {}
+        if not isinstance(runner, LlamaCppRunner):
+            return {}  # a runner given to create_app in its place
         return {
-            "worker_pid": getattr(runner, "worker_pid", None),
-            "restarts": getattr(runner, "restarts", 0),
-            "last_crash": getattr(runner, "last_crash", None),
-            "extra_bufts_off": sorted(getattr(runner, "extra_bufts_off", ())),
-            "worker_problem": _worker_problem(runner),
+            "worker_pid": runner.worker_pid,
+            "restarts": runner.restarts,
+            "last_crash": runner.last_crash,
+            "extra_bufts_off": sorted(runner.extra_bufts_off),
+            "worker_problem": runner.worker_problem(),
         }
 
     async def readiness(self, runner: Runner) -> str | None:
         """Not ready while the worker is silent or restarting (its watchdog)."""
-        return _worker_problem(runner)
+        return runner.worker_problem() if isinstance(runner, LlamaCppRunner) else None
 
     async def _prompt_and_context(
         self, runner: Runner, request: GenerationRequest
@@ -245,16 +243,16 @@ class LlamaCppBackend(BackendSettings):
         """The prompt's tokens, counted with the model's own tokenizer (in the
         worker; the model need not be loaded) or the count the request already
         carries (the gateway counts every prompt for ``usage``), and the
-        model's ``n_ctx``; None when the runner cannot tell."""
-        count = getattr(runner, "count_prompt_tokens", None)
-        spec = getattr(runner, "spec", None)
-        if count is None or spec is None:
+        model's context (``Abilities.context``); None when the runner cannot tell."""
+        n_ctx = abilities_of(runner).context(request.model_id)
+        if not isinstance(runner, PromptCounter) or n_ctx is None:
             return None
         try:
-            tokens: int = (
-                request.prompt_tokens if request.prompt_tokens is not None else await count(request)
+            tokens = (
+                request.prompt_tokens
+                if request.prompt_tokens is not None
+                else await runner.count_prompt_tokens(request)
             )
-            n_ctx: int = spec(request.model_id).n_ctx
         except RunnerError:
             return None  # the job itself will say what is wrong
         return tokens, n_ctx
@@ -278,11 +276,3 @@ class LlamaCppBackend(BackendSettings):
                 f"(n_ctx) is {n_ctx} tokens"
             )
         return None
-
-
-def _worker_problem(runner: Runner) -> str | None:
-    problem = getattr(runner, "worker_problem", None)
-    if problem is None:
-        return None
-    said: str | None = problem()
-    return said

@@ -1,0 +1,262 @@
+"""Continuous batching: every running generation decodes in ONE ``llama_batch`` per step.
+
+docs/design.md §1 runners, batched decode. A runner with ``slots`` = k > 1 runs
+up to k generations at once; in the worker each holds a sequence id of the
+context (``n_seq_max`` = k, a KV stream each) and a ``Generation`` (its sampler,
+cancel, run-ahead: ``generation.py``). Each step:
+
+1. generations whose runner asked them to stop end (a yield only once it has
+   produced a token, docs/design.md §4 preemption kinds);
+2. one batch: the last sampled token of every running sequence within its
+   run-ahead bound, then at most ``PREFILL_CHUNK`` prompt tokens of the
+   sequences still evaluating their prompt (chunked prefill: a long prompt
+   delays the others by one chunk a step, never by all of it);
+3. one ``llama_decode``; each sequence with a row of logits samples its next
+   token with its own chain and sends its piece.
+
+KV reuse (``kv_seqs.py``). A sequence id keeps the KV of what ran in it
+last, and a new generation goes to the free id sharing the longest prefix
+with its tokens, so a generation paused by a yield or a preemption and
+resumed evaluates one token, its last, and no prompt token again; what an
+id held before it is reused moves to the snapshot pool (``kv_pool.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.llama_cpp.wire.messages import Failed, GenerationStats, Reply, Step
+from tierlm.runners.llama_cpp.worker import snapshots
+from tierlm.runners.llama_cpp.worker.engine.generation import Generation
+from tierlm.runners.llama_cpp.worker.engine.kv_seqs import KvSeqs
+from tierlm.runners.llama_cpp.worker.kv_pool import Snapshot
+from tierlm.runners.llama_cpp.worker.sampling import build_sampler, resumed_tokens
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tierlm.runners.cancellation import CancelReason
+    from tierlm.runners.llama_cpp.wire.control import ControlBlock
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection
+    from tierlm.runners.llama_cpp.wire.messages import Ended, Event, Generate
+    from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
+    from tierlm.runners.llama_cpp.worker.loader import LoadedModel
+
+__all__ = ["PREFILL_CHUNK", "BatchEngine"]
+
+logger = logging.getLogger("tierlm.runners.llama_cpp")
+
+PREFILL_CHUNK = 64
+"""Prompt tokens evaluated per step beside the running sequences (chunked
+prefill, docs/design.md §1 runners). Small enough that a step with a chunk
+costs a few plain decode steps on a small CPU, so running sequences keep
+streaming while a long background prompt is read; large enough that a
+2 000-token prompt takes ~30 steps, not 2 000."""
+_RUN_AHEAD_POLL = 0.001
+
+
+def _seq_id(seq: Generation) -> int:
+    return seq.seq
+
+
+class BatchEngine:
+    """The running generations of one loaded model, stepped by the decode thread."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        slots: int,
+        control: ControlBlock,
+        send: Callable[[Event], None],
+        pool: KvPool,
+        fault: Callable[[], FaultInjection | None],
+    ) -> None:
+        import llama_cpp
+
+        self.model = model
+        self.control = control
+        self._send = send
+        self._pool = pool
+        self._fault = fault
+        llm = model.llm
+        self._ctx = llm._ctx.ctx
+        llm.n_tokens = 0
+        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self._ctx)
+        self._n_batch = llama_cpp.llama_n_batch(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._kv_seqs = KvSeqs(self._ctx, model.key, slots, pool)
+        self._running: list[Generation] = []
+        self._out: list[Any] | None = None
+        """While a step runs: what it sends, sent as one ``Step`` at its end."""
+        self.steps = 0
+        self.evaluated = 0
+        """Tokens fed to llama_decode since the load (tests count re-evaluation)."""
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running)
+
+    def drain(self) -> None:
+        """Step until every running generation has ended."""
+        while self._running:
+            self.step()
+
+    def close(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_batch_free(self._batch)
+
+    # -- admission ----------------------------------------------------------------
+
+    def admit(self, command: Generate) -> None:
+        """Start ``command`` (a free sequence id exists: the runner runs at most
+        ``slots`` generations). Raises what the generation fails with."""
+        request = command.request
+        if self.control.stop_reason(command.gen_id, command.slot) is not None:
+            self._send(Reply(command.call_id, GenerationStats(ended="cancelled")))
+            return
+        plan = snapshots.choose_tokens(self.model, request, self._pool)
+        if len(plan.tokens) >= self.n_ctx_seq:
+            raise RunnerError(
+                f"model {request.model_id!r}: prompt of {len(plan.tokens)} tokens does not fit "
+                f"the context of {self.n_ctx_seq} tokens",
+                model_id=request.model_id,
+            )
+        llm = self.model.llm
+        seed = int(request.extra.get("seed", llm._seed)) & 0xFFFFFFFF
+        sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
+        seq, reused = self._kv_seqs.place(plan)
+        self._running.append(Generation(command, plan, seq, reused, sampler, llm))
+
+    # -- a step ---------------------------------------------------------------------
+
+    def step(self) -> None:
+        """One decode step of every running sequence; a failure fails them all."""
+        self._out = []
+        try:
+            self._step()
+        except Exception as exc:
+            logger.exception("the batched decode failed")
+            self.fail_all(f"generation failed: {exc}")
+        finally:
+            out, self._out = self._out, None
+            if out:
+                self._send(Step(tuple(out)))
+
+    def _emit(self, event: Any) -> None:
+        if self._out is not None:
+            self._out.append(event)
+        else:
+            self._send(event)
+
+    def _step(self) -> None:
+        import llama_cpp
+
+        control = self.control
+        for seq in list(self._running):
+            reason = seq.stop_reason(control)
+            if reason is not None:
+                self._end(seq, "prefill_aborted" if seq.prefilling else "cancelled", reason)
+        fault = self._fault()
+        batch, n = self._batch, 0
+        fed: list[tuple[Generation, list[int], int]] = []  # (sequence, tokens, logits row)
+        # Rows in sequence-id order: with a KV stream per sequence, llama.cpp
+        # puts in one ubatch only sequences whose ids follow each other
+        # (llama_batch_allocr::split_equal); in any other order a step of 8
+        # rows became several passes over the weights (0.55x the tokens/s).
+        for seq in sorted(self._running, key=_seq_id):
+            if seq.prefilling or not seq.may_step(control):
+                continue
+            if fault is not None and seq.stats.tokens == fault.after_tokens:
+                fault.fire()
+            if seq.n_past >= self.n_ctx_seq:
+                self._end(seq, "context_full")
+                continue
+            self._add(n, seq.pending[0], seq.n_past, seq.seq, logits=True)
+            fed.append((seq, seq.pending[:1], n))
+            n += 1
+        budget = min(PREFILL_CHUNK, self._n_batch - n)
+        for seq in self._running:
+            if budget <= 0:
+                break
+            if not seq.prefilling:
+                continue
+            chunk = seq.pending[:budget]
+            last = len(chunk) == len(seq.pending)
+            for i, token in enumerate(chunk):
+                self._add(n, token, seq.n_past + i, seq.seq, logits=last and i == len(chunk) - 1)
+                n += 1
+            fed.append((seq, chunk, n - 1 if last else -1))
+            budget -= len(chunk)
+        if n == 0:
+            import time
+
+            time.sleep(_RUN_AHEAD_POLL)  # every sequence is ahead of its reader
+            return
+        batch.n_tokens = n
+        reused = llama_cpp.llama_perf_context(self._ctx).n_reused
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode returned {status}")
+        one_pass = llama_cpp.llama_perf_context(self._ctx).n_reused > reused
+        self.steps += 1
+        self.evaluated += n
+        for seq, tokens, row in fed:
+            if not seq.prefilling:
+                seq.stats.decode_steps += 1
+                seq.stats.one_pass_steps += one_pass
+            self._kv_seqs[seq.seq].tokens.extend(tokens)
+            seq.n_past += len(tokens)
+            del seq.pending[: len(tokens)]
+            if row < 0:
+                continue
+            token = llama_cpp.llama_sampler_sample(seq.sampler.sampler, self._ctx, row)
+            ended = seq.take(token, row, self._emit)
+            if ended is not None:
+                self._end(seq, ended)
+
+    def _add(self, i: int, token: int, pos: int, seq: int, *, logits: bool) -> None:
+        batch = self._batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
+
+    # -- the end of a generation ---------------------------------------------------
+
+    def _end(self, seq: Generation, ended: Ended, reason: CancelReason | None = None) -> None:
+        self._running.remove(seq)
+        stats = seq.finish(ended, self._emit)
+        source = seq.plan.source
+        if source is not None:
+            self._pool.remove(source)  # resumed: its old snapshot is out of date
+        paused = None
+        if reason is not None and reason.preempts:
+            # docs/design.md §4 zero-loss preemption: the KV stays in its id;
+            # the pool keeps its exact tokens (and its KV, once the id is needed).
+            plan, log = seq.plan, seq.journal
+            segments = plan.carried + [
+                (1, piece, clean) for piece, clean in zip(log.pieces, log.clean, strict=True)
+            ]
+            paused = Snapshot(
+                self.model.key, "preempted", plan.tokens + log.tokens, plan.prompt_tokens,
+                plan.prompt_text, segments,
+            )  # fmt: skip
+            self._pool.add(paused)
+        self._kv_seqs.release(seq.seq, self.steps, paused, forget=ended == "context_full")
+        stats.pool = self._pool.stats()
+        self._emit(Reply(seq.command.call_id, stats))
+
+    def fail_all(self, message: str) -> None:
+        """Fail every running generation and forget every sequence id's KV."""
+        running, self._running = self._running, []
+        for seq in running:
+            model_id = seq.request.model_id
+            self._emit(Failed(seq.command.call_id, f"model {model_id!r}: {message}", model_id))
+        self._kv_seqs.clear()
+
+    def stats(self) -> dict[str, Any]:
+        return {"steps": self.steps, "evaluated": self.evaluated}

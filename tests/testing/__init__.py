@@ -1,0 +1,1 @@
+"""tierlm.testing: the virtual-time loop and its pytest plugin."""
