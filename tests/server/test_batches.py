@@ -3,6 +3,7 @@ bad lines, limits, cancel, expiry, and what a batch is scheduled as."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,11 @@ def test_metrics_count_batches_and_their_requests(gw: Gateway) -> None:
     ended = gw.metric("tierlm_batches_total", status="completed")
     wait_batch(client, start(client, [chat_line(i, max_tokens=1) for i in range(5)]).id)
     assert gw.metric("tierlm_batch_requests_total", outcome="completed") == before + 5
+    # The batch's status is stored as its run ends; its task's end, which the
+    # counters follow, comes a moment later: wait for it (a hang guard only).
+    deadline = time.monotonic() + 60
+    while gw.metric("tierlm_batches_running") != 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert gw.metric("tierlm_batches_total", status="completed") == ended + 1
     assert gw.metric("tierlm_batches_running") == 0
 
