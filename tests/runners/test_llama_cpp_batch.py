@@ -392,3 +392,38 @@ def test_a_new_sequence_fills_the_gap_between_running_ids(smollm2: Path) -> None
     one_pass, steps = run(main())
     assert steps >= 29
     assert one_pass >= 0.8 * steps, (one_pass, steps)
+
+
+@pytest.mark.parametrize("person", [True, False])
+def test_a_persons_prompt_is_evaluated_before_an_earlier_background_prompt(
+    smollm2: Path, person: bool
+) -> None:
+    """docs/design.md §4.7 the step plan: the step's prompt budget goes to a
+    person's prompt first. A person's short chat that joins while a long
+    background prompt is being evaluated gets its first token before the
+    background request does; the same chat sent as background waits its turn
+    (the control: admission order). Counted in order of first tokens."""
+    long_question = "Summarise this: " + "The quick brown fox jumps over the lazy dog. " * 80
+
+    async def main() -> list[str]:
+        runner = runner_for(smollm2, slots=2)
+        await runner.load(MODEL)
+        firsts: list[str] = []
+
+        async def first(name: str, request: GenerationRequest) -> None:
+            async for _ in runner.generate(request, CancelToken()):
+                if name not in firsts:
+                    firsts.append(name)
+
+        # Sent together, the background first: its prompt takes many steps
+        # (chunks), so the chat joins the batch while it is being evaluated.
+        long_request = ask(long_question, max_tokens=2)
+        assert await runner.count_prompt_tokens(long_request) >= 10 * PREFILL_CHUNK
+        background = asyncio.ensure_future(first("background", long_request))
+        chat = asyncio.ensure_future(first("chat", ask("Hi!", max_tokens=2, person=person)))
+        await asyncio.gather(background, chat)
+        await runner.aclose()
+        return firsts
+
+    firsts = run(main())
+    assert firsts == (["chat", "background"] if person else ["background", "chat"])

@@ -7,10 +7,11 @@ cancel, run-ahead: ``generation.py``). Each step:
 
 1. generations whose runner asked them to stop end (a yield only once it has
    produced a token, docs/design.md §4 preemption kinds);
-2. one batch: the last sampled token of every running sequence within its
-   run-ahead bound, then at most ``PREFILL_CHUNK`` prompt tokens of the
-   sequences still evaluating their prompt (chunked prefill: a long prompt
-   delays the others by one chunk a step, never by all of it);
+2. one batch, as ``step_plan.plan_step`` plans it: the last sampled token of
+   every running sequence within its run-ahead bound, then at most
+   ``PREFILL_CHUNK`` prompt tokens of the sequences still evaluating their
+   prompt, a person's first (chunked prefill: a long prompt delays the others
+   by one chunk a step, never by all of it);
 3. one ``llama_decode``; each sequence with a row of logits samples its next
    token with its own chain and sends its piece.
 
@@ -31,6 +32,7 @@ from tierlm.runners.llama_cpp.wire.messages import Failed, GenerationStats, Repl
 from tierlm.runners.llama_cpp.worker import snapshots
 from tierlm.runners.llama_cpp.worker.engine.generation import Generation
 from tierlm.runners.llama_cpp.worker.engine.kv_seqs import KvSeqs
+from tierlm.runners.llama_cpp.worker.engine.step_plan import SlotState, plan_step
 from tierlm.runners.llama_cpp.worker.kv_pool import Snapshot
 from tierlm.runners.llama_cpp.worker.sampling import build_sampler, resumed_tokens
 
@@ -55,10 +57,6 @@ costs a few plain decode steps on a small CPU, so running sequences keep
 streaming while a long background prompt is read; large enough that a
 2 000-token prompt takes ~30 steps, not 2 000."""
 _RUN_AHEAD_POLL = 0.001
-
-
-def _seq_id(seq: Generation) -> int:
-    return seq.seq
 
 
 class BatchEngine:
@@ -162,34 +160,42 @@ class BatchEngine:
         fault = self._fault()
         batch, n = self._batch, 0
         fed: list[tuple[Generation, list[int], int]] = []  # (sequence, tokens, logits row)
-        # Rows in sequence-id order: with a KV stream per sequence, llama.cpp
-        # puts in one ubatch only sequences whose ids follow each other
-        # (llama_batch_allocr::split_equal); in any other order a step of 8
-        # rows became several passes over the weights (0.55x the tokens/s).
-        for seq in sorted(self._running, key=_seq_id):
-            if seq.prefilling or not seq.may_step(control):
-                continue
+        # docs/design.md §4.7 the step plan: decode rows in sequence-id order,
+        # then the prompt budget, a person's prompts first (step_plan.py).
+        plan = plan_step(
+            (
+                SlotState(
+                    slot=seq.seq,
+                    admitted=i,
+                    person=seq.request.person,
+                    pending=len(seq.pending) if seq.prefilling else 0,
+                    may_step=not seq.prefilling and seq.may_step(control),
+                    n_past=seq.n_past,
+                )
+                for i, seq in enumerate(self._running)
+            ),
+            n_batch=self._n_batch,
+            chunk=PREFILL_CHUNK,
+            n_ctx=self.n_ctx_seq,
+        )
+        by_slot = {seq.seq: seq for seq in self._running}
+        for slot in plan.context_full:
+            self._end(by_slot[slot], "context_full")
+        for slot in plan.decode:
+            seq = by_slot[slot]
             if fault is not None and seq.stats.tokens == fault.after_tokens:
                 fault.fire()
-            if seq.n_past >= self.n_ctx_seq:
-                self._end(seq, "context_full")
-                continue
             self._add(n, seq.pending[0], seq.n_past, seq.seq, logits=True)
             fed.append((seq, seq.pending[:1], n))
             n += 1
-        budget = min(PREFILL_CHUNK, self._n_batch - n)
-        for seq in self._running:
-            if budget <= 0:
-                break
-            if not seq.prefilling:
-                continue
-            chunk = seq.pending[:budget]
+        for slot, count in plan.prefill:
+            seq = by_slot[slot]
+            chunk = seq.pending[:count]
             last = len(chunk) == len(seq.pending)
             for i, token in enumerate(chunk):
                 self._add(n, token, seq.n_past + i, seq.seq, logits=last and i == len(chunk) - 1)
                 n += 1
             fed.append((seq, chunk, n - 1 if last else -1))
-            budget -= len(chunk)
         if n == 0:
             import time
 
