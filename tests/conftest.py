@@ -100,7 +100,7 @@ def llama_server(
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a hang guard: start-up at load 25 on 2 cores
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"llama_cpp.server exited:\n{log.read_text()[-3000:]}")
