@@ -133,7 +133,7 @@ def _issue118(metrics: Mapping[str, Metrics], token_interval: float) -> list[Tar
             _check(
                 "issue118",
                 "two-lane",
-                "reproduces #118: a chat waits >= 30 s [max TTFT, s]",
+                "reproduces the bug: a chat waits >= 30 s [max TTFT, s]",
                 worst,
                 30.0,
                 None if worst is None else worst >= 30.0,
