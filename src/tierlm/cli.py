@@ -75,6 +75,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = cast(_Command, importlib.import_module(module_name))
     except ImportError as exc:
         extra = EXTRAS.get(name)
+        if extra is not None and any(a in ("-h", "--help") for a in args[1:]):
+            # The options are built from the extra's schemas: say so, and where
+            # they are listed, rather than fail on a question.
+            print(
+                f"usage: tierlm {name} [options]\n\n{help_text}.\n\nIts options need the "
+                f"{extra!r} extra installed to be listed here: pip install 'tierlm[{extra}]'\n"
+                "(or 'tierlm[serve]' with the embedded model). docs/gateway.md lists them all."
+            )
+            return 0
         if extra is None:
             print(f"tierlm {name}: needs an optional dependency: {exc}", file=sys.stderr)
         else:

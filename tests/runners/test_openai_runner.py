@@ -319,11 +319,23 @@ def test_cancel_before_the_server_answers_at_all(fake: FakeServer) -> None:
     async def main() -> None:
         async with OpenAIRunner(fake.url) as runner:
             token = CancelToken()
-            asyncio.get_running_loop().call_later(0.2, token.cancel, CancelReason.PREEMPTED)
+            before = silent_requests()
+
+            async def cancel_once_it_arrived() -> None:
+                # The request reached the server (a fixed delay may fire before
+                # it does on a busy machine, and test nothing).
+                while silent_requests() == before:  # noqa: ASYNC110 (another thread's state)
+                    await asyncio.sleep(0.01)
+                token.cancel(CancelReason.PREEMPTED)
+
             async with asyncio.timeout(HANG_GUARD):
+                canceller = asyncio.create_task(cancel_once_it_arrived())
                 assert await collect_with(runner, chat("silent"), token) == []
-            assert [path for path, body in fake.state.requests if body["model"] == "silent"]
+                await canceller
             await disconnected(fake.state, "silent")
+
+    def silent_requests() -> int:
+        return sum(body.get("model") == "silent" for _, body in list(fake.state.requests))
 
     run(main())
 

@@ -42,7 +42,10 @@ T = TypeVar("T")
 # for a suite in seconds, slow enough that a 2000-token job is seen running.
 TOKEN = 0.005
 SWAP = 0.05
-WAIT = 15.0  # bound of every poll: a hung test fails, it never hangs
+# Bound of every wait and client timeout: a hung test fails, it never hangs. A
+# hang guard, never a measure of speed: generous, as a real model at load 25 on
+# 2 cores answers a short chat in tens of seconds.
+WAIT = 120.0
 MESSAGES = [{"role": "user", "content": "hello"}]
 TEST_DATA_DIR = Path(tempfile.gettempdir()) / f"tierlm-tests-{os.getpid()}"
 

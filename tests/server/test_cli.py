@@ -50,6 +50,11 @@ def test_serve_without_the_server_extra_says_what_to_install(tmp_path: Path) -> 
     (line,) = result.stderr.splitlines()  # one line, no traceback
     assert line.startswith("tierlm serve: needs the 'server' extra (")
     assert line.endswith("is not installed): pip install 'tierlm[server]'")
+    # --help answers: what the command does and what to install to see its options.
+    helped = run_tierlm("serve", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("usage: tierlm serve [options]")
+    assert "pip install 'tierlm[server]'" in helped.stdout
     # The base install still runs its own commands.
     simulate = run_tierlm("simulate", "--help")
     assert simulate.returncode == 0, simulate.stderr

@@ -49,7 +49,7 @@ def wait_refused(url: str) -> None:
     deadline = time.monotonic() + WAIT
     while True:
         try:
-            httpx.get(f"{url}/health", timeout=1)
+            httpx.get(f"{url}/health", timeout=WAIT)
         except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
             return
         assert time.monotonic() < deadline, "still accepting connections"

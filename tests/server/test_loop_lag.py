@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from tests.server.helpers import MESSAGES, serve, sim_settings
+from tests.server.helpers import MESSAGES, WAIT, serve, sim_settings
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.simulated import SimulatedRunner
@@ -40,8 +40,12 @@ def test_a_blocked_loop_shows_as_lag() -> None:
             max_tokens=2,  # type: ignore[arg-type]
         )
         assert reply.choices[0].message.content
-        time.sleep(0.3)  # the probe's next wake-up records it
-        assert gateway.metric("tierlm_event_loop_lag_max_seconds") >= BLOCK * 0.75
+        # The probe's next wake-up records it (polled: on a busy machine that
+        # wake-up may come later than its 100 ms).
+        deadline = time.monotonic() + WAIT
+        while gateway.metric("tierlm_event_loop_lag_max_seconds") < BLOCK * 0.75:
+            assert time.monotonic() < deadline, "the probe never recorded the blocked loop"
+            time.sleep(0.05)
         slow = gateway.metric("tierlm_event_loop_lag_seconds_count") - gateway.metric(
             "tierlm_event_loop_lag_seconds_bucket", le="0.25"
         )

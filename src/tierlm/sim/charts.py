@@ -162,7 +162,10 @@ def timeline(
     ]
     horizon = max(rec.horizon for rec in records.values())
     lanes = len(records)
-    zoom = bool(first_chats)
+    t0 = max(0.0, min(first_chats, default=0.0) - ZOOM_BEFORE)
+    t1 = min(horizon, t0 + ZOOM_BEFORE + ZOOM_AFTER)
+    # A zoom that would show (nearly) the whole run repeats the top panel: none.
+    zoom = bool(first_chats) and t1 - t0 < 0.8 * horizon
     fig = Figure(figsize=(16, 1.0 + 0.75 * lanes * (2 if zoom else 1) + 1.2), dpi=110)
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(2 if zoom else 1, 1, height_ratios=[1, 1] if zoom else [1])
@@ -172,8 +175,6 @@ def timeline(
     ax.set_title(f"{workload}: the device over {horizon:.0f} {clock}", loc="left")
     ax.set_xlabel(clock)
     if zoom:
-        t0 = max(0.0, min(first_chats) - ZOOM_BEFORE)
-        t1 = min(horizon, t0 + ZOOM_BEFORE + ZOOM_AFTER)
         zax = fig.add_subplot(grid[1])
         _lanes(zax, records, t0, t1, marker_size=7)
         zax.set_title(
@@ -186,15 +187,22 @@ def timeline(
     handles: list[Patch | Line2D] = [
         Patch(facecolor=colour, label=key) for key, colour in colours.items()
     ]
-    handles.append(
-        Patch(facecolor="white", edgecolor=SWAP_COLOUR, hatch="////", label="model swap")
-    )
-    if zoom:
-        handles += [
-            Patch(facecolor=CHAT_OPEN_COLOUR, alpha=0.6, label="chat surface open"),
-            Line2D([], [], marker="v", color="black", lw=1.2, label="chat sent ... waiting"),
-            Line2D([], [], marker="o", color="#d62728", mec="black", lw=0, label="first token"),
-        ]
+    # The legend names only what the chart draws.
+    jobs = [job for rec in records.values() for job in rec.jobs]
+    if any(run.swap_start is not None for job in jobs for run in job.runs):
+        handles.append(
+            Patch(facecolor="white", edgecolor=SWAP_COLOUR, hatch="////", label="model swap")
+        )
+    if any(cls == "chat" for rec in records.values() for _, cls in rec.foreground):
+        handles.append(Patch(facecolor=CHAT_OPEN_COLOUR, alpha=0.6, label="chat surface open"))
+    if first_chats:
+        handles.append(
+            Line2D([], [], marker="v", color="black", lw=1.2, label="chat sent ... waiting")
+        )
+    if any(job.class_name == CHAT_CLASS and job.first_token is not None for job in jobs):
+        handles.append(
+            Line2D([], [], marker="o", color="#d62728", mec="black", lw=0, label="first token")
+        )
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 9), frameon=False)
     fig.tight_layout(rect=(0, 0.06 if len(handles) > 9 else 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -217,7 +225,7 @@ def chat_cdf(
     left, right = fig.subplots(1, 2)
     _cdf(left, ttfts, floor=0.05)
     left.axvspan(30, 110, color=CHAT_OPEN_COLOUR, alpha=0.6, lw=0, zorder=0)
-    left.text(32, 0.5, "issue #118:\n30-110 s", fontsize=9, color="#a03030")
+    left.text(32, 0.5, "the seed app's\nchat waits:\n30-110 s", fontsize=9, color="#a03030")
     left.set_xlabel("time to first token, simulated s (log scale)")
     left.set_title(f"{workload}: chat time to first token", loc="left")
     _cdf(right, waits, floor=WAIT_FLOOR)

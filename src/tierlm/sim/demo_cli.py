@@ -49,7 +49,10 @@ def policies_legend() -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT}/)"
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"output folder (default ./{DEFAULT_OUT}/; ./tierlm-demo-real/ with --real)",
     )
     parser.add_argument("--seed", type=int, default=1, help="workload seed (default 1)")
     parser.add_argument(
@@ -93,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     workload = Issue118()
     device = device_from_args(args)
     console.print(
-        f"[bold]tierlm demo[/]: issue #118 -- {workload.description}.\n"
+        "[bold]tierlm demo[/]: the case tierlm was built for, where a person's chat waited "
+        f"30-110 s behind background work -- {workload.description}.\n"
         f"The same workload and random seed under every scheduler, the real tierlm Scheduler "
         f"on a simulated phone in virtual time."
     )

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+from pathlib import Path
 
 from rich.console import Console
 
-__all__ = ["run_real"]
+__all__ = ["REAL_OUT", "run_real"]
+
+# Not the simulated demo's folder: its charts would sit beside these, stale.
+REAL_OUT = Path("tierlm-demo-real")
 
 
 def run_real(args: argparse.Namespace, console: Console) -> int:
@@ -18,6 +22,7 @@ def run_real(args: argparse.Namespace, console: Console) -> int:
         LlamaModelSpec,
         default_chat_model,
     )
+    from tierlm.sim.demo_cli import DEFAULT_OUT
     from tierlm.sim.real_demo import DEFAULT_SECONDS, run_real_demo
 
     path = default_chat_model()
@@ -32,16 +37,18 @@ def run_real(args: argparse.Namespace, console: Console) -> int:
         console.print(f"tierlm demo --real: --threads: must be >= 1, got {args.threads}")
         return 2
     seconds = args.seconds or DEFAULT_SECONDS
+    out = REAL_OUT if args.out == DEFAULT_OUT else args.out
     console.print(
-        "[bold]tierlm demo --real[/]: issue #118 on a real model -- three background agents "
-        "generate round after round on SmolLM2-135M-Instruct while a person's chat "
-        f"messages arrive; FIFO, then tierlm, {seconds:.0f} s each, in real time."
+        "[bold]tierlm demo --real[/]: a person's chat among background work, on a real "
+        "model -- three background agents generate round after round on "
+        "SmolLM2-135M-Instruct while a person's chat messages arrive; FIFO, then tierlm, "
+        f"{seconds:.0f} s each, in real time."
     )
     runner = LlamaCppRunner({DEFAULT_CHAT_MODEL_ID: LlamaModelSpec(path, n_threads=args.threads)})
 
     async def main() -> None:
         try:
-            await run_real_demo(runner, DEFAULT_CHAT_MODEL_ID, seconds, args.out, console)
+            await run_real_demo(runner, DEFAULT_CHAT_MODEL_ID, seconds, out, console)
         finally:
             await runner.aclose()
 

@@ -11,6 +11,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 import tierlm
 from tierlm.sim.compare import Comparison
@@ -123,19 +124,38 @@ def metrics_tables(comparison: Comparison) -> list[Table]:
     chats = any(m["chat"]["count"] for m in comparison.metrics.values())
     chat = _table(
         f"{head}: chat time to first token (s)",
-        ("policy", "chats", "p50", "p95", "p99", "max", "wait\np99", "wait\nmax"),
+        ("policy", "sent", "p50", "p95", "p99", "max", "wait\np99", "wait\nmax"),
     )
+    sent = [m["chat"]["count"] for m in comparison.metrics.values()]
+    chat.caption = (
+        "sent: the person's messages; each is sent after the previous answer, so a slow "
+        f"scheduler gets fewer ({min(sent, default=0)} to {max(sent, default=0)} here); one "
+        "unanswered at the end counts its wait so far. wait: beyond the chat's own prompt "
+        "evaluation and first token."
+    )
+    chat.caption_justify = "left"
     device = _table(
         "the device" if chats else f"{head}: the device",
         ("policy", "busy", "wasted", "preempts", "lost\ntokens", "swaps", "swapping"),
     )
     sharing = _table(
-        "sharing: the fair pool's share of the device, its producers' service / their "
-        "max-min fair share (Jain's index of it, and the least), max 60 s service "
-        "difference (s) of two backlogged producers, extraction's max share of a contended "
-        "300 s window, deadline lateness p95 (s), jobs completed",
+        "sharing",
         ("policy", "pool", "Jain", "least", "60 s\ndiff", "extract", "late\np95", "done"),
     )
+    sharing.caption = "\n".join(
+        [
+            "pool: the fair pool's share of the device",
+            "Jain: how evenly the pool's producers got their fair share (1 = evenly)",
+            "least: the worst-served producer's service / its fair share",
+            "60 s diff: the largest gap in service (s) between two waiting producers",
+            "  over any 60 s",
+            "extract: extraction's largest share of a contended 300 s window",
+            "late p95: how late deadline jobs finished, p95 (s)",
+            "done: jobs completed / submitted. It counts jobs, not work: a scheduler",
+            "  that gives extraction's short notes more of the device completes more",
+        ]
+    )
+    sharing.caption_justify = "left"
     for name, m in comparison.metrics.items():
         c, fair, waste, swaps = m["chat"], m["fairness"], m["waste"], m["swaps"]
         budget = m["budget"].get("extract", {})
@@ -217,19 +237,25 @@ def offered_line(comparison: Comparison) -> str | None:
 def targets_table(comparison: Comparison) -> Table | None:
     if not comparison.targets:
         return None
-    table = Table(title="targets", title_justify="left", box=box.SIMPLE_HEAD)
-    for header in ("", "policy", "target", "measured", "bound", "note"):
-        table.add_column(header)
+    # Four columns, the note under its target: six side by side wrapped every
+    # cell into a column of single words at 80 columns.
+    table = Table(
+        title="targets",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("")
+    table.add_column("policy: target (how it is read)", overflow="fold")
+    table.add_column("measured", justify="right", no_wrap=True)
+    table.add_column("bound", justify="right", no_wrap=True)
     for check in comparison.targets:
         mark = {True: "[green]✓[/]", False: "[red]✗[/]", None: "·"}[check.met]
-        table.add_row(
-            mark,
-            check.policy,
-            check.target,
-            _s(check.measured, 3),
-            _s(check.bound, 3),
-            check.note,
-        )
+        text = Text(f"{check.policy}: {check.target}")
+        if check.note:
+            text.append(f"\n  {check.note}", style="dim")
+        table.add_row(mark, text, _s(check.measured, 3), _s(check.bound, 3))
     return table
 
 

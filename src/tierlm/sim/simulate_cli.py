@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
@@ -37,17 +38,34 @@ DEFAULT_TARGET_SEEDS = 5
 on seed 1 and failed on half of seeds 1-10 when one seed was checked."""
 
 
-def _workload_help() -> str:
-    lines = []
+def _workloads_epilog() -> str:
+    """The workloads, one paragraph each (after the options: twenty of them in
+    --workload's own help were one 40-line paragraph)."""
+    lines = ["workloads (--workload NAME; parameters with --set NAME=VALUE):"]
     for name, w in WORKLOADS.items():
-        params = "; ".join(f"{p}: {h}" for p, h in w.parameters.items())
-        lines.append(f"{name}: {w.description}" + (f" [{params}]" if params else ""))
-    # argparse %-formats help text: a literal % must be doubled.
-    return "; ".join(lines).replace("%", "%%")
+        lines += textwrap.wrap(
+            f"{name}: {w.description}", width=78, initial_indent="  ", subsequent_indent="      "
+        )
+        for p, h in w.parameters.items():
+            lines += textwrap.wrap(
+                f"--set {p}=...: {h}",
+                width=78,
+                initial_indent="      ",
+                subsequent_indent="        ",
+            )
+    return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workload", required=True, choices=list(WORKLOADS), help=_workload_help())
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog as laid out
+    parser.epilog = _workloads_epilog()
+    parser.add_argument(
+        "--workload",
+        required=True,
+        choices=list(WORKLOADS),
+        metavar="NAME",
+        help="the workload to run: one of those listed below",
+    )
     parser.add_argument(
         "--policies",
         default=",".join(DEFAULT_COLUMNS),

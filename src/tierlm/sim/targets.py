@@ -143,7 +143,7 @@ def _issue118(
             _check(
                 "issue118",
                 "two-lane",
-                "reproduces #118: a chat waits >= 30 s [max TTFT, s]",
+                "reproduces the bug: a chat waits >= 30 s [max TTFT, s]",
                 worst,
                 30.0,
                 # The bug was a phone's, one sequence at a time; on a batched

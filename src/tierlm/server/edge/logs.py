@@ -45,6 +45,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str, ensure_ascii=False)
 
 
+class _UvicornName(logging.Filter):
+    """uvicorn logs everything but its access lines, start-up included, as
+    ``uvicorn.error``: shown as ``uvicorn``, so ``Uvicorn running on ...`` at
+    INFO does not read as an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "uvicorn.error":
+            record.name = "uvicorn"
+        return True
+
+
 def text_formatter() -> logging.Formatter:
     return logging.Formatter(TEXT_FORMAT)
 
@@ -56,6 +67,7 @@ def configure_logging(level: str, fmt: str, stream: TextIO | None = None) -> log
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else text_formatter())
     handler.addFilter(RequestIdFilter())
+    handler.addFilter(_UvicornName())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -58,7 +58,7 @@ class EmbeddingService:
 
     async def start(self) -> None:
         if self.embedder is None:
-            # Loading MiniLM takes seconds (torch): off the loop, like a model preload.
+            # Loading a model takes seconds: off the loop, like a model preload.
             self.embedder = await asyncio.to_thread(self.settings.make_embedder)
             logger.info(
                 "embeddings: %s served as %r (%d dimensions)",

@@ -38,7 +38,11 @@ Decoder = tuple[int, Callable[[Sequence[int]], str]]
 
 def token_decoder(embedder: Any) -> Decoder | None:
     """The vocabulary size and decoder of ``embedder``'s tokenizer, if it has one:
-    a sentence-transformers model's (``_model.tokenizer``) or llama.cpp's (``_llm``)."""
+    its own (``vocab_size`` and ``decode``: the ONNX MiniLM), a
+    sentence-transformers model's (``_model.tokenizer``) or llama.cpp's (``_llm``)."""
+    decode = getattr(embedder, "decode", None)
+    if decode is not None and hasattr(embedder, "vocab_size"):
+        return int(embedder.vocab_size), lambda ids: str(decode(ids))
     model = getattr(embedder, "_model", None)
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is not None:

@@ -167,7 +167,7 @@ async def embed_body(request: Request, body: Any) -> Embedded | None:
         )
     lane = service.running_lane()
     if isinstance(lane.embedder, LazyEmbedder) and not lane.embedder.loaded:
-        # The default MiniLM loads on its first request (seconds: torch), in a
+        # The default MiniLM loads on its first request (seconds: ONNX Runtime), in a
         # thread: token ids are read with its tokenizer before the lane runs.
         await _load(lane.embedder, service.model)
     params = _embedding_request(body, service)

@@ -56,7 +56,7 @@ RECENT = 12
 _TIER_NAMES = {
     0: "T0 · a person is waiting",
     1: "T1 · foreground",
-    2: "T2 · infrastructure",
+    2: "T2 · extraction",  # the README's word for the tier (docs/design.md §4)
     3: "T3 · overdue",
     4: "T4 · fair pool",
 }

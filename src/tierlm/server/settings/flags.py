@@ -73,8 +73,11 @@ def _flag_of(entries: Sequence[Entry]) -> SettingFlag:
         default = entries[0].field.get_default(call_default_factory=False)
         if isinstance(default, int | float | str) and not values:
             text += f" (default {default})"
-    else:  # each member says what it is for it
-        text = "; ".join(f"{e.when[-1][1]}: {_sentence(e)}" for e in entries)
+    else:  # each member says what it is for it, members that say the same once
+        said: dict[str, list[str]] = {}
+        for e in entries:
+            said.setdefault(_sentence(e), []).append(str(e.when[-1][1]))
+        text = "; ".join(f"{', '.join(kinds)}: {sentence}" for sentence, kinds in said.items())
     return SettingFlag(flag, site.path, kind, values, text)
 
 

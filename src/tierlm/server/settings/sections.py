@@ -160,6 +160,8 @@ class LimitSettings(Schema):
     so a request that forgets it cannot hold the device for minutes (the sim
     backend's default: 16, a short answer)."""
     max_tokens_limit: Annotated[int, Flag("--max-tokens-limit", "N"), Field(ge=1)] = 4096
+    """The largest max_tokens accepted (larger gets 400): 4096 is the context of
+    most small local models, and an answer cannot be longer than the context."""
     context_max_tokens: bool = True
     """On a backend that knows its model's context (llama-cpp), a request
     without max_tokens may write what the context leaves after its prompt, at
@@ -167,8 +169,6 @@ class LimitSettings(Schema):
     short: LangChain's ``LengthFinishReasonError``); ``default_max_tokens``
     is then the default only where the context is unknown. false: always
     ``default_max_tokens``."""
-    """The largest max_tokens accepted (larger gets 400): 4096 is the context of
-    most small local models, and an answer cannot be longer than the context."""
     responses_store_bytes: Annotated[int, Field(ge=0)] = 32 << 20
     """Memory for the conversations ``/v1/responses`` keeps for
     ``previous_response_id`` (their JSON size): past it the oldest are

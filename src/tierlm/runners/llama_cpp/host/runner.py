@@ -307,10 +307,12 @@ class LlamaCppRunner:
             except WorkerCrashed as crash:
                 probing = call.stage == "probing"
                 if probing and spec.use_extra_bufts is not False:
-                    # Expected on some CPUs: said calmly, and no restart counted.
+                    # Expected on some CPUs: said calmly, and no restart counted;
+                    # a warning when the user asked for it on (their choice is undone).
                     self._supervisor.restart(worker, counted=False)
                     self.probe_crashes += 1
-                    logger.info(
+                    logger.log(
+                        logging.WARNING if spec.use_extra_bufts else logging.INFO,
                         "model %r: AMX repacking disabled on this CPU: the start-up probe "
                         "crashed (%s) with use_extra_bufts on (llama.cpp issues #16315, "
                         "#20824); loading it with use_extra_bufts=False",

@@ -199,7 +199,35 @@ def _import(model_id: str) -> Any:
             f"model {model_id!r}: llama-cpp-python is not installed (pip install 'tierlm[local]')",
             model_id=model_id,
         ) from exc
+    _quiet_native_log(llama_cpp)
     return llama_cpp
+
+
+# What llama.cpp logs as an error when a decode is aborted: a preemption
+# (docs/design.md §4), tierlm's own doing, printed raw to the terminal otherwise.
+_EXPECTED = (b"removing memory module entries",)
+_log_callback: Any = None
+
+
+def _quiet_native_log(llama_cpp: Any) -> None:
+    """llama.cpp's log, through llama-cpp-python's own callback, less the lines
+    above (once per process)."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+    import ctypes
+
+    from llama_cpp import _logger
+
+    forward = _logger.llama_log_callback
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def callback(level: int, text: bytes, user_data: Any) -> None:
+        if not any(line in text for line in _EXPECTED):
+            forward(level, text, user_data)
+
+    _log_callback = callback  # a reference: ctypes must not free it
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
 
 
 def _construct(

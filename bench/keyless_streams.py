@@ -1,0 +1,119 @@
+"""Keyless streams: eight requests as a plain OpenAI client sends them, against
+the same eight as background producers, through one `tierlm serve` (real
+SmolLM2-135M-Instruct, default 8 slots), in the same run (docs/design.md §4.7
+persons).
+
+A request with no ``X-Tierlm-*`` header is of the default class, ``chat``: a
+person. The chat latency guard used to cut the batch around each person, so
+eight keyless streams were served one at a time (0.49x ``llama-server -np 8``,
+first token p50 19-20 s), while the same streams as background producers ran at
+0.94-0.99x. The ratio keyless / background, measured alternately in one run, is
+what this reports; ``bench/vs_llama_server.py`` measures background against
+``llama-server`` itself.
+
+    python bench/keyless_streams.py [--streams 8] [--repeats 2] [--threads 1]
+
+Writes keyless_streams.json to the results folder (bench/_lib/results.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+import httpx
+
+from _lib.gateway.server import Server
+from _lib.results import load_now, machine, results_file
+
+TOKENS = 256
+NO_END = {"0": -100, "2": -100}  # SmolLM2's end tokens: every stream runs its length
+
+
+async def run_streams(url: str, streams: int, keyless: bool) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=None) as client:
+        firsts: list[float] = []
+
+        async def one(i: int) -> int:
+            body: dict[str, Any] = {
+                "model": "smollm2-135m",
+                "messages": [{"role": "user", "content": f"Tell me a long story, number {i}."}],
+                "max_tokens": TOKENS,
+                "temperature": 0.0,
+                "logit_bias": NO_END,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            headers = {} if keyless else {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"a{i}"}
+            sent = time.perf_counter()
+            tokens = 0
+            async with client.stream(
+                "POST", f"{url}/v1/chat/completions", json=body, headers=headers
+            ) as reply:
+                reply.raise_for_status()
+                async for line in reply.aiter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunk = json.loads(line[6:])
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
+                    elif chunk.get("choices") and i not in seen:
+                        seen.add(i)  # its first piece
+                        firsts.append(time.perf_counter() - sent)
+            return tokens
+
+        seen: set[int] = set()
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(one(i) for i in range(streams)))
+        elapsed = time.perf_counter() - started
+    return {
+        "tokens_per_s": sum(counts) / elapsed,
+        "first_token_p50_s": statistics.median(firsts),
+        "first_token_max_s": max(firsts),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    load_before = load_now()
+    server = Server(["--n-threads", str(args.threads), "--log-level", "warning"])
+    server.start()
+    runs: dict[str, list[dict[str, float]]] = {"keyless": [], "background": []}
+    try:
+        for repeat in range(args.repeats):
+            # Alternate which goes first: the machine is shared and noisy.
+            order = ("keyless", "background") if repeat % 2 == 0 else ("background", "keyless")
+            for kind in order:
+                result = asyncio.run(run_streams(server.url, args.streams, kind == "keyless"))
+                runs[kind].append(result)
+                print(kind, {k: round(v, 2) for k, v in result.items()}, flush=True)
+    finally:
+        server.stop()
+    ratios = [
+        k["tokens_per_s"] / b["tokens_per_s"]
+        for k, b in zip(runs["keyless"], runs["background"], strict=True)
+    ]
+    data = {
+        "what": __doc__.splitlines()[0],
+        "streams": args.streams,
+        "tokens_per_stream": TOKENS,
+        "runs": runs,
+        "keyless_over_background_median": statistics.median(ratios),
+        "machine": machine(load_before, threads=args.threads),
+    }
+    out = results_file("keyless_streams")
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"keyless / background: {statistics.median(ratios):.2f}; wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
