@@ -34,9 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _results import results_file
 from rich.console import Console
 from rich.table import Table
+
+from _lib.results import results_file
 
 RESULTS = results_file("embedders")
 BATCH = 32
