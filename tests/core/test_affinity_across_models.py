@@ -72,6 +72,20 @@ def noting_start(started: list[float]) -> Callable[[JobContext], Awaitable[int]]
     return job
 
 
+async def chat_wait(sched: Scheduler, then: float) -> float:
+    """A person's five-token chat on m1: its first token's wait; then they read
+    for ``then`` seconds."""
+    sent = sched.now()
+    first: list[float] = []
+    async for _piece in sched.generate(
+        "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=5
+    ):
+        if not first:
+            first.append(sched.now())
+    await asyncio.sleep(then)
+    return first[0] - sent
+
+
 async def test_no_model_waits_past_max_affinity_wait_for_its_swap() -> None:
     """Four backlogged models: the bound was checked only for the pool's top
     pick, and jobs waited 364-478 s for their swap. Now no model's work waits
@@ -116,17 +130,7 @@ async def test_a_person_with_the_chat_open_does_not_wait_for_the_swap_back() -> 
                 await sched.run("extract", "m2", work_for(5), producer="extract")
 
         backfill = asyncio.create_task(extraction())
-        waits = []
-        for _ in range(10):
-            sent = sched.now()
-            first: list[float] = []
-            async for _piece in sched.generate(
-                "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=5
-            ):
-                if not first:
-                    first.append(sched.now())
-            waits.append(first[0] - sent)
-            await asyncio.sleep(45)
+        waits = [await chat_wait(sched, then=45) for _ in range(10)]
         backfill.cancel()
         await asyncio.gather(backfill, return_exceptions=True)
     # The first chat may wait for a swap back to m1; after it, none does.
@@ -156,15 +160,7 @@ async def test_work_on_another_model_gets_its_swap_in_a_persons_idle_gap() -> No
         for turn in range(16):
             if turn == 1:
                 backfill = asyncio.create_task(extraction())
-            sent = sched.now()
-            first: list[float] = []
-            async for _piece in sched.generate(
-                "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=5
-            ):
-                if not first:
-                    first.append(sched.now())
-            chat_waits.append(first[0] - sent)
-            await asyncio.sleep(45)
+            chat_waits.append(await chat_wait(sched, then=45))
         assert backfill is not None
         backfill.cancel()
         await asyncio.gather(backfill, return_exceptions=True)
