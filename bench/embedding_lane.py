@@ -16,7 +16,7 @@ The 3x was met (4.5x) with sentence-transformers, whose every call cost ~7 ms
 of torch overhead; on ONNX Runtime (the [embed] extra's MiniLM since then) a
 single call is ~3x cheaper (168 texts/s one by one against 52), so batching
 adds 1.3x (220 against 231 texts/s for the lane before) and the p99 target
-holds (302 ms against unbounded's 626 ms): bench/results/embedding_lane.json.
+holds (302 ms against unbounded's 626 ms), as the committed results say.
 
     python bench/embedding_lane.py [--texts 1000] [--callers 50] [--rounds 1]
 

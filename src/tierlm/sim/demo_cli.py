@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=DEFAULT_OUT,
+        default=None,
         help=f"output folder (default ./{DEFAULT_OUT}/; ./tierlm-demo-real/ with --real)",
     )
     parser.add_argument("--seed", type=int, default=1, help="workload seed (default 1)")
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         duration=args.duration,
         device=device,
-        out=args.out,
+        out=DEFAULT_OUT if args.out is None else args.out,
         console=console,
         quiet=args.quiet,
         target_seeds=DEMO_SEEDS,

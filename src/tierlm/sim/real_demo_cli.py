@@ -22,7 +22,6 @@ def run_real(args: argparse.Namespace, console: Console) -> int:
         LlamaModelSpec,
         default_chat_model,
     )
-    from tierlm.sim.demo_cli import DEFAULT_OUT
     from tierlm.sim.real_demo import DEFAULT_SECONDS, run_real_demo
 
     path = default_chat_model()
@@ -37,7 +36,7 @@ def run_real(args: argparse.Namespace, console: Console) -> int:
         console.print(f"tierlm demo --real: --threads: must be >= 1, got {args.threads}")
         return 2
     seconds = args.seconds or DEFAULT_SECONDS
-    out = REAL_OUT if args.out == DEFAULT_OUT else args.out
+    out = REAL_OUT if args.out is None else args.out
     console.print(
         "[bold]tierlm demo --real[/]: a person's chat among background work, on a real "
         "model -- three background agents generate round after round on "
