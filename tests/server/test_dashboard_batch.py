@@ -103,10 +103,13 @@ def test_the_timeline_holds_every_job_of_a_batch(tmp_path: Path) -> None:
             assert running < STREAMS
             page.wait_for_function(
                 f"({JOBS_DRAWN})().includes({chat.job_id})"
-                f" && document.getElementById('batch-size').dataset.now === '{running}'"
+                # The guard's cut: fewer than a full batch (the count moves as
+                # cut sequences leave and the chat's guard relaxes).
+                f" && Number(document.getElementById('batch-size').dataset.now) < {STREAMS}"
             )
             assert {*ids, chat.job_id} <= set(page.evaluate(JOBS_DRAWN))
-            assert len(page.evaluate(OPEN_LANES)) == running
+            drawn = page.get_attribute("#batch-size", "data-now")
+            assert drawn is not None and 1 <= len(page.evaluate(OPEN_LANES)) < STREAMS
             assert page.get_attribute("#batch-size", "data-max") == str(STREAMS)
             rate = page.inner_text("#resources-body tr[data-key='tokens/s']").split("\t")[1]
             assert float(rate) > 0
