@@ -16,7 +16,7 @@ records:
 
 With ``--ray``, the same questions on a real local Ray Serve (127.0.0.1):
 3 replicas behind the ingress, tierlm's router and Ray's default one in the
-same run (bench/_cluster_ray.py): swaps, a chat's first token under a flood,
+same run (bench/_lib/cluster_ray.py): swaps, a chat's first token under a flood,
 and a replica killed under load. ``--ray-scale`` stretches its phases
 (1 = 60 + 40 + 30 s per router).
 
@@ -160,13 +160,13 @@ def main() -> int:
 
 
 def ray_main(scale: float, seed: int) -> None:
-    import _cluster_ray
+    from _lib import cluster_ray
 
     started = time.perf_counter()
     data: dict[str, Any] = {
-        "what": "bench/_cluster_ray.py: " + _cluster_ray.__doc__.splitlines()[0]
+        "what": "bench/_lib/cluster_ray.py: " + cluster_ray.__doc__.splitlines()[0]
     }
-    data.update(_cluster_ray.run(scale, seed))
+    data.update(cluster_ray.run(scale, seed))
     data["python"] = platform.python_version()
     data["wall_seconds"] = round(time.perf_counter() - started, 1)
     path = results_file("cluster_ray")

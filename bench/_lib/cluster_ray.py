@@ -3,7 +3,7 @@
 Three ``TierlmReplica`` of the sim backend (simulated devices: 0.02 s a
 token, 2 s a swap, 40-token jobs, models m0..m2) behind the ingress, on Ray
 bound to 127.0.0.1, with tierlm's router and then, in the same run, the same
-deployments with Ray's default router (``_ray_baseline.RayDefaultRouter``).
+deployments with Ray's default router (``_lib.ray_baseline.RayDefaultRouter``).
 For each:
 
 - **swaps**: background jobs at 60 % load over the 3 models for ``swaps_s``;
@@ -46,7 +46,7 @@ SETTINGS: dict[str, Any] = {
     "classes": {"extract": {"queue_limit": 30}, "chat": {"queue_limit": 30}},
     "server": {"sse_heartbeat": 60},
 }
-ROUTERS = {"tierlm": None, "ray_default": "_ray_baseline.RayDefaultRouter"}
+ROUTERS = {"tierlm": None, "ray_default": "_lib.ray_baseline.RayDefaultRouter"}
 
 
 @dataclass
