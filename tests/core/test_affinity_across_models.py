@@ -170,3 +170,40 @@ async def test_work_on_another_model_gets_its_swap_in_a_persons_idle_gap() -> No
     assert len(waits) >= 3, waits  # an excursion every bound + gap (~171 s) in 675 s
     # The person never waits for the swap back.
     assert max(chat_waits) <= 2 * TOKEN, chat_waits
+
+
+async def test_one_quick_reply_among_long_reads_does_not_hold_the_excursions() -> None:
+    """The excursion's bet was the shortest of the person's last four gaps:
+    one quick reply (15 s) among long reads (45 s) held a job on m2 for the
+    whole session (the Azure conversation trace at 8 slots: cron 30 min
+    late). The bet is their median gap now (docs/design.md §4.8 excursions):
+    the job waits max_affinity_wait and about two gaps; a message after a long
+    read never waits, one after the quick reply may wait for the swap back."""
+    gaps = (15, 45, 45, 45)
+    async with Scheduler(device("m1", "m2")) as sched:
+        sched.set_foreground("chat")
+        waits: list[float] = []
+
+        async def extraction() -> None:
+            while True:
+                submitted = sched.now()
+                started: list[float] = []
+                await sched.run("extract", "m2", noting_start(started), producer="extract")
+                waits.append(started[0] - submitted)
+
+        chat_waits: list[tuple[int, float]] = []
+        backfill = None
+        for turn in range(20):
+            if turn == 1:
+                backfill = asyncio.create_task(extraction())
+            read_before = gaps[(turn - 1) % len(gaps)]
+            chat_waits.append((read_before, await chat_wait(sched, then=gaps[turn % len(gaps)])))
+        assert backfill is not None
+        backfill.cancel()
+        await asyncio.gather(backfill, return_exceptions=True)
+    assert len(waits) >= 3, waits  # before: 0 in the ~800 s session
+    assert max(waits) <= 120 + 2 * (45 + 1) + SWAP + 10, waits
+    after_long_reads = [wait for read, wait in chat_waits if read == 45]
+    assert max(after_long_reads) <= 2 * TOKEN, chat_waits
+    # A lost bet costs a message at most the swap back (and the one under way).
+    assert max(wait for _read, wait in chat_waits) <= 2 * SWAP + 1, chat_waits

@@ -37,7 +37,8 @@ excursion to another model needs, in swap times: the swap there, its job
 (about a swap's length, the unit ski rental bets in), and the swap back."""
 
 GAPS_KEPT = 4
-"""A person's last chat idle gaps remembered; the shortest is the bet."""
+"""A person's last reading gaps remembered; their median is the bet
+(docs/design.md §4.8 excursions)."""
 
 DEFAULT_SWAP_ESTIMATE = 10.0
 """Seed: "a model swap costs ~10 s". Used until a swap has been measured."""
@@ -146,9 +147,14 @@ class SwapHolds:
 
     def chat_submitted(self, now: float) -> None:
         """A person sent a message: the time since their last chat ended is
-        one of their gaps (reading the reply, typing the next)."""
+        one of their reading gaps (reading the reply, typing the next),
+        unless the chat page opened in it: they were away, and a few minutes
+        away are no reading time (docs/design.md §4.8 excursions)."""
         if self._last_chat:
-            self._gaps.append(now - max(self._last_chat.values()))
+            last = max(self._last_chat.values())
+            opened = self._page_opened
+            if opened is None or opened[0] <= last:
+                self._gaps.append(now - last)
 
     def gap_fits(self, now: float, model_id: str, since: float, target_model: str) -> bool:
         """Whether an excursion to ``target_model`` fits in the person's chat
@@ -156,15 +162,19 @@ class SwapHolds:
         another model "waits for a chat idle gap"): a gap that began at or
         after ``since`` (their last chat on ``model_id`` ended then, and the
         page has not opened again since: a person who just opened it is about
-        to type), whose rest, by the shortest of their last gaps, holds
-        ``EXCURSION_SWAPS`` swaps (there, a job, and back)."""
+        to type), whose rest, by the median of their last reading gaps, holds
+        ``EXCURSION_SWAPS`` swaps (there, a job, and back). The median, not
+        the shortest: one quick reply among long reads kept a person's work
+        on another model waiting for 30 minutes (the Azure conversation
+        trace at 8 slots); a lost bet costs one message the swap back."""
         last = self._last_chat.get(model_id)
         if last is None or last < since or not self._gaps:
             return False
         opened = self._page_opened
         if opened is not None and opened[0] > last:
             return False
-        rest = min(self._gaps) - (now - last)
+        typical = sorted(self._gaps)[len(self._gaps) // 2]  # upper median
+        rest = typical - (now - last)
         return rest >= EXCURSION_SWAPS * self.swap_estimate(target_model)
 
     def idling(self, now: float) -> None:
