@@ -33,8 +33,10 @@ on what the runner can do, ``resume``:
   ``restore_seconds`` instead of the evaluation. A prompt evaluation a
   preemption cuts short keeps the batches of ``n_batch`` tokens it finished
   (llama.cpp drops only the aborted batch), and the resume evaluates the
-  rest. A snapshot whose state was evicted falls back to re-evaluation, as
-  the real runner does.
+  rest; with ``slots`` > 1 it keeps all it evaluated (the batched engine
+  reads a prompt a chunk a step and stops a sequence between steps). A
+  snapshot whose state was evicted falls back to re-evaluation, as the real
+  runner does.
 
 **Slots** (docs/design.md §2 slots). With ``slots`` > 1 up to that many
 generations run at once, as one batch: a step with n sequences takes
@@ -303,7 +305,11 @@ class SimulatedRunner:
             return 0.0  # the job ends: nobody resumes it (nor does the worker save it)
         evaluating = max(0.0, spent - ready.restore)
         done = math.floor(evaluating / self.prefill_per_token + 1e-9)
-        kept = ready.held + done // self.n_batch * self.n_batch
+        # One slot aborts the llama_decode of n_batch tokens under way; the
+        # batched engine stops a sequence between steps, its chunks in its KV
+        # (docs/design.md §4.7 the step plan).
+        unit = self.n_batch if self.slots == 1 else 1
+        kept = ready.held + done // unit * unit
         if kept > 0:
             self.snapshots.save(_state_key(request), kept)
         first_time = max(0, kept - max(ready.held, ready.redo))
