@@ -1,8 +1,11 @@
 """tierlm with 8 slots against llama.cpp's own C++ ``llama-server -np 8``, one run.
 
-The reference is continuous batching over 8 slots in C++. Five systems: that
+The reference is continuous batching over 8 slots in C++. Six systems: that
 server; the tierlm gateway (``tierlm serve --slots 8``, HTTP, every stream a
-``gana`` producer of its own); the same gateway with one slot (one sequence at
+``gana`` producer of its own); the same gateway sent the streams as a plain
+OpenAI client sends them (``gateway_keyless``: no ``X-Tierlm-*`` header, so
+the default class ``chat``: each stream a person's request, docs/design.md
+§4.7); the same gateway with one slot (one sequence at
 a time, as before the batched device); and ``LlamaCppRunner(slots=8)`` driven
 directly (what the gateway adds is the difference); and the raw batched-decode
 curve at k = 8 (``_batch_raw.raw_rate``: 8 sequences in one ``llama_batch``
@@ -15,7 +18,9 @@ llama-cpp-python), ``-c`` = 1024 x 8 (1024 per slot, as the runner's
 ``n_ctx=1024``) and OpenMP waiting as in tierlm's worker
 (``with_omp_defaults``: a short spin, docs/design.md §1). Aggregate
 tokens/s = all streams' tokens / the wall time from the first request to the
-last token; systems alternate within each repeat (reversed every other
+last token; the HTTP systems stream (SSE), and each stream's first token is
+timed at the client (request sent -> first content chunk), p50 over the
+streams; systems alternate within each repeat (reversed every other
 repeat), and the ratios are medians of each repeat's own ratio.
 
 Build llama-server from the llama.cpp sources vendored in the llama-cpp-python
@@ -50,7 +55,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -147,33 +152,60 @@ class Gateway:
         self.process.wait(30)
 
 
-async def http_rate(server: Server | Gateway, streams: int) -> float:
+@dataclass(frozen=True)
+class Rate:
+    tokens_per_s: float
+    first_token_p50_s: float | None = None
+    """HTTP systems: each stream's first content chunk at the client, p50."""
+
+
+async def http_rate(server: Server | Gateway, streams: int, *, keyless: bool = False) -> Rate:
+    """``streams`` concurrent streamed chats; ``keyless``: to the gateway as a
+    plain OpenAI client sends them (no tierlm header: class ``chat``)."""
     ours = isinstance(server, Gateway)
     async with httpx.AsyncClient(timeout=None) as client:
 
-        async def one(i: int) -> int:
+        async def one(i: int) -> tuple[int, float]:
             body: dict[str, Any] = {
                 "messages": messages(i), "max_tokens": TOKENS, "temperature": 0.0,
+                "stream": True, "stream_options": {"include_usage": True},
             }  # fmt: skip
-            if ours:  # background work of eight agents, each its own producer
+            headers: dict[str, str] = {}
+            if ours:
                 body |= {"model": "smollm2-135m", "logit_bias": NO_END}
-                headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"agent-{i}"}
+                if not keyless:  # background work of agents, each its own producer
+                    headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"agent-{i}"}
             else:
                 body |= {"ignore_eos": True, "cache_prompt": False}
-                headers = {}
-            reply = await client.post(
-                f"{server.url}/v1/chat/completions", json=body, headers=headers
-            )
-            reply.raise_for_status()
-            tokens: int = reply.json()["usage"]["completion_tokens"]
-            return tokens
+            sent = time.perf_counter()
+            first: float | None = None
+            tokens = chunks = 0
+            url = f"{server.url}/v1/chat/completions"
+            async with client.stream("POST", url, json=body, headers=headers) as reply:
+                reply.raise_for_status()
+                async for line in reply.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    event = json.loads(line[len("data: ") :])
+                    if event.get("usage"):
+                        tokens = int(event["usage"]["completion_tokens"])
+                    for choice in event.get("choices") or ():
+                        if (choice.get("delta") or {}).get("content"):
+                            chunks += 1
+                            if first is None:
+                                first = time.perf_counter() - sent
+            if first is None:
+                raise RuntimeError(f"stream {i}: no content")
+            return tokens or chunks, first
 
         started = time.perf_counter()
-        counts = await asyncio.gather(*(one(i) for i in range(streams)))
-        return sum(counts) / (time.perf_counter() - started)
+        results = await asyncio.gather(*(one(i) for i in range(streams)))
+        elapsed = time.perf_counter() - started
+        firsts = [first for _tokens, first in results]
+        return Rate(sum(t for t, _f in results) / elapsed, statistics.median(firsts))
 
 
-async def runner_rate(runner: LlamaCppRunner, streams: int) -> float:
+async def runner_rate(runner: LlamaCppRunner, streams: int) -> Rate:
     async def one(i: int) -> int:
         request = GenerationRequest(
             model_id=MODEL, messages=messages(i), max_tokens=TOKENS, temperature=0.0,
@@ -183,7 +215,7 @@ async def runner_rate(runner: LlamaCppRunner, streams: int) -> float:
 
     started = time.perf_counter()
     counts = await asyncio.gather(*(one(i) for i in range(streams)))
-    return sum(counts) / (time.perf_counter() - started)
+    return Rate(sum(counts) / (time.perf_counter() - started))
 
 
 class RawCurve:
@@ -199,16 +231,30 @@ class RawCurve:
             for i in range(SLOTS)
         ]
 
-    async def rate(self, streams: int) -> float:
+    async def rate(self, streams: int) -> Rate:
         k = min(streams, SLOTS)
-        return await asyncio.to_thread(raw_rate, self.spec, k, self.threads, self.prompts, TOKENS)
+        return Rate(
+            await asyncio.to_thread(raw_rate, self.spec, k, self.threads, self.prompts, TOKENS)
+        )
 
 
-async def rate_of(system: Server | Gateway | LlamaCppRunner | RawCurve, streams: int) -> float:
+@dataclass(frozen=True)
+class Keyless:
+    """The batched gateway, sent its streams with no tierlm header."""
+
+    gateway: Gateway
+
+
+System = Server | Gateway | Keyless | LlamaCppRunner | RawCurve
+
+
+async def rate_of(system: System, streams: int) -> Rate:
     if isinstance(system, LlamaCppRunner):
         return await runner_rate(system, streams)
     if isinstance(system, RawCurve):
         return await system.rate(streams)
+    if isinstance(system, Keyless):
+        return await http_rate(system.gateway, streams, keyless=True)
     return await http_rate(system, streams)
 
 
@@ -232,9 +278,10 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
                 await http_rate(up, 2)
             await runner_rate(runner, 2)
             for n in streams:
-                rates: dict[str, list[float]] = {name: [] for name in SYSTEMS}
-                ups: dict[str, Server | Gateway | LlamaCppRunner | RawCurve] = {
-                    "llama_server": server, "gateway": batched, "gateway_one_slot": single,
+                rates: dict[str, list[Rate]] = {name: [] for name in SYSTEMS}
+                ups: dict[str, System] = {
+                    "llama_server": server, "gateway": batched,
+                    "gateway_keyless": Keyless(batched), "gateway_one_slot": single,
                     "runner": runner, "raw": raw,
                 }  # fmt: skip
                 for repeat in range(repeats):
@@ -244,19 +291,7 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
                     order = SYSTEMS if repeat % 2 == 0 else SYSTEMS[::-1]
                     for name in order:
                         rates[name].append(await rate_of(ups[name], n))
-                row: dict[str, Any] = {"threads": t, "streams": n}
-                for name, seen in rates.items():
-                    row[f"{name}_tokens_per_s"] = round(statistics.median(seen), 1)
-                    if name != "llama_server":
-                        ratios = [o / s for o, s in zip(seen, rates["llama_server"], strict=True)]
-                        row[f"{name}_vs_llama_server"] = round(statistics.median(ratios), 3)
-                slot_gain = [
-                    b / o for b, o in zip(rates["gateway"], rates["gateway_one_slot"], strict=True)
-                ]
-                row["gateway_vs_one_slot"] = round(statistics.median(slot_gain), 3)
-                for name in ("gateway", "runner"):
-                    ratios = [o / r for o, r in zip(rates[name], rates["raw"], strict=True)]
-                    row[f"{name}_vs_raw"] = round(statistics.median(ratios), 3)
+                row = row_of(t, n, rates)
                 print(row, flush=True)
                 rows.append(row)
         finally:
@@ -266,7 +301,34 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
     return rows
 
 
-SYSTEMS = ("llama_server", "gateway", "gateway_one_slot", "runner", "raw")
+SYSTEMS = ("llama_server", "gateway", "gateway_keyless", "gateway_one_slot", "runner", "raw")
+HTTP = ("llama_server", "gateway", "gateway_keyless", "gateway_one_slot")
+
+
+def row_of(threads: int, streams: int, rates: dict[str, list[Rate]]) -> dict[str, Any]:
+    """Medians of the repeats, and of each repeat's own ratios."""
+
+    def ratio(name: str, base: str, field: str = "tokens_per_s") -> float:
+        pairs = zip(rates[name], rates[base], strict=True)
+        ratios: list[float] = [getattr(o, field) / getattr(b, field) for o, b in pairs]
+        return round(statistics.median(ratios), 3)
+
+    row: dict[str, Any] = {"threads": threads, "streams": streams}
+    for name, seen in rates.items():
+        row[f"{name}_tokens_per_s"] = round(statistics.median(r.tokens_per_s for r in seen), 1)
+        if name != "llama_server":
+            row[f"{name}_vs_llama_server"] = ratio(name, "llama_server")
+        if name in HTTP:
+            firsts = [r.first_token_p50_s for r in seen if r.first_token_p50_s is not None]
+            row[f"{name}_first_token_p50_s"] = round(statistics.median(firsts), 3)
+            if name != "llama_server":
+                row[f"{name}_first_token_vs_llama_server"] = ratio(
+                    name, "llama_server", "first_token_p50_s"
+                )
+    row["gateway_vs_one_slot"] = ratio("gateway", "gateway_one_slot")
+    for name in ("gateway", "gateway_keyless", "runner"):
+        row[f"{name}_vs_raw"] = ratio(name, "raw")
+    return row
 
 
 def main() -> None:
@@ -282,8 +344,8 @@ def main() -> None:
     rows = asyncio.run(measure(args.server, threads, streams, args.repeats))
     table = Table(title=f"aggregate tokens/s, {TOKENS} tokens a stream (medians; x = vs -np 8)")
     columns = (
-        "threads", "streams", "llama-server -np 8", "tierlm gateway slots=8",
-        "gateway slots=1", "runner slots=8", "raw batch", "slots=8 vs 1", "gateway vs raw",
+        "threads", "streams", "llama-server -np 8", "tierlm slots=8 (gana)",
+        "slots=8 keyless", "gateway slots=1", "runner slots=8", "raw batch", "slots=8 vs 1",
     )  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
@@ -295,8 +357,21 @@ def main() -> None:
                 for name in SYSTEMS[1:]
             ),
             f"{row['gateway_vs_one_slot']:.2f}x",
-            f"{row['gateway_vs_raw']:.2f}x",
         )  # fmt: skip
+    firsts = Table(title="each stream's first token at the client, p50 (s; x = vs -np 8)")
+    for column in ("threads", "streams", *HTTP):
+        firsts.add_column(column, justify="right")
+    for row in rows:
+        firsts.add_row(
+            str(row["threads"]), str(row["streams"]),
+            f"{row['llama_server_first_token_p50_s']:.2f}",
+            *(
+                f"{row[f'{name}_first_token_p50_s']:.2f} "
+                f"({row[f'{name}_first_token_vs_llama_server']:.2f}x)"
+                for name in HTTP[1:]
+            ),
+        )  # fmt: skip
+    Console().print(firsts)
     Console().print(table)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
