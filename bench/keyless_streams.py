@@ -11,6 +11,10 @@ first token p50 19-20 s), while the same streams as background producers ran at
 what this reports; ``bench/vs_llama_server.py`` measures background against
 ``llama-server`` itself.
 
+It also times one person's chat (64 tokens, keyless) on the idle gateway and
+among the eight streams as background producers, once they all stream: its
+first token and its tokens/s among them over alone (targets: <= 2x, >= 0.8x).
+
     python bench/keyless_streams.py [--streams 8] [--repeats 2] [--threads 1]
 
 Writes keyless_streams.json to the results folder (bench/_lib/results.py).
@@ -77,6 +81,81 @@ async def run_streams(url: str, streams: int, keyless: bool) -> dict[str, float]
     }
 
 
+CHAT_TOKENS = 64
+
+
+async def one_chat(client: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """A person's chat (keyless): its first token at the client and its
+    tokens/s from the first token on."""
+    body: dict[str, Any] = {
+        "model": "smollm2-135m",
+        "messages": [{"role": "user", "content": "Write a short poem about the sea."}],
+        "max_tokens": CHAT_TOKENS,
+        "temperature": 0.0,
+        "logit_bias": NO_END,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    sent = time.perf_counter()
+    first: float | None = None
+    tokens = 0
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as reply:
+        reply.raise_for_status()
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            elif chunk.get("choices") and first is None:
+                first = time.perf_counter()
+    end = time.perf_counter()
+    assert first is not None, "the chat streamed nothing"
+    return {"first_token_s": first - sent, "tokens_per_s": (tokens - 1) / (end - first)}
+
+
+async def chat_among(url: str, streams: int) -> dict[str, float]:
+    """The chat alone, then among ``streams`` background streams (all of
+    them streaming when it is sent)."""
+    async with httpx.AsyncClient(timeout=None) as client:
+        alone = await one_chat(client, url)
+        started: set[int] = set()
+        all_started = asyncio.Event()
+
+        async def stream(i: int) -> None:
+            body: dict[str, Any] = {
+                "model": "smollm2-135m",
+                "messages": [{"role": "user", "content": f"Tell me a long story, number {i}."}],
+                "max_tokens": TOKENS,
+                "temperature": 0.0,
+                "logit_bias": NO_END,
+                "stream": True,
+            }
+            headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"a{i}"}
+            async with client.stream(
+                "POST", f"{url}/v1/chat/completions", json=body, headers=headers
+            ) as reply:
+                reply.raise_for_status()
+                async for line in reply.aiter_lines():
+                    if line.startswith("data: {") and i not in started:
+                        started.add(i)
+                        if len(started) == streams:
+                            all_started.set()
+
+        background = [asyncio.create_task(stream(i)) for i in range(streams)]
+        await all_started.wait()
+        among = await one_chat(client, url)
+        await asyncio.gather(*background)
+    return {
+        "alone_first_token_s": alone["first_token_s"],
+        "among_first_token_s": among["first_token_s"],
+        "first_token_among_over_alone": among["first_token_s"] / alone["first_token_s"],
+        "alone_tokens_per_s": alone["tokens_per_s"],
+        "among_tokens_per_s": among["tokens_per_s"],
+        "tokens_per_s_among_over_alone": among["tokens_per_s"] / alone["tokens_per_s"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=8)
@@ -86,7 +165,7 @@ def main() -> int:
     load_before = load_now()
     server = Server(["--n-threads", str(args.threads), "--log-level", "warning"])
     server.start()
-    runs: dict[str, list[dict[str, float]]] = {"keyless": [], "background": []}
+    runs: dict[str, list[dict[str, float]]] = {"keyless": [], "background": [], "chat": []}
     try:
         for repeat in range(args.repeats):
             # Alternate which goes first: the machine is shared and noisy.
@@ -95,6 +174,9 @@ def main() -> int:
                 result = asyncio.run(run_streams(server.url, args.streams, kind == "keyless"))
                 runs[kind].append(result)
                 print(kind, {k: round(v, 2) for k, v in result.items()}, flush=True)
+            chat = asyncio.run(chat_among(server.url, args.streams))
+            runs["chat"].append(chat)
+            print("a chat", {k: round(v, 3) for k, v in chat.items()}, flush=True)
     finally:
         server.stop()
     ratios = [
@@ -107,6 +189,12 @@ def main() -> int:
         "tokens_per_stream": TOKENS,
         "runs": runs,
         "keyless_over_background_median": statistics.median(ratios),
+        "chat_first_token_among_over_alone_median": statistics.median(
+            c["first_token_among_over_alone"] for c in runs["chat"]
+        ),
+        "chat_tokens_per_s_among_over_alone_median": statistics.median(
+            c["tokens_per_s_among_over_alone"] for c in runs["chat"]
+        ),
         "machine": machine(load_before, threads=args.threads),
     }
     out = results_file("keyless_streams")

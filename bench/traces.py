@@ -2,8 +2,9 @@
 the baselines that resume (docs/design.md §4.4, §4.5, §4.7, §8 trace replay).
 
 Runs ``azure-chat`` (the trace's chats beside a deck, an extraction backfill
-and Gana cron ticks with deadlines) and ``azure-pool`` (the trace's chats over
-four pool producers that come and go) on two traces:
+and Gana cron ticks with deadlines), ``azure-pool`` (the trace's chats over
+four pool producers that come and go) and ``chats-alone`` (the chats with no
+background) on two traces:
 
 - ``conv``: the Azure LLM 2023 conversation trace shipped with tierlm;
 - ``code``: the 2023 *code* trace (long prompts: mean context 2 048 tokens),
@@ -44,14 +45,19 @@ from tierlm.sim.workloads import get_workload
 from tierlm.sim.workloads.azure_pool import gap_share
 
 POLICIES = ("tierlm", "fifo+resume", "strict-priority+resume")
-WORKLOADS = ("azure-chat", "azure-pool")
+WORKLOADS = ("azure-chat", "azure-pool", "chats-alone")
+CHATS_ALONE = ("azure-chat", {"background": 0})
+"""``chats-alone``: the trace's chats with no background: what the device
+gives people with nothing else to do, where tierlm must be within 1.05x of
+FIFO (docs/design.md §8)."""
 
 
 def measure(job: tuple[str, Path | None, str, int, int, str, float]) -> dict[str, Any]:
     trace_name, trace, workload, slots, seed, policy, hours = job
     started = time.perf_counter()
+    name, params = CHATS_ALONE if workload == "chats-alone" else (workload, {})
     records = simulate(
-        get_workload(workload, trace=trace),
+        get_workload(name, trace=trace, params=params),
         policy,
         seed=seed,
         duration=hours * 3600.0,
@@ -173,6 +179,22 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
                 _f(worst("wasted_share"), pct=True),
             )
         console.print(table)
+        if workload == "chats-alone":
+            console.print(_alone_ratio(mine))
+
+
+def _alone_ratio(rows: list[dict[str, Any]]) -> str:
+    """tierlm's TTFT over FIFO's (+resume) with no background, worst seed."""
+    parts = []
+    for key in ("ttft_p50_s", "ttft_p99_s"):
+        ratios = []
+        for seed in {r["seed"] for r in rows}:
+            of = {r["policy"]: r[key] for r in rows if r["seed"] == seed}
+            if "tierlm" in of and "fifo+resume" in of and of["fifo+resume"]:
+                ratios.append(of["tierlm"] / of["fifo+resume"])
+        if ratios:
+            parts.append(f"{key[5:8]} {max(ratios):.3f}x")
+    return "chats alone, tierlm / fifo+resume (worst seed): " + ", ".join(parts)
 
 
 if __name__ == "__main__":

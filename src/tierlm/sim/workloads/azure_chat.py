@@ -45,15 +45,22 @@ class AzureChat(Workload):
     default_duration = 3600.0
     requires_trace = True
     parameters: ClassVar[Mapping[str, str]] = {
-        "chat_load": "the chats' offered load, a fraction of the device (default 0.3)"
+        "chat_load": "the chats' offered load, a fraction of the device (default 0.3)",
+        "background": "1 (default): the deck, extraction and cron beside the chats; "
+        "0: the chats alone (what the device gives people with nothing else)",
     }
     credit = f"Trace: {ATTRIBUTION}."
 
-    def __init__(self, trace: Path | None = None, chat_load: float = DEFAULT_CHAT_LOAD) -> None:
+    def __init__(
+        self, trace: Path | None = None, chat_load: float = DEFAULT_CHAT_LOAD, background: float = 1
+    ) -> None:
         if not 0 < chat_load < 1:
             raise ValueError(f"chat_load: must be a fraction in (0, 1), got {chat_load!r}")
+        if background not in (0, 1):
+            raise ValueError(f"background: must be 0 or 1, got {background!r}")
         self.requests = load_trace(trace)  # raises TraceMissingError now, not mid-run
         self.chat_load = chat_load
+        self.background = bool(background)
 
     def plan(self, device: DeviceModel, duration: float, seed: int) -> ReplayPlan:
         """The requests this run replays (the same for every policy)."""
@@ -61,6 +68,8 @@ class AzureChat(Workload):
 
     def producers(self, sim: SimContext) -> list[Coroutine[Any, Any, None]]:
         plan = self.plan(sim.device, sim.duration, sim.seed)
+        if not self.background:
+            return [trace_chats(sim, plan)]
         return [
             trace_chats(sim, plan),
             deck_filler(sim, Deck(target=10)),
@@ -76,6 +85,7 @@ class AzureChat(Workload):
     def params(self) -> dict[str, Any]:
         return {
             "chat_load": self.chat_load,
+            "background": int(self.background),
             "context_cap": CONTEXT_CAP,
             "trace_requests": len(self.requests),
             "trace": ATTRIBUTION,
