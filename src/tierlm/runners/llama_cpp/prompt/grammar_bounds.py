@@ -54,13 +54,16 @@ optional groups (``maxLength`` 1 001 does not parse), and overflows its stack
 past ~15 000 nested groups of any kind (measured: 10 000 parse, 20 000
 segfault)."""
 # Bytes the converter writes per repetition: "char " for each required
-# character, "(char " + ")?" for each optional one; an array item adds its
-# rule's name and '"," space '. Measured on llama-cpp-python 0.3's converter.
+# character, "(char " + ")?" for each optional one; an array item its rule's
+# name and '"," space ' (+ "-item" and "( )?"). Measured on llama-cpp-python
+# 0.3's converter: 5, 8 and 18 bytes for an item of the rule "response".
 _REQUIRED_CHAR = 5
 _OPTIONAL_CHAR = 8
-_ITEM_OVERHEAD = 20
-# Everything else (enums, properties, rule names) is a few times the schema's text.
+_ITEM_OVERHEAD = 12
+# Everything else (enums, properties, rule names) is a few times the schema's
+# text, plus the rules every grammar has (char, space, a tool call's markup).
 _TEXT_FACTOR = 4
+_FIXED = 4096
 _SUBSCHEMA_KEYS = ("properties", "$defs", "definitions")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _MAX_CODE_POINT = 0x10FFFF
@@ -91,9 +94,9 @@ def check_request_bounds(extra: Mapping[str, Any], model_id: str | None = None) 
         check_grammar_text(raw, "grammar", model_id)
         return
     costs: list[_Cost] = []
-    base = 0
-    for where, schema in _schemas(extra):
-        _walk(schema, where, where.split(".")[0], costs)
+    base = _FIXED
+    for where, rule, schema in _schemas(extra):
+        _walk(schema, where, rule, costs)
         with contextlib.suppress(TypeError, ValueError):  # not JSON: the converter refuses it
             base += _TEXT_FACTOR * len(json.dumps(schema))
     for cost in costs:
@@ -116,19 +119,21 @@ def check_request_bounds(extra: Mapping[str, Any], model_id: str | None = None) 
         )
 
 
-def _schemas(extra: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
+def _schemas(extra: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """Each schema of the request: its field, the converter's name for its rule, it."""
+    out: list[tuple[str, str, Any]] = []
     response = extra.get("response_format")
     if isinstance(response, Mapping) and response.get("type") == "json_schema":
         spec = response.get("json_schema")
         if isinstance(spec, Mapping) and spec.get("schema") is not None:
-            out.append(("response_format.json_schema.schema", spec["schema"]))
+            out.append(("response_format.json_schema.schema", "response", spec["schema"]))
     tools = extra.get("tools")
     if isinstance(tools, list | tuple):
         for i, tool in enumerate(tools):
             function = tool.get("function") if isinstance(tool, Mapping) else None
             if isinstance(function, Mapping) and function.get("parameters") is not None:
-                out.append((f"tools.{i}.function.parameters", function["parameters"]))
+                where = f"tools.{i}.function.parameters"
+                out.append((where, f"tool{i}-arguments", function["parameters"]))
     return out
 
 
@@ -185,40 +190,33 @@ _QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(,?)\s*(\d*)\s*\}")
 
 def _pattern_costs(pattern: str, param: str, name: int) -> list[_Cost]:
     """The ``{m,n}`` quantifiers of a regular expression: the converter spells
-    ``x{m,n}`` as m copies of x and n - m nested optional ones (a group's copy
-    is the name of its rule)."""
+    ``x{m,n}`` as m copies of x and n - m nested optional ones; a character's
+    copy is itself, anything else's (a class, a group) the name of its rule."""
     costs: list[_Cost] = []
+    rule = name + 4  # "<name>-<k> "
     atom = 1
-    groups: list[int] = []
     i = 0
     while i < len(pattern):
         c = pattern[i]
-        if c == "\\":
-            atom, i = 16, i + 2  # \d, \w... become classes of a few bytes
-        elif c == "[":
-            end = i + 1
-            while end < len(pattern) and pattern[end] != "]":
-                end += 2 if pattern[end] == "\\" else 1
-            atom, i = end + 1 - i, end + 1
-        elif c == "(":
-            groups.append(i)
-            i += 1
-        elif c == ")":
-            if groups:
-                groups.pop()
-            atom, i = name + 6, i + 1
-        elif c == "{" and (match := _QUANTIFIER.match(pattern, i)):
+        if c == "{" and (match := _QUANTIFIER.match(pattern, i)):
             low = int(match.group(1) or 0)
             high = low if not match.group(2) else int(match.group(3)) if match.group(3) else None
-            size = low * (atom + 3)
+            size = low * atom
             nesting = 0
             if high is not None and high > low:
                 nesting = high - low
                 size += nesting * (atom + 8)
             costs.append(_Cost(param, max(low, high or 0), size, nesting))
             i = match.end()
-        else:
-            atom, i = 1, i + 1
+            continue
+        if c == "[":  # to its end: a class's brackets and braces are its own
+            i += 1
+            while i < len(pattern) and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "\\":
+            i += 1
+        atom = 1 if c.isalnum() or c in " _-,:;@/" else rule
+        i += 1
     return costs
 
 
