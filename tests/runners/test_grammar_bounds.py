@@ -194,3 +194,42 @@ def test_the_runner_refuses_before_the_worker_is_asked(
         asyncio.run(runner.count_prompt_tokens(request))
     assert info.value.param == f"{SCHEMA}.minLength"
     check_request_bounds({"grammar": 'root ::= "a"'})  # and a small grammar passes
+
+
+@pytest.mark.llama
+@pytest.mark.parametrize("slots", [1, 2])
+def test_no_grammar_is_built_on_the_decode_thread(
+    tiny_models: TinyModels, monkeypatch: pytest.MonkeyPatch, slots: int
+) -> None:
+    """A generation whose grammar no count made (a library caller's, or one
+    that left the cache) has it made on a render thread, then runs under it:
+    the decode thread, which steps every stream of the batch, builds none."""
+    pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
+    import threading
+
+    from tierlm.runners.cancellation import CancelToken
+    from tierlm.runners.llama_cpp import LlamaCppRunner
+
+    built_on: list[str] = []
+    make = grammars._make_grammar
+
+    def recording(extra: Any, model_id: str) -> str | None:
+        built_on.append(threading.current_thread().name)
+        return make(extra, model_id)
+
+    monkeypatch.setattr(grammars, "_make_grammar", recording)
+    extra = {"grammar": f'root ::= "yes" | "no{slots}"'}  # a grammar no test made before
+
+    async def run() -> str:
+        runner = LlamaCppRunner({"a": str(tiny_models.a)}, isolation="thread", slots=slots)
+        try:
+            await runner.load("a")
+            request = GenerationRequest(
+                model_id="a", prompt="Answer:", max_tokens=5, temperature=0, extra=extra
+            )
+            return "".join([piece async for piece in runner.generate(request, CancelToken())])
+        finally:
+            await runner.aclose()
+
+    assert asyncio.run(run()) in ("yes", f"no{slots}")
+    assert built_on and "tierlm-llama-decode" not in built_on
