@@ -60,6 +60,7 @@ def nothing_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         (response(strings(minLength=2 * 10**8)), f"{SCHEMA}.minLength", 2 * 10**8, BYTES),
         (response(strings(minLength=10**9)), f"{SCHEMA}.minLength", 10**9, BYTES),
+        (response(strings(minLength=2e8)), f"{SCHEMA}.minLength", 2 * 10**8, BYTES),  # JSON 2e8
         (
             response({"type": "array", "items": {"type": "string"}, "minItems": 10**7}),
             f"{SCHEMA}.minItems", 10**7, BYTES,
@@ -71,7 +72,8 @@ def nothing_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
         (response(strings(pattern="^a{0,5000}$")), f"{SCHEMA}.pattern", 5000, MAX_GRAMMAR_NESTING),
         (
             {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-                "type": "object", "properties": {"xs": {"type": "array", "maxItems": 10**6}},
+                "type": "object",
+                "properties": {"xs": {"type": "array", "items": {}, "maxItems": 10**6}},
             }}}]},
             "tools.0.function.parameters.properties.xs.maxItems", 10**6, MAX_GRAMMAR_NESTING,
         ),
@@ -84,6 +86,18 @@ def test_a_repetition_over_a_bound_is_refused_naming_it_before_anything_is_built
     assert error.param == param
     assert str(value) in str(error) and f"limit of {limit}" in str(error)
     assert str(error).startswith(f"{param}: ")
+
+
+def test_a_repetition_the_converter_does_not_write_costs_nothing() -> None:
+    """The converter ignores ``maxItems`` without ``items``, a string's lengths
+    under a pattern, an enum's type: taken as before."""
+    for schema in (
+        {"type": "array", "maxItems": 10**6},
+        strings(pattern="^[a-z]+$", maxLength=10**6),
+        {"type": "string", "enum": ["a", "b"], "minLength": 10**9},
+        {"type": ["string", "null"], "maxLength": 10**6},
+    ):
+        assert grammars.request_grammar(response(schema), "m") is not None
 
 
 def test_a_schema_within_the_bounds_is_built_and_under_the_byte_limit() -> None:

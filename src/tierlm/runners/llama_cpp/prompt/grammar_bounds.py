@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlm.runners.errors import InvalidRequest
+from tierlm.runners.llama_cpp.prompt.schema_keywords import grammar_schema
 
 __all__ = [
     "MAX_GRAMMAR_BYTES",
@@ -96,7 +97,9 @@ def check_request_bounds(extra: Mapping[str, Any], model_id: str | None = None) 
     costs: list[_Cost] = []
     base = _FIXED
     for where, rule, schema in _schemas(extra):
-        _walk(schema, where, rule, costs)
+        # As the converter gets it: formats made patterns, keywords it cannot
+        # enforce dropped; the paths are the request's own.
+        _walk(grammar_schema(schema), where, rule, costs)
         with contextlib.suppress(TypeError, ValueError):  # not JSON: the converter refuses it
             base += _TEXT_FACTOR * len(json.dumps(schema))
     for cost in costs:
@@ -138,7 +141,15 @@ def _schemas(extra: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
 
 
 def _count(value: Any) -> int | None:
+    """A JSON count: an int, or a float with no fraction (``2e8`` in JSON)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# Keywords the converter looks at before a string's or an array's repetitions:
+# with one of them, it writes no repetition for the node (docs/design.md §1).
+_FIRST = ("$ref", "anyOf", "oneOf", "const", "enum")
 
 
 def _walk(node: Any, where: str, name: str, costs: list[_Cost]) -> None:
@@ -146,12 +157,20 @@ def _walk(node: Any, where: str, name: str, costs: list[_Cost]) -> None:
     the converter's rule name, whose length an array item repeats)."""
     if not isinstance(node, Mapping):
         return
-    _repetition(node, where, "minLength", "maxLength", _REQUIRED_CHAR, _OPTIONAL_CHAR, costs)
-    item = len(name) + _ITEM_OVERHEAD
-    _repetition(node, where, "minItems", "maxItems", item, item, costs)
-    pattern = node.get("pattern")
-    if isinstance(pattern, str):
-        costs += _pattern_costs(pattern, f"{where}.pattern", len(name))
+    kind = node.get("type")
+    # The branches of the converter's visit, in its order: a repetition it
+    # never writes costs nothing (an array without items ignores maxItems).
+    if not any(key in node for key in _FIRST) and not isinstance(kind, list):
+        items = node.get("items")
+        pattern = node.get("pattern")
+        if kind in (None, "array") and isinstance(items, Mapping) and "properties" not in node:
+            item = len(name) + _ITEM_OVERHEAD
+            _repetition(node, where, "minItems", "maxItems", item, item, costs)
+        elif kind in (None, "string") and isinstance(pattern, str):
+            costs += _pattern_costs(pattern, f"{where}.pattern", len(name))
+        elif kind == "string":
+            low, high = "minLength", "maxLength"
+            _repetition(node, where, low, high, _REQUIRED_CHAR, _OPTIONAL_CHAR, costs)
     for key in _SUBSCHEMA_KEYS:
         subs = node.get(key)
         if isinstance(subs, Mapping):
