@@ -28,6 +28,7 @@ from tierlm.runners.llama_cpp.host.supervisor import ISOLATIONS, Isolation, Work
 from tierlm.runners.llama_cpp.model.capacity import CPU_STEP_COST, DEFAULT_KV_POOL_BYTES
 from tierlm.runners.llama_cpp.model.cpu_flags import extra_bufts_for_slots
 from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec, cpu_has_amx
+from tierlm.runners.llama_cpp.prompt.grammar_bounds import check_request_bounds
 from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT, MAX_SLOTS
 from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
@@ -60,6 +61,14 @@ def _stop_worker(worker: Worker) -> None:
     """The runner was garbage-collected without ``aclose``: let its worker go."""
     if worker.exit_code is None:
         worker.send(Shutdown())
+
+
+async def _check_grammar_bounds(request: GenerationRequest) -> None:
+    """docs/design.md §1 "Bounded admission": a grammar over its bounds is
+    refused here, before the worker is asked to build it (off the event loop:
+    a raw grammar's text is read whole)."""
+    if any(request.extra.get(k) for k in ("grammar", "response_format", "tools")):
+        await asyncio.to_thread(check_request_bounds, request.extra, request.model_id)
 
 
 class LlamaCppRunner:
@@ -365,6 +374,7 @@ class LlamaCppRunner:
 
     async def _render(self, request: GenerationRequest) -> tuple[str, int]:
         spec = self.spec(request.model_id)
+        await _check_grammar_bounds(request)
         for attempt in (1, 2):
             worker, call = await self._supervisor.call(
                 RenderPrompt(next(self._ids), request.model_id, spec, request)
@@ -398,6 +408,7 @@ class LlamaCppRunner:
             )
         if cancel.cancelled:
             return  # cancelled before it began: nothing starts
+        await _check_grammar_bounds(request)
         taken = yielded = 0
         stop = cancel.for_call(lambda: yielded)  # a yield: after the first token
         label = f"job {request.job_id}" if request.job_id is not None else "a request"

@@ -30,12 +30,19 @@ them, and a newline inside a JSON string is not JSON.
 from __future__ import annotations
 
 import copy
-import functools
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tierlm.runners.errors import InvalidRequest
+from tierlm.runners.llama_cpp.prompt.grammar_bounds import (
+    MAX_GRAMMAR_BYTES,
+    check_grammar_text,
+    check_request_bounds,
+    grammar_source,
+)
 from tierlm.runners.llama_cpp.prompt.schema_keywords import (
     GRAMMAR_KEYWORDS,
     grammar_schema,
@@ -44,7 +51,14 @@ from tierlm.runners.llama_cpp.prompt.schema_keywords import (
 )
 from tierlm.runners.tool_calls import CLOSE_TAG, OPEN_TAG
 
-__all__ = ["GRAMMAR_KEYWORDS", "MAX_GRAMMAR_BYTES", "request_grammar", "tool_choice"]
+__all__ = [
+    "GRAMMAR_KEYWORDS",
+    "MAX_GRAMMAR_BYTES",
+    "forget_grammar",
+    "is_made",
+    "request_grammar",
+    "tool_choice",
+]
 
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
@@ -55,40 +69,69 @@ def tool_choice(extra: Mapping[str, Any]) -> Any:
     return extra.get("tool_choice") or "auto"
 
 
-MAX_GRAMMAR_BYTES = 1024 * 1024
-"""A grammar's GBNF text (given, or made from a schema and tools): 1 MiB, far
-beyond any schema within the gateway's limits (64 KiB of schema made ~200 kB
-of grammar here), so that llama.cpp parses it in milliseconds
-(docs/design.md §1 "Bounded admission")."""
 _GRAMMAR_OPTIONS = ("grammar", "response_format", "tools", "tool_choice", "parallel_tool_calls")
+_CACHE_SIZE = 64
+"""Grammars kept, by set of options: an agent's few tool sets and schemas."""
+_CACHE_BYTES = 16 * 1024 * 1024
+"""and at most 16 MiB of them: 16 grammars at the 1 MiB limit."""
+_cache: OrderedDict[tuple[str, str], str | None] = OrderedDict()
+_cache_lock = threading.Lock()  # the worker's render threads share it
 
 
 def request_grammar(extra: Mapping[str, Any], model_id: str) -> str | None:
     """The grammar for a request's options, None if its output is free.
 
-    Made once per distinct set of options: the check before the request is
-    queued and the generation's sampler share it (docs/design.md §1
+    Its bounds are checked before it is built (``grammar_bounds``), and its
+    text after; only a grammar that passed is kept, once per distinct set of
+    options: the check before the request is queued and the generation's
+    sampler share it, and a refused one is not kept (docs/design.md §1
     "Bounded admission")."""
-    try:
-        key = json.dumps({k: extra.get(k) for k in _GRAMMAR_OPTIONS}, sort_keys=True)
-    except (TypeError, ValueError):  # not JSON (a library caller's objects): not cached
-        grammar = _make_grammar(extra, model_id)
-    else:
-        grammar = _cached_grammar(key, model_id)
-    if grammar is not None and len(grammar) > MAX_GRAMMAR_BYTES:
-        param = "grammar" if extra.get("grammar") is not None else "response_format"
-        raise InvalidRequest(
-            f"{param}: the grammar is {len(grammar)} bytes, over the limit of "
-            f"{MAX_GRAMMAR_BYTES}; simplify it",
-            param=param,
-            model_id=model_id,
-        )
+    key = _key(extra, model_id)
+    if key is not None:
+        with _cache_lock:
+            if key in _cache:
+                _cache.move_to_end(key)
+                return _cache[key]
+    check_request_bounds(extra, model_id)
+    grammar = _make_grammar(extra, model_id)
+    if grammar is not None:
+        check_grammar_text(grammar, grammar_source(extra), model_id)
+    if key is not None:
+        with _cache_lock:
+            _cache[key] = grammar
+            while len(_cache) > _CACHE_SIZE or _cached_bytes() > _CACHE_BYTES:
+                _cache.popitem(last=False)
     return grammar
 
 
-@functools.lru_cache(maxsize=64)
-def _cached_grammar(key: str, model_id: str) -> str | None:
-    return _make_grammar(json.loads(key), model_id)
+def is_made(extra: Mapping[str, Any], model_id: str) -> bool:
+    """Is the grammar of these options made (or none needed)? If so,
+    ``request_grammar`` returns it without building. Options that are not JSON
+    (a library caller's objects) are never kept: made where they are used."""
+    if not any(extra.get(k) for k in ("grammar", "response_format", "tools")):
+        return True
+    key = _key(extra, model_id)
+    with _cache_lock:
+        return key is None or key in _cache
+
+
+def forget_grammar(extra: Mapping[str, Any], model_id: str) -> None:
+    """Drop a grammar llama.cpp refused: a refused grammar is not kept."""
+    key = _key(extra, model_id)
+    if key is not None:
+        with _cache_lock:
+            _cache.pop(key, None)
+
+
+def _key(extra: Mapping[str, Any], model_id: str) -> tuple[str, str] | None:
+    try:
+        return json.dumps({k: extra.get(k) for k in _GRAMMAR_OPTIONS}, sort_keys=True), model_id
+    except (TypeError, ValueError):  # not JSON (a library caller's objects): not cached
+        return None
+
+
+def _cached_bytes() -> int:
+    return sum(len(grammar or "") for grammar in _cache.values())
 
 
 def _make_grammar(extra: Mapping[str, Any], model_id: str) -> str | None:

@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
-from tierlm.runners.llama_cpp.prompt.grammars import request_grammar
+from tierlm.runners.llama_cpp.prompt.grammar_bounds import grammar_source
+from tierlm.runners.llama_cpp.prompt.grammars import forget_grammar, request_grammar
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -41,7 +42,6 @@ __all__ = [
     "build_sampler",
     "check_grammar",
     "check_options",
-    "grammar_param",
     "logit_bias",
     "resumed_tokens",
 ]
@@ -73,19 +73,15 @@ HONOURED_OPTIONS = frozenset(
 """Every ``GenerationRequest.extra`` key this runner honours; others are refused."""
 
 
-def grammar_param(extra: Mapping[str, Any]) -> str:
-    """The request field a grammar came from, for errors."""
-    for key in ("grammar", "response_format", "tools"):
-        if extra.get(key):
-            return key
-    return "grammar"
-
-
-def check_grammar(llama_cpp: Any, vocab: Any, text: str, extra: Mapping[str, Any]) -> Any:
+def check_grammar(
+    llama_cpp: Any, vocab: Any, text: str, extra: Mapping[str, Any], model_id: str
+) -> Any:
     """A grammar sampler for ``text`` (the caller frees it or hands it to a chain)."""
     sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
     if not sampler:
-        param = grammar_param(extra)
+        # docs/design.md §1 "Bounded admission": a refused grammar is not kept.
+        forget_grammar(extra, model_id)
+        param = grammar_source(extra)
         raise InvalidRequest(
             f"{param}: not a valid GBNF grammar (llama.cpp could not parse it; its message "
             "is in the worker's log)"
@@ -131,7 +127,8 @@ def check_options(model: Any, request: GenerationRequest) -> None:
     logit_bias(request.extra, model.n_vocab())
     text = request_grammar(request.extra, request.model_id)
     if text is not None:
-        llama_cpp.llama_sampler_free(check_grammar(llama_cpp, model.vocab, text, request.extra))
+        sampler = check_grammar(llama_cpp, model.vocab, text, request.extra, request.model_id)
+        llama_cpp.llama_sampler_free(sampler)
 
 
 def build_sampler(llm: Any, request: GenerationRequest, resumed: Sequence[int], seed: int) -> Any:
@@ -159,7 +156,7 @@ def build_sampler(llm: Any, request: GenerationRequest, resumed: Sequence[int], 
     grammar = None
     text = request_grammar(extra, request.model_id)
     if text is not None:
-        grammar = check_grammar(llama_cpp, llm._model.vocab, text, extra)
+        grammar = check_grammar(llama_cpp, llm._model.vocab, text, extra, request.model_id)
         llama_cpp.llama_sampler_chain_add(chain.sampler, grammar)
     _add_final(chain, options, n_vocab, seed)
     for token in resumed:

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
+from tierlm.runners.llama_cpp.prompt.grammars import is_made, request_grammar
 from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
     Failed,
@@ -135,6 +136,15 @@ class DecodeService:
 
     def _attempt(self, command: Command) -> None:
         """Run one command; a failure is its reply."""
+        if isinstance(command, Generate) and not is_made(
+            command.request.extra, command.request.model_id
+        ):
+            # docs/design.md §1 "Bounded admission": a grammar is never built on
+            # this thread, where it would stall every running stream; one not
+            # made yet (no count made it, or it left the cache) is made on a
+            # render thread, and the command comes back here.
+            self._renders.submit(self._make_grammar, command)
+            return
         try:
             if isinstance(command, Generate) and self._engine is not None:
                 self._check_loaded(command)
@@ -269,6 +279,18 @@ class DecodeService:
         return stats
 
     # -- the command thread -------------------------------------------------------
+
+    def _make_grammar(self, command: Generate) -> None:
+        request = command.request
+        try:
+            request_grammar(request.extra, request.model_id)
+        except InvalidRequest as exc:
+            self._send(_invalid(command.call_id, exc, request.model_id))
+            return
+        except Exception as exc:  # the converter failed: the generation would
+            self._send(Failed(command.call_id, f"llama.cpp worker error: {exc!r}"))
+            return
+        self._queue.put(command)
 
     def _render(self, command: RenderPrompt) -> None:
         # A vocabulary depends on the file and the template, not the load options.
