@@ -305,10 +305,7 @@ class SimulatedRunner:
             return 0.0  # the job ends: nobody resumes it (nor does the worker save it)
         evaluating = max(0.0, spent - ready.restore)
         done = math.floor(evaluating / self.prefill_per_token + 1e-9)
-        # One slot aborts the llama_decode of n_batch tokens under way; the
-        # batched engine stops a sequence between steps, its chunks in its KV
-        # (docs/design.md §4.7 the step plan).
-        unit = self.n_batch if self.slots == 1 else 1
+        unit = self.n_batch if self.slots == 1 else 1  # batched: stops between steps
         kept = ready.held + done // unit * unit
         if kept > 0:
             self.snapshots.save(_state_key(request), kept)
