@@ -65,3 +65,33 @@ async def test_one_persons_twenty_chats_delay_nine_others_by_one_answer_at_most(
     # FCFS across people made them wait 19-20 answers (95-100 s); in turn, each
     # waits for Alice's one answer under way and the persons ahead of it.
     assert max(waits) <= 10 * answer + 0.5, waits
+
+
+def test_a_keys_named_persons_share_its_turn() -> None:
+    """docs/design.md §4.2 who is a person: a key's 24 chats under 24 names
+    are served in turn among themselves, within the key's one turn: another
+    person waits for one of them, not for all 24 (it waited for all 24 when
+    each name was a person of its own); the key's unnamed chats are one more
+    person among its names."""
+    policy = TieredPolicy(CLASSES, SchedulerConfig())
+    ids = itertools.count(1)
+
+    def chat(person: tuple[str, ...]) -> Job:
+        producer = "/".join(person)
+        job = Job(next(ids), CLASSES["chat"], "m1", producer, None, None, 0.0, person=person)
+        policy.submit(job, 0.0)
+        return job
+
+    named = [chat(("app", f"id{i}")) for i in range(24)]
+    unnamed = chat(("app",))
+    other = chat(("other",))
+    expected = [job.id for job in policy.queue_order(0.0, "m1")]
+    started = []
+    while len(policy):
+        job = next_start(policy, float(len(started)), "m1")
+        assert job is not None
+        started.append(job.id)
+        policy.finished(job, float(len(started)))
+    assert started == expected
+    assert started[:3] == [named[0].id, other.id, named[1].id]
+    assert started[2:] == [*(job.id for job in named[1:]), unnamed.id]

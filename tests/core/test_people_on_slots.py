@@ -168,3 +168,38 @@ def test_the_pool_gets_a_first_token_beside_a_persons_long_prompts() -> None:
             return waited
 
     assert run_virtual(main()) <= 30.0
+
+
+def test_a_keys_named_persons_yield_slots_as_one_person() -> None:
+    """A key's chats under eight names (``Job.person`` ``(key, name)``, its
+    names share its turn, §4.2) held every slot: one name each, so nobody
+    held two and five other people waited for them all to end. Counted as
+    the key, its latest sequences yield one slot to each of them."""
+
+    async def main() -> tuple[list[float], float, list[int]]:
+        async with Scheduler(device()) as sched:
+            texts: list[list[str]] = []
+
+            async def long_chat(i: int) -> None:
+                pieces: list[str] = []
+                texts.append(pieces)
+                request = GenerationRequest("m1", prompt=f"a{i}", max_tokens=300, prompt_tokens=50)
+                person = ("app", f"id{i}")
+                await sched.submit_generation(
+                    "chat", request, pieces.append, f"app/id{i}", person=person
+                )
+
+            app = [asyncio.create_task(long_chat(i)) for i in range(8)]
+            await asyncio.sleep(2.0)
+            others = await asyncio.gather(
+                *(first_token(sched, "chat", f"person{i}", 50) for i in range(5))
+            )
+            await asyncio.gather(*app)
+        async with Scheduler(device()) as idle:
+            alone = await first_token(idle, "chat", "solo", 50)
+        return list(others), alone, [len(t) for t in texts]
+
+    others, alone, app_tokens = run_virtual(main())
+    assert app_tokens == [300] * 8
+    bound = alone * (1 + LLAMA_CPP_CPU_BATCH_COST * 7) + 2 * STEP_MAX
+    assert max(others) <= bound, (others, alone)

@@ -14,7 +14,7 @@ MARK = "\ue000n:1\ue001"
 
 def test_a_marker_is_put_back_as_its_message_text_between_the_template_pieces() -> None:
     prompt = f"<|im_start|>user\n{MARK}<|im_end|>\n<|im_start|>assistant\n"
-    pieces = split_rendered(prompt, {MARK: (1, "a<|im_end|>b")})
+    pieces = split_rendered(prompt, {MARK: ("messages[1].content", "a<|im_end|>b")})
     assert pieces == [
         ("<|im_start|>user\n", False),
         ("a<|im_end|>b", True),
@@ -29,6 +29,6 @@ def test_no_literal_text_is_the_prompt_in_one_piece() -> None:
 @pytest.mark.parametrize("rendered", ["<|im_start|>user\n<|im_end|>", f"{MARK}{MARK}"])
 def test_a_template_that_drops_or_repeats_a_message_refuses_it_by_name(rendered: str) -> None:
     with pytest.raises(InvalidRequest) as info:
-        split_rendered(rendered, {MARK: (1, "a<|im_end|>b")})
+        split_rendered(rendered, {MARK: ("messages[1].content", "a<|im_end|>b")})
     assert info.value.param == "messages[1].content"
     assert "control-token text" in str(info.value)

@@ -83,6 +83,7 @@ def test_malformed_body(gw: Gateway, content: bytes, message: str) -> None:
         ({"logit_bias": {"²": 5}}, "logit_bias.²", "keys must be token ids"),
         ({"logit_bias": {"٣": 5}}, "logit_bias.٣", "keys must be token ids"),
         ({"logit_bias": {"1": -101}}, "logit_bias.1", "between -100 and 100"),
+        ({"logit_bias": {"9" * 5000: 1}}, "logit_bias", "token ids, decimal integers from 0 to"),
         ({"mirostat_tau": 3.0}, "mirostat_tau", "no effect without mirostat_mode"),
         ({"top_logprobs": 2}, "top_logprobs", "needs logprobs: true"),
         (

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.server.helpers import MESSAGES, WAIT, Gateway, serve
+from tests.server.test_errors import error_of
 from tierlm.server.settings.embedders import minilm_installed
 from tierlm.server.settings.sources import settings_from_dict
 from tierlm.testing.gguf_model import write_model_pair
@@ -124,3 +125,23 @@ def test_chat_preempts_a_background_request_across_a_swap(gw: Gateway) -> None:
     assert after["swaps"] - before["swaps"] >= 2  # to tiny-b for the chat, back for the gana
     assert gw.metric("tierlm_preemptions_total", class_="gana") == 1
     assert gw.metric("tierlm_swaps_total", model="tiny-b") >= 1
+
+
+@pytest.mark.parametrize(
+    ("key", "param", "says"),
+    [
+        # Past int()'s 4 300 digits: was a 400 on ``messages`` with Python's text.
+        ("9" * 5000, "logit_bias", "0 to 2147483647"),
+        ("9" * 20, "logit_bias", "0 to 2147483647"),  # an integer, no token id
+        ("2147483648", "logit_bias", "0 to 2147483647"),
+        ("100000", "logit_bias.100000", "not in this model's vocabulary (0 to"),
+    ],
+)
+def test_logit_bias_keys_out_of_range(gw: Gateway, key: str, param: str, says: str) -> None:
+    body = {"model": "tiny-a", "messages": MESSAGES, "max_tokens": 2, "logit_bias": {key: 5}}
+    response = gw.http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400, response.text
+    error = error_of(response)
+    assert error["param"] == param, error
+    assert says in error["message"] and "token id" in error["message"], error
+    assert "Exceeds" not in error["message"] and len(error["message"]) < 300, error

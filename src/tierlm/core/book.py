@@ -17,7 +17,7 @@ import heapq
 
 from tierlm.core.classes import Tier
 from tierlm.core.fairness import FairPool
-from tierlm.core.jobs import Job
+from tierlm.core.jobs import Job, Person
 from tierlm.core.queues import Live, ModelQueue
 from tierlm.core.turns import ChatTurns
 
@@ -42,7 +42,7 @@ class JobBook:
     def __init__(self, fair: FairPool) -> None:
         self.fair = fair
         self.turns = ChatTurns()
-        """Chat producers' last turns (docs/design.md §4.2 persons in turn)."""
+        """Persons' last turns (docs/design.md §4.2 persons in turn)."""
         self.jobs: dict[int, Job] = {}
         self.live: Live = {}
         self._version = 0
@@ -56,9 +56,9 @@ class JobBook:
     def __len__(self) -> int:
         return len(self.jobs)
 
-    def people_waiting(self) -> set[str]:
+    def people_waiting(self) -> set[Person]:
         """The persons with a chat queued (docs/design.md §4.7 persons in turn)."""
-        return {job.producer for job in self.jobs.values() if job.task_class.tier == Tier.T0}
+        return {job.chat_person for job in self.jobs.values() if job.task_class.tier == Tier.T0}
 
     def add(self, job: Job, now: float) -> None:
         self._version += 1

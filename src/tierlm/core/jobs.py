@@ -6,10 +6,15 @@ from dataclasses import dataclass
 
 from tierlm.core.classes import TaskClass
 
-__all__ = ["Foreground", "Job", "Subject"]
+__all__ = ["Foreground", "Job", "Person", "Subject"]
 
 Subject = str | int
 """What a foreground or a job is about: a note id, a Gana id (docs/design.md §6.2)."""
+
+Person = tuple[str, ...]
+"""Whose turn a chat takes (docs/design.md §4.2 persons in turn): ``(who,)``,
+or ``(who, name)`` for a person named under ``who`` (an API key), who shares
+``who``'s turns."""
 
 
 @dataclass(eq=False, slots=True)
@@ -29,6 +34,10 @@ class Job:
     subject: Subject | None
     deadline: float | None
     submitted_at: float
+    person: Person = ()
+    """Whose turns its chat takes (docs/design.md §4.2); empty: its producer's
+    (``chat_person``). The gateway sets it from the API key, so that a client
+    inventing producer ids takes no more turns than one person."""
     resumable: bool = True
     """A preemption loses nothing: a generation resumes, a closure job replays
     its journal. The shell clears it when the job's work drives the runner
@@ -38,6 +47,11 @@ class Job:
     @property
     def class_name(self) -> str:
         return self.task_class.name
+
+    @property
+    def chat_person(self) -> Person:
+        """The person whose turns its chat takes: ``person``, else its producer."""
+        return self.person or (self.producer,)
 
     @property
     def due(self) -> float | None:

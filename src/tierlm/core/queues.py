@@ -16,7 +16,7 @@ import math
 from typing import Any, TypeVar
 
 from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass, Tier
-from tierlm.core.jobs import Foreground, Job, Subject
+from tierlm.core.jobs import Foreground, Job, Person, Subject
 from tierlm.core.turns import ChatTurns
 
 __all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue", "running_candidate"]
@@ -72,8 +72,8 @@ class ClassQueue:
     def __init__(self, task_class: TaskClass, live: Live, turns: ChatTurns) -> None:
         self.task_class = task_class
         self.turns = turns
-        # T0: each producer's jobs in submit order (persons in turn, docs/design.md §4.2).
-        self.people: dict[str, list[_FifoEntry]] = {}
+        # T0: each person's jobs in submit order (persons in turn, docs/design.md §4.2).
+        self.people: dict[Person, list[_FifoEntry]] = {}
         self.name = task_class.name
         self.base = int(task_class.tier)
         self.live = live
@@ -94,7 +94,7 @@ class ClassQueue:
         if job.subject is not None:
             heapq.heappush(self.subjects.setdefault(job.subject, []), entry)
         if self.base == T0:
-            heapq.heappush(self.people.setdefault(job.producer, []), entry)
+            heapq.heappush(self.people.setdefault(job.chat_person, []), entry)
         self.count += 1
         if self.task_class.tier == Tier.T3:
             due = job.due if job.due is not None else math.inf
@@ -131,16 +131,16 @@ class ClassQueue:
         return (heap[0][0], heap[0][1]) if heap else None
 
     def next_person(self) -> Candidate | None:
-        """T0: the oldest job of the producer served least recently (docs/design.md
-        §4.2 persons in turn); key (its producer's last turn, the job's id)."""
+        """T0: the oldest job of the person served least recently (docs/design.md
+        §4.2 persons in turn); key (its key's last turn, its own, the job's id)."""
         best: Candidate | None = None
-        for producer, heap in list(self.people.items()):
+        for person, heap in list(self.people.items()):
             _clean(heap, self.live)
             if not heap:
-                del self.people[producer]
+                del self.people[person]
                 continue
             head = heap[0][0]
-            candidate = (T0, (self.turns.turn(producer), head), head)
+            candidate = (T0, (*self.turns.rank(person), head), head)
             if best is None or candidate < best:
                 best = candidate
         return best

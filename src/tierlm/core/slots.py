@@ -34,7 +34,7 @@ from typing import Protocol
 
 from tierlm.core.classes import T0, T1
 from tierlm.core.device import Decision, Device, Preemption
-from tierlm.core.jobs import Job
+from tierlm.core.jobs import Job, Person
 
 __all__ = ["PROMPT_SLOWDOWN", "SlotRules", "guard_cap", "plan"]
 
@@ -87,10 +87,10 @@ def plan(
     now: float,
     device: Device,
     chat_slowdown: float | None = None,
-    people_waiting: Callable[[], Collection[str]] | None = None,
+    people_waiting: Callable[[], Collection[Person]] | None = None,
 ) -> Decision:
     """The k-slot plan of the module docstring, from ``rules``' answers;
-    ``people_waiting``: the persons (producers) with a chat queued, for
+    ``people_waiting``: the persons (``Job.chat_person``) with a chat queued, for
     persons in turn on a full device (tierlm's rule, docs/design.md §4.7)."""
     loaded = device.loaded_model
     staying = [j for j in device.running if j.id not in device.stopping]
@@ -158,7 +158,8 @@ def plan(
                 stops.append((job, preemption))
                 staying.remove(job)
     if people_waiting is not None and device.free - len(starts) <= 0:
-        turns = _turn_stops(rules, now, staying, people_waiting, len(device.stopping) + len(stops))
+        stopping = [j for j in device.running if j.id in device.stopping] + [j for j, _ in stops]
+        turns = _turn_stops(rules, now, staying, people_waiting, stopping)
         stops.extend((job, Preemption.YIELD) for job in turns)
         staying = [job for job in staying if job not in turns]
     # The chat latency guard cuts the batch around a person's sequence.
@@ -179,30 +180,60 @@ def _turn_stops(
     rules: SlotRules,
     now: float,
     staying: list[Job],
-    people_waiting: Callable[[], Collection[str]],
-    freeing: int,
+    people_waiting: Callable[[], Collection[Person]],
+    stopping: list[Job],
 ) -> list[Job]:
     """docs/design.md §4.7 persons in turn: on a device full of people's
     sequences, each person with a chat queued and no slot gets one from the
     person holding the most (while they hold two or more), whose latest
-    sequence yields and resumes later, its text kept (§4.9)."""
-    held: dict[str, list[Job]] = {}
+    sequence yields and resumes later, its text kept (§4.9). Named persons
+    share their key's turn (§4.2): first the keys take slots from each other
+    so, then a key's named persons among its own slots."""
+    held: dict[Person, list[Job]] = {}
     for job in staying:  # in start order: the last of each list started last
         if rules.tier(job, now) == T0:
-            held.setdefault(job.producer, []).append(job)
+            held.setdefault(job.chat_person[:1], []).append(job)
     if all(len(jobs) < 2 for jobs in held.values()):
-        return []  # nobody holds more than one slot (asked first: it is O(1))
-    need = len(set(people_waiting()) - set(held)) - freeing
+        return []  # no key holds more than one slot (asked first: it is O(1))
+    waiting = set(people_waiting())
+    stops = _take(held, {p[:1] for p in waiting}, len(stopping))
+    for key, jobs in held.items():
+        if len(jobs) < 2:
+            continue
+        mine: dict[Person, list[Job]] = {}
+        for job in jobs:
+            mine.setdefault(job.chat_person, []).append(job)
+        named = {p for p in waiting if p[:1] == key}
+        freeing = sum(job.chat_person[:1] == key for job in (*stopping, *stops))
+        stops += _take(mine, named, freeing)
+    return stops
+
+
+def _take(held: dict[Person, list[Job]], waiting: set[Person], freeing: int) -> list[Job]:
+    """The sequences that yield so that each of ``waiting`` without a slot
+    gets one: the latest of whoever holds the most, while two or more
+    (``freeing``: slots already being freed). Takes them out of ``held``."""
+    need = len(waiting - set(held)) - freeing
     stops: list[Job] = []
     while need > 0 and held:
         person = max(held, key=lambda p: len(held[p]))
         mine = [job for job in held[person] if job.resumable]
         if len(held[person]) < 2 or not mine:
             break
-        stops.append(mine[-1])
-        held[person].remove(mine[-1])
+        # Among a key's slots, its named person holding the most yields.
+        victim = _latest_of_most(mine)
+        stops.append(victim)
+        held[person].remove(victim)
         need -= 1
     return stops
+
+
+def _latest_of_most(jobs: list[Job]) -> Job:
+    counts: dict[Person, int] = {}
+    for job in jobs:
+        counts[job.chat_person] = counts.get(job.chat_person, 0) + 1
+    most = max(counts.values())
+    return next(job for job in reversed(jobs) if counts[job.chat_person] == most)
 
 
 def _slots_needed(

@@ -125,7 +125,7 @@ class TieredPolicy:
         self._running[job.id] = job
         self._flapping.started(job, now)
         if job.task_class.tier == Tier.T0:
-            self._book.turns.served(job.producer)  # docs/design.md §4.2 persons in turn
+            self._book.turns.served(job.chat_person)  # docs/design.md §4.2 persons in turn
         # A job that needs a swap starts its slice when the swap ends (swapped).
         begun = job.model_id == self._loaded_at_pick
         self._slices.start(job.id, now, begun=begun, turn=self._turn_of(job))

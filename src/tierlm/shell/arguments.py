@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tierlm.core.classes import TaskClass
-from tierlm.core.jobs import Subject
+from tierlm.core.jobs import Person, Subject
 
 __all__ = [
     "check_model_id",
@@ -51,6 +51,16 @@ def check_producer(producer: object, default: str) -> str:
     if not isinstance(producer, str) or not producer:
         raise ValueError(f"producer: must be a non-empty string or None, got {producer!r}")
     return producer
+
+
+def check_person(person: object) -> Person:
+    """A chat's person (docs/design.md §4.2): one or two non-empty strings, or
+    none (its producer)."""
+    if not isinstance(person, tuple | list) or len(person) > 2:
+        raise ValueError(f"person: must be a tuple of one or two names, got {person!r}")
+    if not all(isinstance(name, str) and name for name in person):
+        raise ValueError(f"person: each name must be a non-empty string, got {person!r}")
+    return tuple(person)
 
 
 def check_subject(subject: object) -> Subject | None:

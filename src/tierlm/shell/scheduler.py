@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from tierlm.core.classes import TaskClass, resolve_classes
 from tierlm.core.config import SchedulerConfig
-from tierlm.core.jobs import Foreground, Job, Subject
+from tierlm.core.jobs import Foreground, Job, Person, Subject
 from tierlm.core.policy import Policy
 from tierlm.core.tiered import TieredPolicy
 from tierlm.errors import TierlmError
@@ -228,6 +228,7 @@ class Scheduler:
         deadline: float | dt.datetime | None = None,
         *,
         on_run: Callable[[GenerationRun], None] | None = None,
+        person: Sequence[str] = (),
     ) -> GenerationHandle:
         """Queue a streamed generation of ``request``: the one entry point for
         streaming (``generate`` and the gateway use it).
@@ -238,7 +239,8 @@ class Scheduler:
         preempted. ``on_run`` is told each run's token count and token times
         when the run ends (the gateway's metrics). The handle is returned at
         once; it also holds the pieces so far and the first token's time. Its
-        result is the whole text.
+        result is the whole text. ``person``: whose turns a chat takes,
+        ``(who,)`` or ``(who, name)`` (docs/design.md §4.2); empty: its producer's.
         """
         generation = ResumingGeneration(request, on_piece, on_run)
 
@@ -248,7 +250,14 @@ class Scheduler:
             return GenerationHandle(job, future, cancel, generation)
 
         return self._submit(
-            class_name, request.model_id, generation, producer, subject, deadline, make_handle
+            class_name,
+            request.model_id,
+            generation,
+            producer,
+            subject,
+            deadline,
+            make_handle,
+            arguments.check_person(person),
         )
 
     def _submit(
@@ -260,6 +269,7 @@ class Scheduler:
         subject: Subject | None,
         deadline: float | dt.datetime | None,
         make_handle: Callable[[Job, asyncio.Future[T], CancelFn[T]], H],
+        person: Person = (),
     ) -> H:
         loop = self._bind_loop()
         if self._dispatch.closed:
@@ -274,6 +284,7 @@ class Scheduler:
             subject=arguments.check_subject(subject),
             deadline=arguments.deadline_at(deadline, now),
             submitted_at=now,
+            person=person,
         )
         future: asyncio.Future[T] = loop.create_future()
         # A job whose caller never awaits it must not log "exception never retrieved".

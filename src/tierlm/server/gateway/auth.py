@@ -40,6 +40,20 @@ class Principal:
     docs/design.md §4 deadlines: the operator decides who may ask for one)."""
     queue_limit: int | None = None
     """Its jobs queued at most, over all classes (None: no cap of its own)."""
+    names_persons: bool = False
+    """Its producer names are persons, within the key's turn (``[[keys]] names_persons``)."""
+
+    def person(self, name: str | None) -> tuple[str, ...]:
+        """Whose turns a chat of this request takes (docs/design.md §4.2
+        persons in turn): with a key, the key's, so that inventing producer
+        ids (``name``) gains no turn; a key allowed to name persons gives
+        each name its own turn within the key's. Without keys, () : the
+        producer, as sent (each keyless client is a person)."""
+        if self.name is None:
+            return ()
+        if self.names_persons and name is not None:
+            return (self.name, name)
+        return (self.name,)
 
     def producer_path(self, header: str | None) -> str | None:
         """The fair-pool producer of a request: with a key, under the key's name
@@ -133,6 +147,7 @@ class KeyRing:
             f"{entry.name}/{entry.producer}" if entry.producer else entry.name,
             entry.admin if entry.allow_deadline is None else entry.allow_deadline,
             entry.queue_limit if entry.queue_limit is not None else self._key_queue_limit,
+            entry.names_persons,
         )
 
 

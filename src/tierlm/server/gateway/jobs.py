@@ -84,6 +84,7 @@ class GatewayJob:
             meta.subject,
             _deadline(meta, gateway.scheduler.now()),
             on_run=self._on_run,
+            person=meta.person,
         )
         self.handle.add_done_callback(self._on_done)
 

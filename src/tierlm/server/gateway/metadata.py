@@ -8,7 +8,9 @@ within that, the headers choose:
   under the key, ``<key name>/<header>`` (default: the key's producer or name),
   so one client's many ids share the key's part of the pool (docs/design.md §4
   fair pool); without keys, the header as sent (default: the class name, the
-  scheduler's default);
+  scheduler's default). A chat's person, whose turns it takes, is the key
+  (or a name within the key's turn, if the key ``names_persons``; §4.2);
+  without keys, the producer;
 - ``X-Tierlm-Subject``: what the job is about (a note id...), matched against the
   foreground's subject. Subjects are strings in the gateway: a foreground subject
   given as a JSON number is compared as its decimal text. The foreground itself
@@ -51,6 +53,8 @@ class JobMeta:
     """The API key's name, None without keys."""
     key_queue_limit: int | None = None
     """The key's jobs queued at most, over all classes (None: no cap of its own)."""
+    person: tuple[str, ...] = ()
+    """Whose turns its chat takes (``Principal.person``); (): its producer's."""
 
 
 def job_meta(headers: Headers, principal: Principal, classes: Collection[str]) -> JobMeta:
@@ -68,7 +72,8 @@ def job_meta(headers: Headers, principal: Principal, classes: Collection[str]) -
                 code="unknown_class",
             )
     principal.check_class(class_name)
-    producer = principal.producer_path(_name(headers, PRODUCER_HEADER))
+    named = _name(headers, PRODUCER_HEADER)
+    producer = principal.producer_path(named)
     subject = _name(headers, SUBJECT_HEADER)
     raw_deadline = headers.get(DEADLINE_HEADER)
     deadline = None
@@ -83,7 +88,15 @@ def job_meta(headers: Headers, principal: Principal, classes: Collection[str]) -
                 reason="deadline_not_allowed",
             )
         deadline = parse_deadline(raw_deadline)
-    return JobMeta(class_name, producer, subject, deadline, principal.name, principal.queue_limit)
+    return JobMeta(
+        class_name,
+        producer,
+        subject,
+        deadline,
+        principal.name,
+        principal.queue_limit,
+        principal.person(named),
+    )
 
 
 def _name(headers: Headers, header: str) -> str | None:

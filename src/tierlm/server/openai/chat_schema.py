@@ -226,12 +226,25 @@ class JsonSchemaResponse(Schema):
 ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponse
 
 
+MAX_TOKEN_ID = 2**31 - 1
+"""The largest token id a ``logit_bias`` key may name: llama.cpp's token ids
+are 32-bit, and no vocabulary comes near it (the model's own bound is checked
+where the vocabulary is known, the runner)."""
+
+_ACCEPTED = f"token ids, decimal integers from 0 to {MAX_TOKEN_ID} within the model's vocabulary"
+
+
 def _token_ids(biases: dict[str, float] | None) -> dict[str, float] | None:
     for key in biases or {}:
         # str.isdigit() is true of "²" and "٣", which int() then takes or refuses
         # far from here: only ASCII digits are a token id.
         if not (key.isascii() and key.isdigit()):
-            raise FieldError(f"keys must be token ids (decimal integers), got {key!r}", key)
+            raise FieldError(f"keys must be {_ACCEPTED}, got {key!r}", key)
+        # Bounded before int(): past 4 300 digits int() raises far from here
+        # (in the runner, whose error then named another field).
+        if len(key) > len(str(MAX_TOKEN_ID)) or int(key) > MAX_TOKEN_ID:
+            shown = key if len(key) <= 20 else f"{key[:12]}... ({len(key)} digits)"
+            raise FieldError(f"keys must be {_ACCEPTED}, got {shown}")
     return biases
 
 

@@ -111,12 +111,15 @@ async def counted(
 
 
 def with_user(meta: JobMeta, request: Request, principal: Principal, params: Params) -> JobMeta:
-    """``user`` is the producer when no header names one; ``metadata`` is logged."""
+    """``user`` is the producer (and the person's name, ``Principal.person``)
+    when no header names one; ``metadata`` is logged."""
     if params.metadata:
         logger.info("request metadata: %s", params.metadata)
     if params.user is None or request.headers.get(PRODUCER_HEADER) is not None:
         return meta
-    return replace(meta, producer=principal.producer_path(params.user))
+    return replace(
+        meta, producer=principal.producer_path(params.user), person=principal.person(params.user)
+    )
 
 
 def gateway_of(request: Request) -> Gateway:

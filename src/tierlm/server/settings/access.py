@@ -43,6 +43,9 @@ class ApiKey:
     """Its jobs queued at most, over all classes; None: ``limits.key_queue_limit``."""
     allow_deadline: bool | None = None
     """May send ``X-Tierlm-Deadline``; None: admin keys may, others not."""
+    names_persons: bool = False
+    """Its producer names are persons, who share the key's chat turns
+    (docs/design.md §4.2); False: all its chats are one person's."""
 
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -150,6 +153,12 @@ class KeySettings(Schema):
     allow_deadline: bool | None = None
     """May send ``X-Tierlm-Deadline`` (unset: admin keys may, others get 403):
     an overdue job is promoted, so a deadline is the operator's to grant."""
+    names_persons: bool = False
+    """Its chats' producer names (``X-Tierlm-Producer``, ``user``) are persons
+    (a chat front end serving many people): they take turns among
+    themselves, all of them within the key's own turn. Unset: every chat of
+    the key is one person's, whatever producer ids it sends, so a client
+    inventing ids takes no more turns than one person (docs/design.md §4.2)."""
 
     @model_validator(mode="after")
     def _one_secret(self) -> KeySettings:
@@ -227,6 +236,7 @@ def resolve_keys(
                 producer=table.producer,
                 queue_limit=table.queue_limit,
                 allow_deadline=table.allow_deadline,
+                names_persons=table.names_persons,
             )
         )
     return tuple(keys)

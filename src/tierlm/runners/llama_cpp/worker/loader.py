@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp.prompt.chat_format import chat_for_template
 from tierlm.runners.llama_cpp.prompt.literal_text import (
+    Literals,
     Piece,
-    mark_control_text,
     split_rendered,
     tokenize_pieces,
 )
@@ -94,14 +94,16 @@ class _Text:
         and tool calls of ``extra`` (``chat_format.py``); cut where a message's
         text must be tokenized as text (``literal_text.py``)."""
         formatter = _formatter(self.template, self.eos_text, self.bos_text)
-        rendered, literals = mark_control_text(self.model, messages)
+        literals = Literals(self.model)
+        rendered = literals.messages(messages)
         if self.system_prompt is not None and not any(
             m.get("role") in ("system", "developer") for m in rendered
         ):
             rendered.insert(0, {"role": "system", "content": self.system_prompt})
-        rendered, variables = chat_for_template(rendered, extra or {}, self.template)
+        marked = literals.tools(extra or {})
+        rendered, variables = chat_for_template(rendered, marked, self.template)
         prompt: str = formatter(messages=rendered, **variables).prompt
-        return split_rendered(prompt, literals)
+        return split_rendered(prompt, literals.texts)
 
     def prompt_text(self, request: GenerationRequest) -> str:
         """The text before the answer: the prompt, or the rendered chat."""
