@@ -99,7 +99,7 @@ def test_a_request_that_crashes_the_worker_fails_alone_and_its_batch_mates_compl
         state = scheduler_state(url)
 
     # It alone failed, saying why; it was tried twice: two crashes, two restarts.
-    assert failed.value.status_code == 500
+    assert (failed.value.status_code, failed.value.code) == (500, "worker_crashed_twice")
     assert "crashed twice while running this request" in str(failed.value)
     assert state["gateway"]["runner"]["restarts"] == 2
     # All 8 were in the first crash (each re-queued once), and no other.

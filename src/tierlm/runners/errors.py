@@ -43,8 +43,10 @@ class CrashedTwice(DeviceCrashed):
 
     code = "worker_crashed_twice"
 
-    def __init__(self, job_id: int, crash: DeviceCrashed) -> None:
-        super().__init__(
+    @classmethod
+    def of(cls, job_id: int, crash: DeviceCrashed) -> CrashedTwice:
+        """The error of job ``job_id``, whose second crash was ``crash``."""
+        return cls(
             f"the device crashed twice while running this request (job {job_id}), the second "
             f"time with it the only survivor of the first crash re-admitted: it is taken for "
             f"the cause and not tried again ({crash})",

@@ -44,7 +44,7 @@ class Survivors:
         resume without loss)."""
         entry.crashes += 1
         if entry.crashes > 1:
-            return CrashedTwice(entry.job.id, crash)
+            return CrashedTwice.of(entry.job.id, crash)
         if not resumable:
             return crash
         self.held.append(entry)
