@@ -73,10 +73,10 @@ class CulpritRunner(SimulatedRunner):
             raise DeviceCrashed("the llama.cpp worker crashed (signal 6) while generating")
 
 
-async def generate(sched: Scheduler, prompt: str) -> list[str]:
+async def generate(sched: Scheduler, prompt: str, class_name: str = "gana") -> list[str]:
     pieces: list[str] = []
     request = GenerationRequest(model_id="m1", prompt=prompt, max_tokens=TOKENS)
-    await sched.submit_generation("gana", request, pieces.append, producer=prompt)
+    await sched.submit_generation(class_name, request, pieces.append, producer=prompt)
     return pieces
 
 
@@ -121,3 +121,19 @@ async def test_survivors_come_back_one_at_a_time_while_new_work_runs_beside_them
     after = runner.beside[len(crashed) :]
     assert all(not (beside & crashed) for prompt, beside in after if prompt in crashed)
     assert any(beside & crashed for prompt, beside in after if prompt == "fresh")
+
+
+async def test_a_person_s_chat_in_the_crash_comes_back_first() -> None:
+    """The survivors come back best tier first: a person's chat does not
+    wait for background answers that finish one after another."""
+    runner = CulpritRunner()
+    async with Scheduler(runner) as sched:
+        tasks = {p: asyncio.create_task(generate(sched, p)) for p in ("p0", "p1", CULPRIT)}
+        await asyncio.sleep(TOKEN)  # they are decoding when the chat comes
+        chat = await generate(sched, "chat", class_name="chat")
+        assert chat == [f"w{n} " for n in range(TOKENS)]
+        with pytest.raises(CrashedTwice):
+            await tasks.pop(CULPRIT)
+        assert [len(a) for a in await asyncio.gather(*tasks.values())] == [TOKENS] * 2
+    assert runner.runs["chat"] == 2
+    assert [prompt for prompt, _ in runner.beside][4] == "chat"  # the first after the crash

@@ -218,7 +218,7 @@ class Dispatcher:
             return
         self.version += 1
         now = self.loop.time()
-        survivor = self.survivors.next()
+        survivor = self.survivors.next(lambda e: self.policy.tier(e.job, now))
         if survivor is not None:  # docs/design.md §4.9: back to the front of its tier
             self.policy.requeue(survivor.job, now)
         device = describe(
@@ -427,6 +427,7 @@ class Dispatcher:
         job = entry.job
         self.policy.finished(job, now)
         self.running.pop(job.id, None)
+        reported = self.survivors.run_ended(entry)
         entry.started_at = None
         entry.context = None
         self.stuck.pop(job.id, None)
@@ -449,7 +450,8 @@ class Dispatcher:
         elif isinstance(outcome, Raised) and isinstance(outcome.error, DeviceCrashed):
             # docs/design.md §4.9: held, then re-admitted one at a time
             # (survivors.py); the one that crashes it again alone fails.
-            error = self.survivors.crashed(entry, outcome.error, job.resumable and not self.closed)
+            resumable = job.resumable and not self.closed
+            error = self.survivors.crashed(entry, outcome.error, resumable, reported, self.running)
             if error is None:
                 transition(entry, JobState.QUEUED)
                 self.stats.requeues += 1

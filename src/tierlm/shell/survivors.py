@@ -17,6 +17,7 @@ they may not have caused, which this rule cannot tell (a second fault).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tierlm.runners.errors import CrashedTwice, DeviceCrashed
@@ -34,14 +35,41 @@ class Survivors:
         self.trial: Entry[Any] | None = None
         """The survivor re-admitted, until it ends for good (a preemption
         re-queues it still on trial: the next waits)."""
+        self.reporting: set[int] = set()
+        """Jobs running when a crash was first reported, whose own report (or
+        any end of their run) is awaited. A job started on the new worker
+        before the first report is among them: it delays the survivors, once."""
 
     def __len__(self) -> int:
         return len(self.held)
 
-    def crashed(self, entry: Entry[Any], crash: DeviceCrashed, resumable: bool) -> Exception | None:
-        """``entry``'s run ended in ``crash``: None when it is held to come
-        back, else the error it fails with (the cause, or work that cannot
-        resume without loss)."""
+    def run_ended(self, entry: Entry[Any]) -> bool:
+        """A run of ``entry`` ended, however: whether it was one whose crash
+        report was awaited."""
+        if entry.job.id in self.reporting:
+            self.reporting.discard(entry.job.id)
+            return True
+        return False
+
+    def crashed(
+        self,
+        entry: Entry[Any],
+        crash: DeviceCrashed,
+        resumable: bool,
+        awaited: bool,
+        running: Mapping[int, Entry[Any]],
+    ) -> Exception | None:
+        """``entry``'s run ended in ``crash`` (``awaited``: as a batch-mate of
+        a crash already reported; ``running``: the jobs still running): None
+        when it is held to come back, else the error it fails with (the cause,
+        or work that cannot resume without loss)."""
+        if not awaited:
+            # The first report of a crash: the jobs running now were in it too,
+            # and each reports it in turn (a llama.cpp runner raises it in each
+            # generation after the new worker holds the model). Nobody comes
+            # back before they have: the first to report is often the cause,
+            # which would otherwise come back before the rest are held.
+            self.reporting.update(running)
         entry.crashes += 1
         if entry.crashes > 1:
             return CrashedTwice.of(entry.job.id, crash)
@@ -50,11 +78,15 @@ class Survivors:
         self.held.append(entry)
         return None
 
-    def next(self) -> Entry[Any] | None:
-        """The survivor to re-admit now, if any: one at a time."""
-        if self.trial is not None or not self.held:
+    def next(self, rank: Callable[[Entry[Any]], int]) -> Entry[Any] | None:
+        """The survivor to re-admit now, if any: one at a time, the best
+        ``rank`` (its effective tier) first, so a person's chat does not wait
+        for background answers to finish one after another; in crash order
+        among equals."""
+        if self.trial is not None or self.reporting or not self.held:
             return None
-        self.trial = self.held.popleft()
+        self.trial = min(self.held, key=rank)
+        self.held.remove(self.trial)
         return self.trial
 
     def resolved(self, entry: Entry[Any]) -> None:
