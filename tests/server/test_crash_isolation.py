@@ -17,6 +17,8 @@ a resumed stream's text is comparable exactly.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -72,14 +74,16 @@ def scheduler_state(url: str) -> dict[str, Any]:
     return state
 
 
+ARGV = (
+    "--backend", "llama-cpp", "--slots", str(SLOTS), "--n-threads", "1",
+    "--n-ctx", str(SLOTS * 2048), "--embed-backend", "none", "--log-level", "warning",
+)  # fmt: skip
+
+
 def test_a_request_that_crashes_the_worker_fails_alone_and_its_batch_mates_complete(
     tiny_models: TinyModels,
 ) -> None:
-    argv = (
-        "--backend", "llama-cpp", "--model", f"a={tiny_models.a}", "--slots", str(SLOTS),
-        "--n-threads", "1", "--n-ctx", str(SLOTS * 2048), "--embed-backend", "none",
-        "--log-level", "warning",
-    )  # fmt: skip
+    argv = (*ARGV, "--model", f"a={tiny_models.a}")
     with (
         tierlm_serve(*argv, env={CRASH_ON: MARK}) as (url, _),
         ThreadPoolExecutor(SLOTS) as pool,
@@ -107,3 +111,23 @@ def test_a_request_that_crashes_the_worker_fails_alone_and_its_batch_mates_compl
     # The 7 it crashed: every one complete, the same text as without the crash.
     assert [finish for _, finish in answers] == ["length"] * (SLOTS - 1)
     assert [text for text, _ in answers] == [text for text, _ in alone]
+
+
+def test_a_worker_killed_under_eight_streams_loses_none_of_them(tiny_models: TinyModels) -> None:
+    """SIGKILL of the worker mid-batch (a real crash, no culprit): the 8
+    streams it ended come back one at a time, each to the text it has
+    without the crash, and none fails."""
+    with (
+        tierlm_serve(*ARGV, "--model", f"a={tiny_models.a}") as (url, _),
+        ThreadPoolExecutor(SLOTS) as pool,
+    ):
+        alone = list(pool.map(lambda i: stream(url, i, None), range(SLOTS)))
+        going = threading.Barrier(SLOTS + 1)
+        streams = [pool.submit(stream, url, i, going) for i in range(SLOTS)]
+        going.wait(WAIT)  # the 8 are mid-answer, in the batch
+        os.kill(scheduler_state(url)["gateway"]["runner"]["worker_pid"], signal.SIGKILL)
+        answers = [s.result(WAIT) for s in streams]
+        state = scheduler_state(url)
+    assert state["gateway"]["runner"]["restarts"] == 1
+    assert (state["stats"]["requeues"], state["stats"]["failed"]) == (SLOTS, 0)
+    assert answers == alone
