@@ -48,8 +48,8 @@ class CrashedTwice(DeviceCrashed):
         """The error of job ``job_id``, whose second crash was ``crash``."""
         return cls(
             f"the device crashed twice while running this request (job {job_id}), the second "
-            f"time with it the only survivor of the first crash re-admitted: it is taken for "
-            f"the cause and not tried again ({crash})",
+            f"time when it was re-admitted alone of the first crash's jobs: it is taken for "
+            f"the cause and not tried again; the second crash: {crash}",
             model_id=crash.model_id,
         )
 
