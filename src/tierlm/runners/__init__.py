@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.cancellation import CallToken, Cancelled, CancelReason, CancelToken
-from tierlm.runners.errors import DeviceCrashed, RunnerError
+from tierlm.runners.errors import CrashedTwice, DeviceCrashed, RunnerError
 from tierlm.runners.protocol import Runner
 from tierlm.runners.requests import GenerationRequest, Message
 from tierlm.runners.simulated import SimulatedRunner
@@ -24,6 +24,7 @@ __all__ = [
     "CancelReason",
     "CancelToken",
     "Cancelled",
+    "CrashedTwice",
     "DeviceCrashed",
     "GenerationRequest",
     "LlamaCppRunner",

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from tierlm.errors import TierlmError
 
-__all__ = ["DeviceCrashed", "InvalidRequest", "RunnerError", "unknown_model"]
+__all__ = ["CrashedTwice", "DeviceCrashed", "InvalidRequest", "RunnerError", "unknown_model"]
 
 
 class RunnerError(TierlmError):
@@ -28,9 +28,30 @@ class DeviceCrashed(RunnerError):
     """The process running the model died under this job (a native crash, the
     OOM killer, the watchdog's kill of a stalled worker) and was restarted.
 
-    Nothing the job asked for caused it, so the shell re-queues the job once,
-    to continue from its partial output; a job present at two crashes fails
-    with this (docs/design.md §4.9 re-queue after a crash)."""
+    Nothing the job asked for caused it, as far as anyone knows yet, so the
+    shell re-queues the job once, to continue from its partial output; a job
+    that cannot resume fails with this (docs/design.md §4.9 re-queue after a
+    crash)."""
+
+
+class CrashedTwice(DeviceCrashed):
+    """The device crashed a second time under this job, which had been
+    re-admitted alone among the jobs of the first crash: it is taken for the
+    cause, fails, and is not tried again; the others of that crash continue
+    (docs/design.md §4.9 re-queue after a crash). 500: the backend broke on it,
+    not a request proven invalid."""
+
+    code = "worker_crashed_twice"
+
+    @classmethod
+    def of(cls, job_id: int, crash: DeviceCrashed) -> CrashedTwice:
+        """The error of job ``job_id``, whose second crash was ``crash``."""
+        return cls(
+            f"the device crashed twice while running this request (job {job_id}), the second "
+            f"time when it was re-admitted alone of the first crash's jobs: it is taken for "
+            f"the cause and not tried again; the second crash: {crash}",
+            model_id=crash.model_id,
+        )
 
 
 class InvalidRequest(RunnerError):

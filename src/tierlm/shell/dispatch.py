@@ -43,6 +43,7 @@ from tierlm.shell.events import (
 )
 from tierlm.shell.handles import JobContext, JobHandle, JobState
 from tierlm.shell.snapshot import SchedulerStats
+from tierlm.shell.survivors import Survivors
 
 __all__ = ["Dispatcher", "Entry", "Listener"]
 
@@ -85,6 +86,7 @@ class Dispatcher:
         """Device operations waiting for, or holding, the device: nothing new starts."""
         self.closed = False
         self.stuck: dict[int, Entry[Any]] = {}
+        self.survivors = Survivors()
         self.listeners: list[Listener] = []
         self.version = 0
         """Bumped at every event and decision: caches of derived views key on it."""
@@ -216,6 +218,9 @@ class Dispatcher:
             return
         self.version += 1
         now = self.loop.time()
+        survivor = self.survivors.next(lambda e: self.policy.tier(e.job, now))
+        if survivor is not None:  # docs/design.md §4.9: back to the front of its tier
+            self.policy.requeue(survivor.job, now)
         device = describe(
             now,
             self.model,
@@ -422,6 +427,7 @@ class Dispatcher:
         job = entry.job
         self.policy.finished(job, now)
         self.running.pop(job.id, None)
+        reported = self.survivors.run_ended(entry)
         entry.started_at = None
         entry.context = None
         self.stuck.pop(job.id, None)
@@ -441,38 +447,31 @@ class Dispatcher:
                 # the difference is the device's, not the caller's.
                 preempted = CancelReason.PREEMPTED if reason.preempts else reason
                 self._resolve(entry, Stopped(preempted))
-        elif self._survives_crash(entry, outcome):
-            # docs/design.md §4.9: the device crashed under it, through no fault
-            # of its own; it continues from its partial output, once.
-            entry.crashes += 1
-            transition(entry, JobState.QUEUED)
-            self.stats.requeues += 1
-            logger.warning(
-                "job #%d (%s) re-queued after a crash of the device", job.id, job.class_name
-            )
-            self.policy.requeue(job, now)
-            self.emit(Requeued(now, job))
+        elif isinstance(outcome, Raised) and isinstance(outcome.error, DeviceCrashed):
+            # docs/design.md §4.9: held, then re-admitted one at a time
+            # (survivors.py); the one that crashes it again alone fails.
+            resumable = job.resumable and not self.closed
+            error = self.survivors.crashed(entry, outcome.error, resumable, reported, self.running)
+            if error is None:
+                transition(entry, JobState.QUEUED)
+                self.stats.requeues += 1
+                logger.warning(
+                    "job #%d (%s) held after a crash of the device", job.id, job.class_name
+                )
+                self.emit(Requeued(now, job))
+            else:
+                self._resolve(entry, Raised(error))
         else:
             self._resolve(entry, outcome)
         if not self.running:
             self._idle.set()
         self.reschedule()
 
-    def _survives_crash(self, entry: Entry[Any], outcome: Outcome) -> bool:
-        """A first crash of the device under a job that resumes without loss
-        (a generation, or work that reaches the runner only via ctx.generate)."""
-        return (
-            isinstance(outcome, Raised)
-            and isinstance(outcome.error, DeviceCrashed)
-            and entry.crashes == 0
-            and entry.job.resumable
-            and not self.closed
-        )
-
     def _resolve(self, entry: Entry[Any], outcome: Outcome) -> None:
         """End a job for good: exactly once (docs/design.md §7 invariant)."""
         job = entry.job
         self.entries.pop(job.id, None)
+        self.survivors.resolved(entry)
         entry.journal.clear()  # docs/design.md §4: a journal ends with its job
         if entry.future.done():
             return

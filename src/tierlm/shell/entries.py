@@ -50,7 +50,8 @@ class Entry(Generic[T]):
     attempts: int = 0
     preemptions: int = 0
     crashes: int = 0
-    """Runs the device's crash ended (``DeviceCrashed``): re-queued once."""
+    """Crashes of the device (``DeviceCrashed``) it was present at: at the
+    second it fails (``shell/survivors.py``)."""
     cancel_requested: CancelReason | None = None
     started_at: float | None = None
     context: JobContext | None = None

@@ -423,6 +423,9 @@ class Scheduler:
             if entry is not None:
                 info = self._info(entry, now, position)
                 queued[info.tier].append(info)
+        for entry in dispatch.survivors.held:  # docs/design.md §4.9: queued, outside the policy
+            info = self._info(entry, now)
+            queued[info.tier].append(info)
         # All slots, best-ranked first (by effective tier, then start order);
         # ``running`` stays the best-ranked one (docs/design.md §2 slots).
         running = sorted(dispatch.running.values(), key=lambda e: self.policy.tier(e.job, now))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.llama_cpp.prompt.grammars import is_made, request_grammar
+from tierlm.runners.llama_cpp.wire.faults import from_environment
 from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
     Failed,
@@ -83,7 +84,7 @@ class DecodeService:
         # thread unless four slow ones arrived together, and each of those is
         # bounded by the gateway's limits.
         self._renders = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="tierlm-render")
-        self._faults: list[FaultInjection] = []
+        self._faults: list[FaultInjection] = from_environment()
         self._pool = KvPool()
         self._slots = 1
         self._engine: BatchEngine | None = None
@@ -200,7 +201,7 @@ class DecodeService:
         if self._slots > 1:
             self._engine = BatchEngine(
                 model, self._slots, self.control, self._send, self._pool,
-                lambda: self._fault("token"),
+                lambda: self._fault("token") or self._fault("marked"),
             )  # fmt: skip
         return model.info
 
@@ -258,7 +259,7 @@ class DecodeService:
                 send=self._send,
                 stats=stats,
                 journal=log,
-                fault=self._fault("token"),
+                fault=self._fault("token") or self._fault("marked"),
             )
         except RunnerError:
             raise

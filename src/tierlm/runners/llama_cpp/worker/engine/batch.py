@@ -183,7 +183,7 @@ class BatchEngine:
             self._end(by_slot[slot], "context_full")
         for slot in plan.decode:
             seq = by_slot[slot]
-            if fault is not None and seq.stats.tokens == fault.after_tokens:
+            if fault is not None and fault.due(seq.stats.tokens, seq.request):
                 fault.fire()
             self._add(n, seq.pending[0], seq.n_past, seq.seq, logits=True)
             fed.append((seq, seq.pending[:1], n))

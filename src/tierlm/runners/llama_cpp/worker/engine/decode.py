@@ -106,7 +106,7 @@ def decode(
             if first_at is not None and llm.n_tokens >= n_ctx:
                 stats.ended = "context_full"
                 break
-            if fault is not None and fault.at == "token" and i == fault.after_tokens:
+            if fault is not None and fault.due(i, request):
                 fault.fire()
             if first_at is None:
                 # The prompt evaluation: abortable between graph nodes.
