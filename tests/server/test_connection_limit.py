@@ -13,6 +13,7 @@ does), so the server sees every connection before any request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import httpx
@@ -110,3 +111,59 @@ def test_a_thousand_clients_at_the_default_limit_are_all_served() -> None:
     with tierlm_serve(*SIM) as (url, _):
         results = asyncio.run(burst(url, 1001))
     assert served_and_refused(results) == (1000, 1)
+
+
+SLOWLORIS = 1000
+SLOW_HEAD = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+
+
+async def slowloris(port: int, stop: asyncio.Event, cut: list[int]) -> None:
+    """A socket sending a request head a byte a second, never ending it;
+    reopened when the gateway cuts it."""
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(1)
+            continue
+        try:
+            writer.write(SLOW_HEAD)
+            while not stop.is_set() and not reader.at_eof():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(reader.read(65536), 1.0)
+                writer.write(b"a")
+                await writer.drain()
+        except OSError:  # reset by the gateway
+            cut[0] += 1
+        else:
+            cut[0] += reader.at_eof()
+        writer.close()
+
+
+async def beside_slowloris(url: str) -> tuple[list[int], int]:
+    """A normal client's 10 requests, a second apart, while ``SLOWLORIS``
+    slowloris sockets are open; its statuses, and how many sockets were cut."""
+    port = int(url.rsplit(":", 1)[1])
+    stop, cut = asyncio.Event(), [0]
+    attackers = [asyncio.create_task(slowloris(port, stop, cut)) for _ in range(SLOWLORIS)]
+    statuses = []
+    try:
+        await asyncio.sleep(2)  # every socket open and trickling
+        async with httpx.AsyncClient(base_url=url, timeout=WAIT) as http:
+            for _ in range(10):
+                body = {"model": "sim-a", "messages": [{"role": "user", "content": "hi"}]}
+                response = await http.post("/v1/chat/completions", json={**body, "max_tokens": 2})
+                statuses.append(response.status_code)
+                await asyncio.sleep(1)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*attackers, return_exceptions=True), WAIT)
+    return statuses, cut[0]
+
+
+def test_a_normal_client_is_served_beside_a_thousand_slowloris_sockets() -> None:
+    # A 2 s head timeout: each socket is cut and reopened several times meanwhile.
+    with tierlm_serve(*SIM, "--header-timeout", "2") as (url, _):
+        statuses, cut = asyncio.run(beside_slowloris(url))
+    assert statuses == [200] * 10
+    assert cut >= SLOWLORIS  # the gateway cut them (each at least once) and they came back
