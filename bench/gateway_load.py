@@ -41,13 +41,21 @@ Reported, for each variant and as gateway vs in-process:
 - the server's peak RSS (VmHWM at the end; RSS also sampled every 100 ms) and
   the CPU seconds the server and this process used.
 
+Then the loop-lag phase (bench/_lib/gateway/lag.py): for 500 and 1 000 streams
+of 4 tokens released at once, uvicorn serving a trivial Starlette app
+(bench/_lib/trivial_app.py) and then the gateway, each a fresh process, each
+measuring its own event loop with the gateway's probe: the lag's p50 / p99 /
+max during the load and how many streams were served, side by side.
+
     python bench/gateway_load.py [--background 500] [--chats 30] [--tokens 20]
                                  [--token-interval 0.005] [--timeout 175]
+                                 [--lag-streams 500,1000] [--lag-tokens 4]
                                  [--order inprocess,gateway] [--seed 1] [--out FILE]
 
-Writes ./bench-results/gateway_load.json and prints a table. Takes ~2.5 minutes
-with the defaults: each variant is (500 + 30) x 20 tokens x 5 ms = 53 s of
-simulated device time, which no amount of concurrency shortens (one device).
+Writes ./bench-results/gateway_load.json and prints tables. Takes ~2.5 minutes
+(and ~2 more for the loop-lag phase) with the defaults: each variant is
+(500 + 30) x 20 tokens x 5 ms = 53 s of simulated device time, which no
+amount of concurrency shortens (one device).
 ``--timeout`` bounds the whole run: a variant still running at its share of it
 is cancelled and its unfinished requests are counted as errors.
 """

@@ -2,7 +2,8 @@
 (``edge/in_flight.Turns``): 500 streams released at once had their admissions
 (body, validation, the scheduler's decision, the response head) run back to
 back in one turn, which held the loop for a second or more, every stream's
-tokens and ``/health`` waiting behind it.
+tokens and ``/health`` waiting behind it. So are the waiting streams woken to
+hear their new place (``gateway/changes.WAKE_BATCH`` a turn).
 
 Counted, not timed: a callback that re-arms itself with ``call_soon`` runs
 once every turn of the gateway's loop and numbers the turns; each admission
@@ -20,6 +21,7 @@ import httpx
 
 from tests.server.helpers import WAIT, serve, sim_settings
 from tests.server.test_connection_limit import chat_request
+from tierlm.server.gateway.changes import WAKE_BATCH, Changes
 
 BURST = 200
 
@@ -76,3 +78,25 @@ def test_a_burst_is_admitted_one_request_a_loop_turn() -> None:
             for sock in socks:
                 sock.close()
         assert httpx.get(f"{gw.url}/health", timeout=WAIT).status_code == 200
+
+
+def test_waiting_streams_are_woken_a_batch_a_loop_turn() -> None:
+    # Every waiting stream is told its new place after events; 500 woken in one
+    # turn each wrote its comment back to back.
+    async def woken_by_turn() -> list[int]:
+        changes = Changes()
+        changes.start()
+        wakes = [asyncio.Event() for _ in range(500)]
+        for wake in wakes:
+            changes.watch(wake)
+        changes._wake_watchers()
+        counts = []
+        while len(counts) < 20:
+            counts.append(sum(wake.is_set() for wake in wakes))
+            await asyncio.sleep(0)  # one turn
+        return counts
+
+    counts = asyncio.run(woken_by_turn())
+    steps = [b - a for a, b in zip([0, *counts], counts, strict=False)]
+    assert counts[-1] == 500
+    assert max(steps) <= WAKE_BATCH

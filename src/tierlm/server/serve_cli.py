@@ -166,7 +166,7 @@ def describe(settings: ServerSettings) -> str:
         f"limits   body<={settings.limits.max_body_bytes} B, "
         f"max_tokens<={settings.limits.max_tokens_limit} "
         f"(default {settings.limits.default_max_tokens})",
-        f"clients  connections<={settings.limits.max_connections}, "
+        f"clients  in flight<={settings.limits.max_connections}, "
         f"head within {settings.limits.header_timeout:g} s, "
         f"body within {settings.limits.body_timeout:g} s, "
         "hosts "
