@@ -51,6 +51,7 @@ class Changes:
         self._positions: Positions = {}
         self._positions_at = -POSITION_INTERVAL  # loop time of that look-up
         self._positions_version = -1  # ``version`` at that look-up
+        self._late: set[asyncio.Event] = set()  # to wake at the next look-up allowed
 
     def start(self) -> None:
         """Bind to the running loop (the app's lifespan)."""
@@ -109,8 +110,15 @@ class Changes:
             return self._positions.get(job_id)
         where = self._positions.get(job_id)
         if where is None or self._positions_version != self.version:
-            loop.call_at(next_allowed, wake.set)  # look again when allowed
+            # Look again when allowed: woken with the others due then, a batch a turn.
+            if not self._late:
+                loop.call_at(next_allowed, self._wake_late)
+            self._late.add(wake)
         return where
+
+    def _wake_late(self) -> None:
+        late, self._late = self._late, set()
+        self._wake_some(iter(list(late)))
 
     def close(self) -> None:
         """Live views end (they check ``closing`` when woken)."""
