@@ -166,7 +166,11 @@ def main() -> int:
         os._exit(3)
 
     lag_streams = [int(n) for n in args.lag_streams.split(",") if n.strip()]
-    lag_budgets = {n: 2.0 * n * args.lag_tokens * args.token_interval + 15.0 for n in lag_streams}
+    # Short jobs: each job's start and end cost the gateway about as much as its
+    # 4 tokens of device time, so the phase may take several times that.
+    lag_budgets = {
+        n: max(60.0, 5.0 * n * args.lag_tokens * args.token_interval) for n in lag_streams
+    }
     dog = threading.Timer(args.timeout + sum(lag_budgets.values()) * 2 + 20.0, watchdog)
     dog.daemon = True
     dog.start()
