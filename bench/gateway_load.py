@@ -13,8 +13,8 @@ would blame on the gateway (both loops' lag is reported). The
 same load pattern (same classes, producers, arrival times, max_tokens) then
 runs in THIS process against ``Scheduler.generate`` with the same
 ``SimulatedRunner`` and scheduler settings, built from the same ``tierlm serve``
-flags, on a plain asyncio loop (the server's uvicorn runs on plain asyncio too:
-no uvloop here). Both variants run in one invocation, one after the other, and
+flags, on a plain asyncio loop (the server's uvicorn picks uvloop when it is
+installed, as it is here). Both variants run in one invocation, one after the other, and
 are compared as ratios and differences: this machine is shared and noisy, so
 absolute numbers from different runs are not comparable.
 
@@ -265,7 +265,7 @@ def main() -> int:
         "machine": machine(
             load_before,
             httpx=httpx.__version__,
-            event_loop="asyncio (no uvloop; uvicorn with h11)",
+            event_loop="uvicorn's loop='auto' (uvloop when installed), h11",
         ),
         "total_seconds": time.perf_counter() - began,
         "inprocess": inp,
