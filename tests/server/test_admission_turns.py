@@ -65,9 +65,10 @@ def test_a_burst_is_admitted_one_request_a_loop_turn() -> None:
                 sock.sendall(request)
             gw.wait(lambda s: s["queue_depth"] >= BURST, f"{BURST} queued")
             turns.running = False
-            # Most turns see one admission; none sees a crowd.
+            # Most turns see one admission; none sees a crowd (150 of 200 did in
+            # one turn before). A few may meet: one that waited for its body.
             assert sum(turns.admitted.values()) == BURST
-            assert max(turns.admitted.values()) <= 2, turns.admitted.most_common(3)
+            assert max(turns.admitted.values()) <= 3, turns.admitted.most_common(3)
             assert gw.http.post("/v1/scheduler/resume").json()["paused"] is False
             for sock in socks:
                 answer = b""
