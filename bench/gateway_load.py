@@ -13,8 +13,8 @@ would blame on the gateway (both loops' lag is reported). The
 same load pattern (same classes, producers, arrival times, max_tokens) then
 runs in THIS process against ``Scheduler.generate`` with the same
 ``SimulatedRunner`` and scheduler settings, built from the same ``tierlm serve``
-flags, on a plain asyncio loop (the server's uvicorn runs on plain asyncio too:
-no uvloop here). Both variants run in one invocation, one after the other, and
+flags, on a plain asyncio loop (the server's uvicorn picks uvloop when it is
+installed, as it is here). Both variants run in one invocation, one after the other, and
 are compared as ratios and differences: this machine is shared and noisy, so
 absolute numbers from different runs are not comparable.
 
@@ -41,13 +41,21 @@ Reported, for each variant and as gateway vs in-process:
 - the server's peak RSS (VmHWM at the end; RSS also sampled every 100 ms) and
   the CPU seconds the server and this process used.
 
+Then the loop-lag phase (bench/_lib/gateway/lag.py): for 500 and 1 000 streams
+of 4 tokens released at once, uvicorn serving a trivial Starlette app
+(bench/_lib/trivial_app.py) and then the gateway, each a fresh process, each
+measuring its own event loop with the gateway's probe: the lag's p50 / p99 /
+max during the load and how many streams were served, side by side.
+
     python bench/gateway_load.py [--background 500] [--chats 30] [--tokens 20]
                                  [--token-interval 0.005] [--timeout 175]
+                                 [--lag-streams 500,1000] [--lag-tokens 4]
                                  [--order inprocess,gateway] [--seed 1] [--out FILE]
 
-Writes ./bench-results/gateway_load.json and prints a table. Takes ~2.5 minutes
-with the defaults: each variant is (500 + 30) x 20 tokens x 5 ms = 53 s of
-simulated device time, which no amount of concurrency shortens (one device).
+Writes ./bench-results/gateway_load.json and prints tables. Takes ~2.5 minutes
+(and ~2 more for the loop-lag phase) with the defaults: each variant is
+(500 + 30) x 20 tokens x 5 ms = 53 s of simulated device time, which no
+amount of concurrency shortens (one device).
 ``--timeout`` bounds the whole run: a variant still running at its share of it
 is cancelled and its unfinished requests are counted as errors.
 """
@@ -69,6 +77,7 @@ import httpx
 from rich.console import Console
 
 from _lib.gateway.clients import run_gateway, run_inprocess
+from _lib.gateway.lag import lag_phase, lag_table, trivial_server
 from _lib.gateway.plan import CHAT_WINDOW, MIX, MODEL, plan
 from _lib.gateway.server import HOST, Server
 from _lib.gateway.stats import compare, summarise
@@ -87,6 +96,11 @@ TOKEN_INTERVAL = 0.005
 TOKENS = 20
 BACKGROUND = 500
 CHATS = 30
+# The loop-lag phase (bench/_lib/gateway/lag.py): the gateway's event loop
+# under 500 and 1000 streams, beside uvicorn serving a trivial app under the
+# same clients. 4 tokens a stream: 1000 x 4 x 5 ms = 20 s of device time.
+LAG_STREAMS = "500,1000"
+LAG_TOKENS = 4
 # Well above the 500 queued of one class at most: the load must be accepted (429
 # is a benchmark error here, not backpressure working).
 QUEUE_LIMIT = 5000
@@ -108,6 +122,14 @@ def main() -> int:
         "--timeout", type=float, default=175.0, help="hard bound of the whole run, s"
     )
     parser.add_argument("--order", default="inprocess,gateway", help="which variant runs first")
+    parser.add_argument(
+        "--lag-streams",
+        default=LAG_STREAMS,
+        help="loop-lag phase: stream counts, comma-separated ('' skips it)",
+    )
+    parser.add_argument(
+        "--lag-tokens", type=int, default=LAG_TOKENS, help="loop-lag phase: tokens a stream"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -143,12 +165,19 @@ def main() -> int:
             server.proc.kill()
         os._exit(3)
 
-    dog = threading.Timer(args.timeout + 20.0, watchdog)
+    lag_streams = [int(n) for n in args.lag_streams.split(",") if n.strip()]
+    # Short jobs: each job's start and end cost the gateway about as much as its
+    # 4 tokens of device time, so the phase may take several times that.
+    lag_budgets = {
+        n: max(60.0, 5.0 * n * args.lag_tokens * args.token_interval) for n in lag_streams
+    }
+    dog = threading.Timer(args.timeout + sum(lag_budgets.values()) * 2 + 20.0, watchdog)
     dog.daemon = True
     dog.start()
 
     load_before = load_now()
     raw: dict[str, dict[str, Any]] = {}
+    lag_results: dict[str, dict[str, Any]] = {}
     server_info: dict[str, Any] = {}
     try:
         for variant in order:
@@ -179,6 +208,24 @@ def main() -> int:
                     log = server.tail().splitlines()
                     if len(log) > 2 or not server_info.get("clean_stop"):
                         server_info["log_tail"] = "\n".join(log)
+        for streams in lag_streams:
+            pair = lag_results.setdefault(str(streams), {})
+            for name in ("trivial", "gateway"):
+                subject = (
+                    trivial_server(streams, args.token_interval)
+                    if name == "trivial"
+                    else Server(serve_argv)
+                )
+                gc.collect()
+                with console.status(f"loop lag: {name}, {streams} streams"):
+                    subject.start()
+                    try:
+                        pair[name] = asyncio.run(
+                            lag_phase(subject, streams, args.lag_tokens, lag_budgets[streams])
+                        )
+                    finally:
+                        pair[name]["stop"] = subject.stop()
+                        subject.close()
     finally:
         dog.cancel()
         if server.proc is not None and server.proc.poll() is None:
@@ -193,6 +240,8 @@ def main() -> int:
         f"{args.token_interval * 1000:g} ms (order: {', '.join(order)})"
     )
     console.print(table(inp, gw, server_info, title))
+    if lag_results:
+        console.print(lag_table(lag_results))
     if server_info.get("log_tail"):
         console.print(f"[yellow]server log tail:\n{server_info['log_tail']}")
 
@@ -210,22 +259,28 @@ def main() -> int:
             "timeout": args.timeout,
             "serve_argv": serve_argv,
             "device_seconds_per_variant": device_seconds,
+            "lag_streams": lag_streams,
+            "lag_tokens": args.lag_tokens,
         },
         "machine": machine(
             load_before,
             httpx=httpx.__version__,
-            event_loop="asyncio (no uvloop; uvicorn with h11)",
+            event_loop="uvicorn's loop='auto' (uvloop when installed), h11",
         ),
         "total_seconds": time.perf_counter() - began,
         "inprocess": inp,
         "gateway": gw,
         "server": server_info,
         "comparison": comparison,
+        # Each server's own loop lag under N streams, the gateway beside uvicorn
+        # serving a trivial app (bench/_lib/gateway/lag.py).
+        "loop_lag_vs_trivial": lag_results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {args.out} in {result['total_seconds']:.0f} s")
     failed = sum(inp["errors"].values()) + sum(gw["errors"].values())
+    failed += sum(len(row["errors"]) for pair in lag_results.values() for row in pair.values())
     return 1 if failed else 0
 
 

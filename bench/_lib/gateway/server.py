@@ -32,8 +32,10 @@ RSS_SAMPLE_INTERVAL = 0.1
 class Server:
     """`tierlm serve` as a subprocess on a free loopback port, with its memory watched."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], command: list[str] | None = None) -> None:
         self.argv = argv
+        # Another server instead of `tierlm serve` (the loop-lag baseline's trivial app).
+        self.command = command
         # Open for the server's whole life (its output, shown if it fails); closed
         # by close(), after the tail has been read.
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
@@ -49,7 +51,8 @@ class Server:
 
     def start(self) -> None:
         self.port = free_port()
-        cmd = [sys.executable, "-m", "tierlm.cli", "serve", *self.argv, "--port", str(self.port)]
+        command = self.command or [sys.executable, "-m", "tierlm.cli", "serve"]
+        cmd = [*command, *self.argv, "--port", str(self.port)]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.ps = psutil.Process(self.proc.pid)
         deadline = time.monotonic() + SERVER_START_TIMEOUT
@@ -182,3 +185,14 @@ def loop_lag(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str
     p99 = next((le for le, count in buckets if count >= 0.99 * total), None) if total else None
     largest = samples.get("tierlm_event_loop_lag_max_seconds", [({}, None)])[0][1]
     return {"p99_at_most": p99, "max": largest, "probes": total}
+
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def lag_buckets(samples: Samples) -> list[tuple[float, float]]:
+    """``tierlm_event_loop_lag_seconds``'s cumulative buckets, (le, count), by le."""
+    return sorted(
+        (float(labels["le"]), value)
+        for labels, value in samples.get("tierlm_event_loop_lag_seconds_bucket", ())
+    )

@@ -10,10 +10,11 @@ dashboard). The embedding lane (``embedding_service.py``, ``embeddings.py``) is 
 
 Every request passes the edge first (``_middleware``, outermost first): its
 request id (``request_id.py``), the error boundary (``errors.ErrorBoundary``),
-CORS when ``server.cors_origins`` lists origins, the Host, Origin and
-Content-Type checks (``guards.py``), and the body's size and time limits
-(``limits.py``). uvicorn's own limits (connections, head timeout, head size)
-are set by ``http_server.uvicorn_config``.
+the cap on requests in flight (``in_flight.py``), CORS when
+``server.cors_origins`` lists origins, the Host, Origin and Content-Type checks
+(``guards.py``), and the body's size and time limits (``limits.py``).
+uvicorn's own limits (head timeout, head size) are set by
+``http_server.uvicorn_config``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
 from tierlm.server.edge.errors import ErrorBoundary, exception_handlers
 from tierlm.server.edge.guards import RequestGuard
+from tierlm.server.edge.in_flight import InFlightLimit
 from tierlm.server.edge.limits import BodyLimits, BodyReads
 from tierlm.server.edge.request_id import HEADER as REQUEST_ID_HEADER
 from tierlm.server.edge.request_id import RequestIdMiddleware
@@ -55,6 +57,10 @@ __all__ = ["create_app"]
 logger = logging.getLogger("tierlm.server")
 
 FILES_PATH = "/v1/files"  # a file upload: multipart, up to batches.max_file_bytes
+METRICS_PATH = "/metrics"
+# What a supervisor, a scraper and an operator call: answered on a full gateway
+# too (edge/in_flight.py); each is cheap and generates nothing.
+_UNCAPPED = (health.HEALTH_PATH, METRICS_PATH, *scheduler_api.OPERATOR_PATHS)
 
 
 async def metrics_endpoint(request: Request) -> Response:
@@ -73,7 +79,7 @@ def _routes() -> list[BaseRoute]:
         *embeddings.routes(),
         *ollama.routes(),
         *scheduler_api.routes(),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route(METRICS_PATH, metrics_endpoint, methods=["GET"]),
         *dashboard.routes(),
         *openapi.routes(),
         # The Batch API (/v1/files, /v1/batches): docs/gateway.md "Batches".
@@ -84,7 +90,12 @@ def _routes() -> list[BaseRoute]:
 def _middleware(settings: ServerSettings, body_reads: BodyReads) -> list[Middleware]:
     server, limits = settings.server, settings.limits
     upload_bytes = settings.batches.max_file_bytes + MULTIPART_OVERHEAD
-    stack = [Middleware(RequestIdMiddleware), Middleware(ErrorBoundary)]
+    stack = [
+        Middleware(RequestIdMiddleware),
+        Middleware(ErrorBoundary),
+        # Before any other work: a request beyond the cap costs nothing more.
+        Middleware(InFlightLimit, limit=limits.max_connections, exempt=_UNCAPPED),
+    ]
     if server.cors_origins:
         stack.append(
             Middleware(

@@ -1,8 +1,10 @@
 """uvicorn, as the gateway runs it: ``uvicorn_config(app, settings)``.
 
-uvicorn bounds an idle kept-alive connection (``timeout_keep_alive``), the
-size of a request head (h11's ``max_incomplete_event_size``) and, with
-``limit_concurrency``, the connections and requests open at once (503 beyond).
+uvicorn bounds an idle kept-alive connection (``timeout_keep_alive``) and the
+size of a request head (h11's ``max_incomplete_event_size``). Its
+``limit_concurrency`` is not used: it counts every open connection, so one
+client over it made every request 503; ``in_flight.InFlightLimit`` caps the
+requests in flight instead (docs/design.md §1, the edge).
 It has no timeout for a client that sends a request head slowly (slowloris:
 any byte re-arms nothing, and a new connection has no timer at all), nor for a
 request body (``body.BodyLimits`` has that one). ``EdgeProtocol`` is uvicorn's
@@ -130,9 +132,6 @@ def uvicorn_config(app: Any, settings: ServerSettings, **overrides: Any) -> uvic
         "log_config": None,
         # h11 always (never httptools, were it installed): EdgeProtocol extends it.
         "http": _protocol(limits.header_timeout, getattr(app.state, "body_reads", None)),
-        # uvicorn answers 503 once open connections reach its limit, the new one
-        # included: +1 lets max_connections connections be served.
-        "limit_concurrency": limits.max_connections + 1,
         "timeout_keep_alive": limits.keep_alive_timeout,
         "h11_max_incomplete_event_size": limits.max_header_bytes,
         # No "server: uvicorn" header: nothing says what to attack.

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Iterator, Mapping
 
 from tierlm.shell.events import SchedulerEvent
 
-__all__ = ["POSITION_INTERVAL", "Changes", "Positions"]
+__all__ = ["POSITION_INTERVAL", "WAKE_BATCH", "Changes", "Positions"]
 
 Positions = Mapping[int, tuple[int, int]]
 """{job id: (effective tier, place in the queue)}: ``Scheduler.queue_positions``."""
@@ -26,6 +27,12 @@ Positions = Mapping[int, tuple[int, int]]
 # hundreds queued, every start moves them all, and waking each per event costs
 # O(queue^2) wake-ups and writes.
 POSITION_INTERVAL = 0.25
+WAKE_BATCH = 50
+"""Waiting streams woken in one turn of the event loop; the rest in the next
+turns. Each wake-up writes its stream a comment (~0.5 ms); waking 500 in one
+turn held the loop for 0.2-0.4 s under the gateway benchmark, every token and
+timer waiting behind them (docs/design.md §1, the edge). 50 is ~25 ms a turn,
+and the 500th stream still hears within a tenth of a second."""
 
 
 class Changes:
@@ -44,6 +51,7 @@ class Changes:
         self._positions: Positions = {}
         self._positions_at = -POSITION_INTERVAL  # loop time of that look-up
         self._positions_version = -1  # ``version`` at that look-up
+        self._late: set[asyncio.Event] = set()  # to wake at the next look-up allowed
 
     def start(self) -> None:
         """Bind to the running loop (the app's lifespan)."""
@@ -59,8 +67,15 @@ class Changes:
 
     def _wake_watchers(self) -> None:
         self._wake_pending = False
-        for wake in self._watchers:
+        self._wake_some(iter(list(self._watchers)))
+
+    def _wake_some(self, waiting: Iterator[asyncio.Event]) -> None:
+        # WAKE_BATCH a loop turn, the rest in the next turns (WAKE_BATCH).
+        batch = list(itertools.islice(waiting, WAKE_BATCH))
+        for wake in batch:
             wake.set()
+        if len(batch) == WAKE_BATCH and self.loop is not None:
+            self.loop.call_soon(self._wake_some, waiting)
 
     def watch(self, wake: asyncio.Event) -> None:
         """Set ``wake`` after the next events (throttled), until ``unwatch``."""
@@ -95,8 +110,15 @@ class Changes:
             return self._positions.get(job_id)
         where = self._positions.get(job_id)
         if where is None or self._positions_version != self.version:
-            loop.call_at(next_allowed, wake.set)  # look again when allowed
+            # Look again when allowed: woken with the others due then, a batch a turn.
+            if not self._late:
+                loop.call_at(next_allowed, self._wake_late)
+            self._late.add(wake)
         return where
+
+    def _wake_late(self) -> None:
+        late, self._late = self._late, set()
+        self._wake_some(iter(list(late)))
 
     def close(self) -> None:
         """Live views end (they check ``closing`` when woken)."""

@@ -102,6 +102,7 @@ REJECT_REASONS = (
     "deadline_not_allowed",
     "queue_full",
     "shutting_down",
+    "too_many_connections",
     "embedding_queue_full",
     "embeddings_disabled",
     "unknown_url",

@@ -24,7 +24,11 @@ from starlette.routing import BaseRoute, Route
 
 from tierlm.server.gateway.gateway import Gateway
 
-__all__ = ["routes"]
+__all__ = ["HEALTH_PATH", "routes"]
+
+HEALTH_PATH = "/health"
+"""Exempt from the cap on requests in flight (``edge/in_flight.py``): a full
+gateway is alive. ``/ready`` is counted: a full one is not ready for more."""
 
 
 def _gateway(request: Request) -> Gateway:
@@ -61,6 +65,6 @@ async def ready(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     return [
-        Route("/health", health, methods=["GET"]),
+        Route(HEALTH_PATH, health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
     ]

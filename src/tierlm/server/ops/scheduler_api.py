@@ -31,7 +31,15 @@ from tierlm.server.ops import routing
 from tierlm.server.settings.schema import Expect, FieldError, Schema
 from tierlm.server.settings.validation import json_type
 
-__all__ = ["routes"]
+__all__ = ["OPERATOR_PATHS", "routes"]
+
+FOREGROUND_PATH = "/v1/scheduler/foreground"
+STATE_PATH = "/v1/scheduler/state"
+PAUSE_PATH = "/v1/scheduler/pause"
+RESUME_PATH = "/v1/scheduler/resume"
+OPERATOR_PATHS = (FOREGROUND_PATH, STATE_PATH, PAUSE_PATH, RESUME_PATH)
+"""Exempt from the cap on requests in flight (``edge/in_flight.py``): an
+operator must be able to pause or look at a gateway that is full."""
 
 # Pause tasks started without ?wait: referenced until done (asyncio keeps only weak ones).
 _pausing: set[asyncio.Task[None]] = set()
@@ -119,9 +127,9 @@ async def resume(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     return [
-        Route("/v1/scheduler/foreground", put_foreground, methods=["PUT"]),
-        Route("/v1/scheduler/state", get_state, methods=["GET"]),
-        Route("/v1/scheduler/pause", pause, methods=["POST"]),
-        Route("/v1/scheduler/resume", resume, methods=["POST"]),
+        Route(FOREGROUND_PATH, put_foreground, methods=["PUT"]),
+        Route(STATE_PATH, get_state, methods=["GET"]),
+        Route(PAUSE_PATH, pause, methods=["POST"]),
+        Route(RESUME_PATH, resume, methods=["POST"]),
         *routing.routes(),
     ]

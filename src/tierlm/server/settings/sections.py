@@ -183,9 +183,11 @@ class LimitSettings(Schema):
     429 (unset: no cap but the classes' limits and the fair share; a key's own
     ``queue_limit`` overrides it)."""
     max_connections: Annotated[int, Flag("--max-connections", "N"), Field(ge=1)] = 1000
-    """Open connections (and running requests) beyond which a request gets 503
-    (uvicorn's ``limit_concurrency``): twice the gateway benchmark's 500
-    concurrent streams, below the usual limit of 1024 open files."""
+    """Requests in flight (head received, response not finished) beyond which
+    the next one gets 503 + Retry-After; idle connections and unfinished heads
+    do not count (``edge/in_flight.py``), nor does ``/health``: twice the
+    gateway benchmark's 500 concurrent streams, below the usual limit of 1024
+    open files."""
     header_timeout: Annotated[float, Flag("--header-timeout", "S"), Field(gt=0)] = 10.0
     """Seconds a client has to send a whole request head, from its connection
     (or its previous response); then the connection is closed. A client on
