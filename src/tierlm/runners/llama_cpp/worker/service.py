@@ -8,10 +8,11 @@ the calling (command) thread, also while a generation runs, from a
 tokenizer-only copy of the model (``loader.open_vocab``), so a swap on the
 decode thread never frees what a count is reading.
 
-With ``slots`` > 1 (``Configure``), generations do not run one after the
-other: the decode thread admits each ``Generate`` into a ``BatchEngine``
-(``batch.py``) and steps it, taking new commands between steps; a load or an
-unload waits until the generations running have ended.
+Generations run in a ``BatchEngine`` (``batch.py``), for any ``slots``
+(``Configure``; one slot is a batch of one, docs/design.md §1 runners): the
+decode thread admits each ``Generate`` into it and steps it, taking new
+commands between steps; a load or an unload waits until the generations
+running have ended.
 
 The same class runs inside the worker process (``main.py``) and, with
 ``isolation="thread"``, inside the runner's own process.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -33,7 +33,6 @@ from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
     Failed,
     Generate,
-    GenerationStats,
     InjectFault,
     Load,
     Progress,
@@ -42,9 +41,7 @@ from tierlm.runners.llama_cpp.wire.messages import (
     Shutdown,
     Unload,
 )
-from tierlm.runners.llama_cpp.worker import snapshots
 from tierlm.runners.llama_cpp.worker.engine.batch import BatchEngine
-from tierlm.runners.llama_cpp.worker.engine.decode import decode
 from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
 from tierlm.runners.llama_cpp.worker.loader import LoadedModel, Vocab, open_model, open_vocab
 from tierlm.runners.llama_cpp.worker.sampling import check_options
@@ -88,7 +85,7 @@ class DecodeService:
         self._pool = KvPool()
         self._slots = 1
         self._engine: BatchEngine | None = None
-        """With slots > 1: the running generations of the loaded model."""
+        """The running generations of the loaded model."""
 
     def start(self) -> None:
         self._thread.start()
@@ -147,8 +144,9 @@ class DecodeService:
             self._renders.submit(self._make_grammar, command)
             return
         try:
-            if isinstance(command, Generate) and self._engine is not None:
+            if isinstance(command, Generate):
                 self._check_loaded(command)
+                assert self._engine is not None  # made with the model (``_load``)
                 self._engine.admit(command)  # replies when it ends
                 return
             self._send(Reply(command.call_id, self._execute(command)))
@@ -170,8 +168,6 @@ class DecodeService:
             return None
         if isinstance(command, Load):
             return self._load(command)
-        if isinstance(command, Generate):
-            return self._generate(command)
         if isinstance(command, Unload | Shutdown):
             self._unload()
             return None
@@ -198,11 +194,9 @@ class DecodeService:
         if command.probe:
             self._send(Progress(command.call_id, "probing"))
             self._probe(model)
-        if self._slots > 1:
-            self._engine = BatchEngine(
-                model, self._slots, self.control, self._send, self._pool,
-                lambda: self._fault("token") or self._fault("marked"),
-            )  # fmt: skip
+        self._engine = BatchEngine(
+            model, self._slots, self.control, self._send, self._pool, self._fault
+        )
         return model.info
 
     def _probe(self, model: LoadedModel) -> None:
@@ -227,57 +221,6 @@ class DecodeService:
                 model_id=request.model_id,
             )
         return model
-
-    def _generate(self, command: Generate) -> GenerationStats:
-        request = command.request
-        model = self._check_loaded(command)
-        stats = GenerationStats()
-        if self.control.stop_reason(command.gen_id) is not None:
-            stats.ended = "cancelled"
-            return stats
-        plan = snapshots.plan(model, request, self._pool, self._fault("restore"))
-        n_ctx = model.llm.n_ctx()
-        stats.prompt_tokens = len(plan.tokens)
-        stats.evaluated_tokens = len(plan.tokens) - plan.reused
-        stats.restored_tokens = plan.restored
-        stats.restore_seconds = plan.kv_seconds
-        stats.resumed_from = plan.resumed_from
-        if len(plan.tokens) >= n_ctx:
-            raise RunnerError(
-                f"model {request.model_id!r}: prompt of {len(plan.tokens)} tokens does not fit "
-                f"the context of {n_ctx} tokens",
-                model_id=request.model_id,
-            )
-        log = snapshots.TokenLog()
-        try:
-            decode(
-                model,
-                request,
-                plan,
-                gen_id=command.gen_id,
-                control=self.control,
-                send=self._send,
-                stats=stats,
-                journal=log,
-                fault=self._fault("token") or self._fault("marked"),
-            )
-        except RunnerError:
-            raise
-        except Exception as exc:
-            raise RunnerError(
-                f"model {request.model_id!r}: generation failed: {exc}", model_id=request.model_id
-            ) from exc
-        reason = self.control.stop_reason(command.gen_id)
-        stopped = stats.ended in ("cancelled", "prefill_aborted")
-        if stopped and reason is not None and reason.preempts:
-            # docs/design.md §4 zero-loss preemption: its resume continues from here.
-            saving = time.perf_counter()
-            stats.saved_state_bytes = snapshots.save_preempted(model, self._pool, plan, log)
-            stats.save_seconds = time.perf_counter() - saving
-        elif plan.source is not None:
-            self._pool.remove(plan.source)  # resumed and done: nobody continues it again
-        stats.pool = self._pool.stats()
-        return stats
 
     # -- the command thread -------------------------------------------------------
 

@@ -1,6 +1,6 @@
-"""The decode loops of the worker process: ``decode.py`` runs one generation
-(``slots`` = 1), ``batch.py`` steps several in one ``llama_batch`` each step,
-with ``generation.py`` (one generation's state in the batch) and ``kv_seqs.py``
-(which sequence id, and which KV, a generation takes). Both loops turn tokens
-into pieces the same way (``pieces.py``).
+"""The decode engine of the worker process: ``batch.py`` steps the running
+generations, any number from one to ``slots``, in one ``llama_batch`` each
+step (the plan of a step: ``step_plan.py``), with ``generation.py`` (one
+generation's state), ``kv_seqs.py`` (which sequence id, and which KV, a
+generation takes) and ``pieces.py`` (its tokens as pieces of text).
 """

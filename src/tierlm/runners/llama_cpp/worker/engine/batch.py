@@ -1,7 +1,8 @@
-"""Continuous batching: every running generation decodes in ONE ``llama_batch`` per step.
+"""The decode engine: every running generation decodes in ONE ``llama_batch`` per step.
 
-docs/design.md §1 runners, batched decode. A runner with ``slots`` = k > 1 runs
-up to k generations at once; in the worker each holds a sequence id of the
+docs/design.md §1 runners, batched decode. A runner with ``slots`` = k runs
+up to k generations at once, k = 1 included (a batch of one: llama-server's
+one slot loop for any ``-np``); in the worker each holds a sequence id of the
 context (``n_seq_max`` = k, a KV stream each) and a ``Generation`` (its sampler,
 cancel, run-ahead: ``generation.py``). Each step:
 
@@ -11,9 +12,20 @@ cancel, run-ahead: ``generation.py``). Each step:
    every running sequence within its run-ahead bound, then at most
    ``PREFILL_CHUNK`` prompt tokens of the sequences still evaluating their
    prompt, a person's first (chunked prefill: a long prompt delays the others
-   by one chunk a step, never by all of it);
+   by one chunk a step, never by all of it); with one slot there are no
+   others, and a chunk is the whole ``n_batch``;
 3. one ``llama_decode``; each sequence with a row of logits samples its next
    token with its own chain and sends its piece.
+
+A step of prompt chunks alone (always so with one slot) can take seconds on
+a small device, so it is abortable: llama.cpp's abort callback
+(``llama_set_abort_callback``) polls the control block between graph nodes and
+aborts the decode once every sequence in it is asked to stop; llama.cpp drops
+the aborted ubatch from the KV cache and keeps the ones it finished (the
+preemption's snapshot keeps them, docs/design.md §4 zero-loss preemption). A
+yield aborts nothing: it stops a generation after its first token
+(docs/design.md §4 preemption kinds). A step with decode rows installs no
+callback: it costs a Python call per graph node, and the step is short.
 
 KV reuse (``kv_seqs.py``). A sequence id keeps the KV of what ran in it
 last, and a new generation goes to the free id sharing the longest prefix
@@ -25,6 +37,7 @@ id held before it is reused moves to the snapshot pool (``kv_pool.py``).
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from tierlm.runners.errors import RunnerError
@@ -41,7 +54,7 @@ if TYPE_CHECKING:
 
     from tierlm.runners.cancellation import CancelReason
     from tierlm.runners.llama_cpp.wire.control import ControlBlock
-    from tierlm.runners.llama_cpp.wire.faults import FaultInjection
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection, FaultPoint
     from tierlm.runners.llama_cpp.wire.messages import Ended, Event, Generate
     from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
     from tierlm.runners.llama_cpp.worker.loader import LoadedModel
@@ -55,8 +68,12 @@ PREFILL_CHUNK = 64
 prefill, docs/design.md §1 runners). Small enough that a step with a chunk
 costs a few plain decode steps on a small CPU, so running sequences keep
 streaming while a long background prompt is read; large enough that a
-2 000-token prompt takes ~30 steps, not 2 000."""
+2 000-token prompt takes ~30 steps, not 2 000. With one slot the chunk is
+``n_batch``: no running sequence waits on it, and the abort callback bounds
+what a cancel waits for (module docstring)."""
 _RUN_AHEAD_POLL = 0.001
+_ABORTED = 2
+"""``llama_decode``'s status when the abort callback stopped it (GGML_STATUS_ABORTED)."""
 
 
 class BatchEngine:
@@ -69,7 +86,7 @@ class BatchEngine:
         control: ControlBlock,
         send: Callable[[Event], None],
         pool: KvPool,
-        fault: Callable[[], FaultInjection | None],
+        fault: Callable[[FaultPoint], FaultInjection | None],
     ) -> None:
         import llama_cpp
 
@@ -83,8 +100,10 @@ class BatchEngine:
         llm.n_tokens = 0
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self._ctx)
         self._n_batch = llama_cpp.llama_n_batch(self._ctx)
+        self._chunk = PREFILL_CHUNK if slots > 1 else self._n_batch
+        self._no_abort = llama_cpp.ggml_abort_callback()
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._kv_seqs = KvSeqs(self._ctx, model.key, slots, pool)
+        self._kv_seqs = KvSeqs(self._ctx, model.key, slots, pool, lambda: fault("restore"))
         self._running: list[Generation] = []
         self._out: list[Any] | None = None
         """While a step runs: what it sends, sent as one ``Step`` at its end."""
@@ -125,7 +144,9 @@ class BatchEngine:
         llm = self.model.llm
         seed = int(request.extra.get("seed", llm._seed)) & 0xFFFFFFFF
         sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
+        placing = time.perf_counter()
         seq, reused = self._kv_seqs.place(plan)
+        plan.kv_seconds = time.perf_counter() - placing
         self._running.append(Generation(command, plan, seq, reused, sampler, llm))
 
     # -- a step ---------------------------------------------------------------------
@@ -157,7 +178,7 @@ class BatchEngine:
             reason = seq.stop_reason(control)
             if reason is not None:
                 self._end(seq, "prefill_aborted" if seq.prefilling else "cancelled", reason)
-        fault = self._fault()
+        fault = self._fault("token") or self._fault("marked")
         batch, n = self._batch, 0
         fed: list[tuple[Generation, list[int], int]] = []  # (sequence, tokens, logits row)
         # docs/design.md §4.7 the step plan: decode rows in sequence-id order,
@@ -175,7 +196,7 @@ class BatchEngine:
                 for i, seq in enumerate(self._running)
             ),
             n_batch=self._n_batch,
-            chunk=PREFILL_CHUNK,
+            chunk=self._chunk,
             n_ctx=self.n_ctx_seq,
         )
         by_slot = {seq.seq: seq for seq in self._running}
@@ -192,18 +213,24 @@ class BatchEngine:
             seq = by_slot[slot]
             chunk = seq.pending[:count]
             last = len(chunk) == len(seq.pending)
+            if fault is not None and last and fault.due(seq.stats.tokens, seq.request):
+                fault.fire()
             for i, token in enumerate(chunk):
                 self._add(n, token, seq.n_past + i, seq.seq, logits=last and i == len(chunk) - 1)
                 n += 1
             fed.append((seq, chunk, n - 1 if last else -1))
         if n == 0:
-            import time
-
             time.sleep(_RUN_AHEAD_POLL)  # every sequence is ahead of its reader
             return
         batch.n_tokens = n
         reused = llama_cpp.llama_perf_context(self._ctx).n_reused
-        status = llama_cpp.llama_decode(self._ctx, batch)
+        if plan.decode:
+            status = llama_cpp.llama_decode(self._ctx, batch)
+        else:
+            status = self._decode_abortable([seq for seq, _tokens, _row in fed])
+            if status == _ABORTED:
+                self._aborted(fed)
+                return
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")
         one_pass = llama_cpp.llama_perf_context(self._ctx).n_reused > reused
@@ -222,6 +249,35 @@ class BatchEngine:
             ended = seq.take(token, row, self._emit)
             if ended is not None:
                 self._end(seq, ended)
+
+    def _decode_abortable(self, prompts: list[Generation]) -> int:
+        """``llama_decode`` of a step of prompt chunks, aborted between graph
+        nodes once every one of ``prompts`` is asked to stop (module docstring)."""
+        import llama_cpp
+
+        control, model = self.control, self.model
+        model.abort_check = lambda: all(seq.stop_reason(control) is not None for seq in prompts)
+        llama_cpp.llama_set_abort_callback(self._ctx, model.abort_cb, None)
+        try:
+            status: int = llama_cpp.llama_decode(self._ctx, self._batch)
+        finally:
+            llama_cpp.llama_set_abort_callback(self._ctx, self._no_abort, None)
+            model.abort_check = None
+        return status
+
+    def _aborted(self, fed: list[tuple[Generation, list[int], int]]) -> None:
+        """An aborted step: each sequence keeps what llama.cpp kept of its chunk
+        (the ubatches it finished), and ends."""
+        import llama_cpp
+
+        memory = llama_cpp.llama_get_memory(self._ctx)
+        for seq, tokens, _row in fed:
+            kept = llama_cpp.llama_memory_seq_pos_max(memory, seq.seq) + 1 - seq.n_past
+            kept = max(0, min(kept, len(tokens)))
+            self._kv_seqs[seq.seq].tokens.extend(tokens[:kept])
+            seq.n_past += kept
+            del seq.pending[:kept]
+            self._end(seq, "prefill_aborted", seq.stop_reason(self.control))
 
     def _add(self, i: int, token: int, pos: int, seq: int, *, logits: bool) -> None:
         batch = self._batch
@@ -253,6 +309,10 @@ class BatchEngine:
             )  # fmt: skip
             self._pool.add(paused)
         self._kv_seqs.release(seq.seq, self.steps, paused, forget=ended == "context_full")
+        if paused is not None:
+            saving = time.perf_counter()
+            stats.saved_state_bytes = self._kv_seqs.save_paused(seq.seq)
+            stats.save_seconds = time.perf_counter() - saving
         stats.pool = self._pool.stats()
         self._emit(Reply(seq.command.call_id, stats))
 

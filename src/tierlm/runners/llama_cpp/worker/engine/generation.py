@@ -1,8 +1,7 @@
-"""One running generation of a batched decode: its tokens to evaluate, its
+"""One running generation of the decode engine: its tokens to evaluate, its
 sampler, its output (it runs in one sequence id of the context, ``seq``).
 
-docs/design.md §1 runners, batched decode. What ``decode.py`` does for the one
-generation of a runner with one slot, per sequence: its own sampler chain
+docs/design.md §1 runners, batched decode. Per sequence: its own sampler chain
 (grammar, ``logit_bias``, seed, temperature... ``sampling.py``), log-probabilities,
 stop strings, the text held back for them, one piece per token, its cancel
 and its run-ahead bound (its slot of the control block). ``batch.py`` decides
@@ -52,6 +51,7 @@ class Generation:
             evaluated_tokens=len(plan.tokens) - reused,
             restored_tokens=plan.restored,
             resumed_from=plan.resumed_from,
+            restore_seconds=plan.kv_seconds,
         )
         self.journal = TokenLog()
         self.logprobs = Logprobs.of(self.request, llm)
@@ -108,7 +108,7 @@ class Generation:
     def finish(self, ended: Ended, send: Callable[[Piece], None]) -> GenerationStats:
         """Its stats, once it has ended; text held back for a stop string that
         never came goes out with an end token (after a cancel it is dropped,
-        so a resume regenerates it: nothing is duplicated, as in decode.py: ``Pieces.release``)."""
+        so a resume regenerates it: nothing is duplicated, ``Pieces.release``)."""
         held = self._pieces.release() if ended in ("eos", "context_full") else ""
         if held:
             send(Piece(self.command.gen_id, held))

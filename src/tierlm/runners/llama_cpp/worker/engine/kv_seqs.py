@@ -26,6 +26,9 @@ from tierlm.runners.llama_cpp.worker.kv_pool import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tierlm.runners.llama_cpp.wire.faults import FaultInjection
     from tierlm.runners.llama_cpp.worker.kv_pool import KvPool
 
 __all__ = ["KvSeq", "KvSeqs", "runs"]
@@ -52,10 +55,19 @@ class KvSeq:
 class KvSeqs:
     """The sequence ids of one context and the KV each holds."""
 
-    def __init__(self, ctx: Any, model_key: str, slots: int, pool: KvPool) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        model_key: str,
+        slots: int,
+        pool: KvPool,
+        fault: Callable[[], FaultInjection | None] = lambda: None,
+    ) -> None:
         import llama_cpp
 
         self._ctx = ctx
+        self._fault = fault
+        """The ``restore`` fault point (``wire/faults.py``, tests only)."""
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._key = model_key
         self._pool = pool
@@ -133,6 +145,17 @@ class KvSeqs:
             llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
             kv_seq.tokens = []
 
+    def save_paused(self, seq: int) -> int:
+        """A generation paused in ``seq``: when no other id is free (always, with
+        one slot), the next generation takes this one, so its KV goes to the
+        pool now (the preempted generation's stats say what it cost) rather
+        than at that admission. Returns the bytes saved (0: none yet)."""
+        if any(not kv_seq.busy for i, kv_seq in enumerate(self._kv_seqs) if i != seq):
+            return 0
+        snapshot = self._kv_seqs[seq].paused
+        self._move_out(seq)
+        return len(snapshot.state) if snapshot is not None and snapshot.state is not None else 0
+
     def clear(self) -> None:
         """Forget every kv_seq's KV (after a failed decode: its state is unknown)."""
         import llama_cpp
@@ -147,6 +170,8 @@ class KvSeqs:
         snapshot = kv_seq.paused
         if snapshot is None or self._pool.limit_bytes == 0 or not kv_seq.tokens:
             return
+        if snapshot.state is not None:
+            return  # moved already (``save_paused``); a paused KV does not change
         state = save_seq_state(self._ctx, seq)
         if state is not None:
             snapshot.state, snapshot.n_state = state, len(kv_seq.tokens)
@@ -171,6 +196,9 @@ class KvSeqs:
 
     def _restore(self, seq: int, snapshot: Snapshot) -> bool:
         assert snapshot.state is not None
+        fault = self._fault()
+        if fault is not None:
+            fault.fire()
         kv_seq = self._kv_seqs[seq]
         kv_seq.tokens = []
         if not load_seq_state(self._ctx, seq, snapshot.state):

@@ -1,12 +1,11 @@
-"""A generation's text, token by token: what both decode loops send as pieces.
+"""A generation's text, token by token: what the decode engine sends as pieces.
 
 One piece per token (possibly empty, so pieces count tokens): the token's
 bytes decoded as UTF-8 across token boundaries, with the text that may be the
 start of a stop string held back until it cannot be, and cut at a stop string
 when one appears; each token and the piece it gave go to the generation's
 journal (``snapshots.TokenLog``: what a resume continues from, docs/design.md
-§4 zero-loss preemption). ``decode.py`` (one generation) and
-``generation.py`` (one of a batch) both use it.
+§4 zero-loss preemption). ``generation.py`` uses it.
 """
 
 from __future__ import annotations
@@ -22,11 +21,11 @@ if TYPE_CHECKING:
 __all__ = ["RUN_AHEAD", "Pieces"]
 
 RUN_AHEAD = 8
-"""Tokens a decode loop may produce beyond what its reader has taken.
+"""Tokens a generation may produce beyond what its reader has taken.
 
 Unbounded, a loop decoding thousands of tokens a second runs far ahead of a
 busy event loop, and all of that is decoded after a cancel the reader would
-have honoured at once. A few tokens of slack keep the loop from waiting on
+have honoured at once. A few tokens of slack keep the engine from waiting on
 the reader for every token."""
 
 
