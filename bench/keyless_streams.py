@@ -38,20 +38,26 @@ TOKENS = 256
 NO_END = {"0": -100, "2": -100}  # SmolLM2's end tokens: every stream runs its length
 
 
+def story(i: int, content: str = "Tell me a long story, number {i}.") -> dict[str, Any]:
+    """A streamed request of ``TOKENS`` (``CHAT_TOKENS`` for the chat), its
+    end banned so that it runs its length; usage in the last chunk."""
+    return {
+        "model": "smollm2-135m",
+        "messages": [{"role": "user", "content": content.format(i=i)}],
+        "max_tokens": TOKENS,
+        "temperature": 0.0,
+        "logit_bias": NO_END,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
 async def run_streams(url: str, streams: int, keyless: bool) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=None) as client:
         firsts: list[float] = []
 
         async def one(i: int) -> int:
-            body: dict[str, Any] = {
-                "model": "smollm2-135m",
-                "messages": [{"role": "user", "content": f"Tell me a long story, number {i}."}],
-                "max_tokens": TOKENS,
-                "temperature": 0.0,
-                "logit_bias": NO_END,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
+            body = story(i)
             headers = {} if keyless else {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"a{i}"}
             sent = time.perf_counter()
             tokens = 0
@@ -87,15 +93,7 @@ CHAT_TOKENS = 64
 async def one_chat(client: httpx.AsyncClient, url: str) -> dict[str, float]:
     """A person's chat (keyless): its first token at the client and its
     tokens/s from the first token on."""
-    body: dict[str, Any] = {
-        "model": "smollm2-135m",
-        "messages": [{"role": "user", "content": "Write a short poem about the sea."}],
-        "max_tokens": CHAT_TOKENS,
-        "temperature": 0.0,
-        "logit_bias": NO_END,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body = story(0, "Write a short poem about the sea.") | {"max_tokens": CHAT_TOKENS}
     sent = time.perf_counter()
     first: float | None = None
     tokens = 0
@@ -123,14 +121,7 @@ async def chat_among(url: str, streams: int) -> dict[str, float]:
         all_started = asyncio.Event()
 
         async def stream(i: int) -> None:
-            body: dict[str, Any] = {
-                "model": "smollm2-135m",
-                "messages": [{"role": "user", "content": f"Tell me a long story, number {i}."}],
-                "max_tokens": TOKENS,
-                "temperature": 0.0,
-                "logit_bias": NO_END,
-                "stream": True,
-            }
+            body = story(i)
             headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"a{i}"}
             async with client.stream(
                 "POST", f"{url}/v1/chat/completions", json=body, headers=headers

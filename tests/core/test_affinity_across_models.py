@@ -72,6 +72,20 @@ def noting_start(started: list[float]) -> Callable[[JobContext], Awaitable[int]]
     return job
 
 
+def extraction_on_m2(sched: Scheduler, waits: list[float]) -> Callable[[], Awaitable[None]]:
+    """A backlog of 10 s jobs on m2, one at a time; each one's wait for its
+    start goes to ``waits``."""
+
+    async def extraction() -> None:
+        while True:
+            submitted = sched.now()
+            started: list[float] = []
+            await sched.run("extract", "m2", noting_start(started), producer="extract")
+            waits.append(started[0] - submitted)
+
+    return extraction
+
+
 async def chat_wait(sched: Scheduler, then: float) -> float:
     """A person's five-token chat on m1: its first token's wait; then they read
     for ``then`` seconds."""
@@ -147,13 +161,7 @@ async def test_work_on_another_model_gets_its_swap_in_a_persons_idle_gap() -> No
     async with Scheduler(device("m1", "m2")) as sched:
         sched.set_foreground("chat")
         waits: list[float] = []
-
-        async def extraction() -> None:
-            while True:
-                submitted = sched.now()
-                started: list[float] = []
-                await sched.run("extract", "m2", noting_start(started), producer="extract")
-                waits.append(started[0] - submitted)
+        extraction = extraction_on_m2(sched, waits)
 
         chat_waits = []
         backfill = None
@@ -183,13 +191,7 @@ async def test_one_quick_reply_among_long_reads_does_not_hold_the_excursions() -
     async with Scheduler(device("m1", "m2")) as sched:
         sched.set_foreground("chat")
         waits: list[float] = []
-
-        async def extraction() -> None:
-            while True:
-                submitted = sched.now()
-                started: list[float] = []
-                await sched.run("extract", "m2", noting_start(started), producer="extract")
-                waits.append(started[0] - submitted)
+        extraction = extraction_on_m2(sched, waits)
 
         chat_waits: list[tuple[int, float]] = []
         backfill = None
