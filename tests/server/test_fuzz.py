@@ -188,7 +188,7 @@ def fuzz(gw: Gateway, examples: int) -> Counter[str]:
     )
     @given(st.data())
     def one_request(data: st.DataObject) -> None:
-        endpoint = data.draw(st.sampled_from(targets), label="endpoint")
+        endpoint = data.draw(st.sampled_from(only or targets), label="endpoint")
         request = request_of(client, endpoint, data)
         try:
             response = client.send(request)
@@ -207,8 +207,16 @@ def fuzz(gw: Gateway, examples: int) -> Counter[str]:
             # A paused scheduler would hold the next chat forever.
             assert client.post("/v1/scheduler/resume").is_success
 
+    only: list[Any] = []
     try:
         one_request()
+        # Then each endpoint the draws missed, once: 300 draws over 40-odd
+        # endpoints left one out now and then, and the coverage check blamed
+        # the server for the dice.
+        for endpoint in targets:
+            if f"{endpoint.method} {endpoint.path}" not in seen:
+                only[:] = [endpoint]
+                settings(max_examples=1, deadline=None, database=None)(one_request)()
     finally:
         client.close()
     return seen

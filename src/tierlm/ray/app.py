@@ -133,6 +133,10 @@ def start_local(port: int, *, num_cpus: int = 2) -> None:
     Set ``LOOPBACK_ENV`` before ray is first imported (this does, if it is not)."""
     for key, value in LOOPBACK_ENV.items():
         os.environ.setdefault(key, value)
+    # Serve's proxy must answer its readiness check within 5 s (Ray's default);
+    # on two busy cores (the suite beside CPU hogs) it missed it three times
+    # and start-up failed. The processes ray.init starts inherit this.
+    os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "30")
     import ray
     from ray import serve
 
