@@ -52,6 +52,30 @@ def story(i: int, content: str = "Tell me a long story, number {i}.") -> dict[st
     }
 
 
+async def read_stream(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[float, int]:
+    """Stream one chat completion: when its first piece came (perf_counter)
+    and its completion tokens (from the usage chunk)."""
+    first: float | None = None
+    tokens = 0
+    async with client.stream(
+        "POST", f"{url}/v1/chat/completions", json=body, headers=headers
+    ) as reply:
+        reply.raise_for_status()
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            elif chunk.get("choices") and first is None:
+                first = time.perf_counter()
+    if first is None:
+        raise RuntimeError("the stream carried no piece")
+    return first, tokens
+
+
 async def run_streams(url: str, streams: int, keyless: bool) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=None) as client:
         firsts: list[float] = []
@@ -60,23 +84,10 @@ async def run_streams(url: str, streams: int, keyless: bool) -> dict[str, float]
             body = story(i)
             headers = {} if keyless else {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"a{i}"}
             sent = time.perf_counter()
-            tokens = 0
-            async with client.stream(
-                "POST", f"{url}/v1/chat/completions", json=body, headers=headers
-            ) as reply:
-                reply.raise_for_status()
-                async for line in reply.aiter_lines():
-                    if not line.startswith("data: {"):
-                        continue
-                    chunk = json.loads(line[6:])
-                    if chunk.get("usage"):
-                        tokens = chunk["usage"]["completion_tokens"]
-                    elif chunk.get("choices") and i not in seen:
-                        seen.add(i)  # its first piece
-                        firsts.append(time.perf_counter() - sent)
+            first, tokens = await read_stream(client, url, body, headers)
+            firsts.append(first - sent)
             return tokens
 
-        seen: set[int] = set()
         started = time.perf_counter()
         counts = await asyncio.gather(*(one(i) for i in range(streams)))
         elapsed = time.perf_counter() - started
@@ -95,20 +106,8 @@ async def one_chat(client: httpx.AsyncClient, url: str) -> dict[str, float]:
     tokens/s from the first token on."""
     body = story(0, "Write a short poem about the sea.") | {"max_tokens": CHAT_TOKENS}
     sent = time.perf_counter()
-    first: float | None = None
-    tokens = 0
-    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as reply:
-        reply.raise_for_status()
-        async for line in reply.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            elif chunk.get("choices") and first is None:
-                first = time.perf_counter()
+    first, tokens = await read_stream(client, url, body, {})
     end = time.perf_counter()
-    assert first is not None, "the chat streamed nothing"
     return {"first_token_s": first - sent, "tokens_per_s": (tokens - 1) / (end - first)}
 
 
