@@ -180,13 +180,6 @@ def fuzz(gw: Gateway, examples: int) -> Counter[str]:
     connection: list[Any] = []
     previous: list[Any] = []
 
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(st.data())
     def one_request(data: st.DataObject) -> None:
         endpoint = data.draw(st.sampled_from(only or targets), label="endpoint")
         request = request_of(client, endpoint, data)
@@ -207,16 +200,26 @@ def fuzz(gw: Gateway, examples: int) -> Counter[str]:
             # A paused scheduler would hold the next chat forever.
             assert client.post("/v1/scheduler/resume").is_success
 
+    def draw(max_examples: int) -> None:
+        # A fresh Hypothesis test per call: settings may decorate a test once.
+        run = given(st.data())(one_request)
+        settings(
+            max_examples=max_examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )(run)()
+
     only: list[Any] = []
     try:
-        one_request()
+        draw(examples)
         # Then each endpoint the draws missed, once: 300 draws over 40-odd
         # endpoints left one out now and then, and the coverage check blamed
         # the server for the dice.
         for endpoint in targets:
             if f"{endpoint.method} {endpoint.path}" not in seen:
                 only[:] = [endpoint]
-                settings(max_examples=1, deadline=None, database=None)(one_request)()
+                draw(1)
     finally:
         client.close()
     return seen
