@@ -105,11 +105,17 @@ def wait_live(url: str, count: int) -> dict[str, Any]:
         time.sleep(0.3)
 
 
-def wait_for_replicas(count: int, deployment: str = "tierlm-replica") -> None:
+ROLLOUT_WAIT = 900.0
+"""A ceiling on a rolling update, so that a broken one fails rather than hangs:
+Serve replaces replicas one at a time, and beside CPU hogs on 2 cores each
+new replica took up to 106 s to start (5 replaced: 260 s)."""
+
+
+def wait_for_replicas(count: int, deployment: str = "tierlm-replica", wait: float = WAIT) -> None:
     """Until Serve runs ``count`` replicas of ``deployment`` and nothing else
     (a replica replaced before is up again), then until the router has read
     their stats again."""
-    deadline = time.monotonic() + WAIT
+    deadline = time.monotonic() + wait
     while True:
         app = serve.status().applications.get("default")
         found = app.deployments.get(deployment) if app is not None else None
@@ -404,6 +410,34 @@ def test_a_stalled_replica_turns_unhealthy_and_is_replaced(url: str) -> None:
     wait_live(url, REPLICAS)
 
 
+def roll_out(path: Path) -> None:
+    """``serve run --non-blocking`` of the config at ``path``, while the load
+    runs: until every replica of the new version is up, then 3 s more."""
+    time.sleep(2)
+    env = {**os.environ, **LOOPBACK_ENV}
+    address = ray.get_runtime_context().gcs_address
+    deployed = subprocess.run(
+        [
+            sys.executable,  # the `serve` command of this Python
+            "-c",
+            "from ray.serve.scripts import cli; cli()",
+            "run",
+            "--non-blocking",
+            "--address",
+            address,
+            str(path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert deployed.returncode == 0, deployed.stderr[-2000:]
+    wait_for_replicas(2, "tierlm-ingress", ROLLOUT_WAIT)
+    wait_for_replicas(REPLICAS, wait=ROLLOUT_WAIT)
+    time.sleep(3)
+
+
 def test_a_rolling_update_from_yaml_under_load_loses_nothing(url: str, tmp_path: Path) -> None:
     """The fleet redeployed from a Serve config file (``serve run
     --non-blocking``, the import path ``tierlm.ray:build``), with other
@@ -441,30 +475,10 @@ def test_a_rolling_update_from_yaml_under_load_loses_nothing(url: str, tmp_path:
             pool.submit(load, 20, "chat"),
             pool.submit(load, 20, "chat"),
         ]
-        time.sleep(2)
-        env = {**os.environ, **LOOPBACK_ENV}
-        address = ray.get_runtime_context().gcs_address
-        deployed = subprocess.run(
-            [
-                sys.executable,  # the `serve` command of this Python
-                "-c",
-                "from ray.serve.scripts import cli; cli()",
-                "run",
-                "--non-blocking",
-                "--address",
-                address,
-                str(path),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=WAIT,
-        )
-        assert deployed.returncode == 0, deployed.stderr[-2000:]
-        wait_for_replicas(2, "tierlm-ingress")
-        wait_for_replicas(REPLICAS)
-        time.sleep(3)
-        stop.set()
+        try:
+            roll_out(path)
+        finally:
+            stop.set()  # a failed rollout fails the test; the loaders stop either way
         for worker in workers:
             worker.result(WAIT)
     assert len(results) >= 8, len(results)
