@@ -6,7 +6,7 @@ Time is an argument of every call; the same inputs give the same decisions.
 from tierlm.core.classes import Budget, TaskClass, Tier, default_classes, resolve_classes
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Foreground, Job, Subject
-from tierlm.core.policy import Policy, Preemption
+from tierlm.core.policy import Policy
 from tierlm.core.tiered import TieredPolicy
 
 __all__ = [
@@ -14,7 +14,6 @@ __all__ = [
     "Foreground",
     "Job",
     "Policy",
-    "Preemption",
     "SchedulerConfig",
     "Subject",
     "TaskClass",

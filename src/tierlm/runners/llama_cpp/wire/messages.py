@@ -69,6 +69,12 @@ TokenLogprobs = tuple[TokenLogprob, tuple[TokenLogprob, ...]]
 Ended = Literal[
     "", "max_tokens", "eos", "stop", "cancelled", "prefill_aborted", "context_full", "error"
 ]
+"""How one generation ended, its outcome (what OpenAI's ``finish_reason``
+reports): its token budget, an end-of-sequence token, a stop string, a cancel
+at a token boundary, a cancel inside the prompt evaluation, a full context, an
+error; ``""`` while it runs. Not why it was told to stop: that is
+``CancelReason`` (``tierlm.core.stop_reasons``, docs/design.md §2 cancel),
+which a ``cancelled`` or ``prefill_aborted`` end has as its cause."""
 
 
 @dataclass(slots=True)
