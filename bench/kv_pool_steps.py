@@ -113,7 +113,9 @@ def probe(engine: BatchEngine, label: str) -> float:
     import llama_cpp
 
     batch = engine._batch
-    base = [int(llama_cpp.llama_memory_seq_pos_max(engine._mem, s)) + 1 for s in range(SLOTS)]
+    base = [
+        int(llama_cpp.llama_memory_seq_pos_max(engine._kv_slots._mem, s)) + 1 for s in range(SLOTS)
+    ]
     times = []
     for i in range(20):
         for s in range(SLOTS):
@@ -130,7 +132,7 @@ def probe(engine: BatchEngine, label: str) -> float:
 def fresh_prefill(engine: BatchEngine, lengths: list[int]) -> None:
     import llama_cpp
 
-    llama_cpp.llama_memory_clear(engine._mem, True)
+    llama_cpp.llama_memory_clear(engine._kv_slots._mem, True)
     batch = engine._batch
     for s, n in enumerate(lengths):
         for i in range(n):
@@ -152,7 +154,7 @@ def run(way: str, args: argparse.Namespace) -> dict[str, Any]:
     events: list[Any] = []
     engine = BatchEngine(model, SLOTS, control, events.append, pool, lambda: None)
     if way == "no-restore":
-        engine._restore = lambda seq, snapshot: False  # type: ignore[method-assign]
+        engine._kv_slots._restore = lambda slot, snapshot: False  # type: ignore[method-assign]
     rotation = Rotation(engine, control, args.streams, args.cut)
     rotation.events = events
     rotation.admit()
@@ -173,7 +175,7 @@ def run(way: str, args: argparse.Namespace) -> dict[str, Any]:
         "restored": pool.stats().restored,
     }
     if way == "pool":
-        mem = engine._mem
+        mem = engine._kv_slots._mem
         lengths = [int(llama_cpp.llama_memory_seq_pos_max(mem, s)) + 1 for s in range(SLOTS)]
         row["probe_ms_as_left"] = round(1000 * probe(engine, "as left"), 1)
         fresh_prefill(engine, lengths)

@@ -1,7 +1,7 @@
 """One running generation of the decode engine: its tokens to evaluate, its
-sampler, its output (it runs in one sequence id of the context, ``seq``).
+sampler, its output (it runs in one KV slot of the context, ``kv_slot``).
 
-docs/design.md §1 runners, batched decode. Per sequence: its own sampler chain
+docs/design.md §1 runners, batched decode. Per generation: its own sampler chain
 (grammar, ``logit_bias``, seed, temperature... ``sampling.py``), log-probabilities,
 stop strings, the text held back for them, one piece per token, its cancel
 and its run-ahead bound (its slot of the control block). ``batch.py`` decides
@@ -30,22 +30,24 @@ __all__ = ["Generation"]
 
 
 class Generation:
-    """A generation running in the batch, in sequence id ``seq``."""
+    """A generation running in the batch, in KV slot ``kv_slot``."""
 
     def __init__(
-        self, command: Generate, plan: Plan, seq: int, reused: int, sampler: Any, llm: Any
+        self, command: Generate, plan: Plan, kv_slot: int, reused: int, sampler: Any, llm: Any
     ) -> None:
         self.command = command
         self.request = command.request
         self.plan = plan
-        self.seq = seq
+        self.kv_slot = kv_slot
+        """Its KV slot (``kv_slots.py``), the worker's choice; its words in the
+        control block are the runner's slot, ``command.slot``."""
         self.sampler = sampler
         """Its own chain (``sampling.build_sampler``): kept alive as long as it runs."""
         self.pending: list[int] = plan.tokens[reused:]
         """Tokens to evaluate before the next sample: the prompt's rest (in
         chunks), then each sampled token."""
         self.n_past = reused
-        """Tokens of this sequence in the KV cache (its next position)."""
+        """Tokens of its KV slot in the KV cache (its next position)."""
         self.stats = GenerationStats(
             prompt_tokens=len(plan.tokens),
             evaluated_tokens=len(plan.tokens) - reused,
@@ -73,7 +75,7 @@ class Generation:
 
     def may_step(self, control: ControlBlock) -> bool:
         """Within its run-ahead bound: its reader has taken all but < RUN_AHEAD
-        of its pieces (``pieces.RUN_AHEAD``). A sequence ahead of its reader
+        of its pieces (``pieces.RUN_AHEAD``). A generation ahead of its reader
         sits out a step instead of holding up the others."""
         consumed = control.consumed(self.command.gen_id, self.command.slot)
         return self.prefilling or self.stats.tokens - consumed < RUN_AHEAD
