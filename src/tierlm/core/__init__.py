@@ -7,10 +7,12 @@ from tierlm.core.classes import Budget, TaskClass, Tier, default_classes, resolv
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Foreground, Job, Subject
 from tierlm.core.policy import Policy
+from tierlm.core.stop_reasons import CancelReason
 from tierlm.core.tiered import TieredPolicy
 
 __all__ = [
     "Budget",
+    "CancelReason",
     "Foreground",
     "Job",
     "Policy",
