@@ -132,7 +132,7 @@ class BatchEngine:
         """Start ``command`` (a free KV slot exists: the runner runs at most
         ``slots`` generations). Raises what the generation fails with."""
         request = command.request
-        if self.control.stop_reason(command.gen_id, command.slot) is not None:
+        if self.control.stop_reason(command.call_id, command.slot) is not None:
             self._send(Reply(command.call_id, GenerationStats(ended="cancelled")))
             return
         plan = snapshots.choose_tokens(self.model, request, self._pool)

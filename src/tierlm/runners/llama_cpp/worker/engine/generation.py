@@ -70,14 +70,14 @@ class Generation:
     def stop_reason(self, control: ControlBlock) -> CancelReason | None:
         """Why the runner wants it stopped now, if it does (a yield waits for
         the first token: docs/design.md §4 preemption kinds)."""
-        reason = control.stop_reason(self.command.gen_id, self.command.slot)
+        reason = control.stop_reason(self.command.call_id, self.command.slot)
         return reason if reason is not None and reason.stops(self.stats.tokens) else None
 
     def may_step(self, control: ControlBlock) -> bool:
         """Within its run-ahead bound: its reader has taken all but < RUN_AHEAD
         of its pieces (``pieces.RUN_AHEAD``). A generation ahead of its reader
         sits out a step instead of holding up the others."""
-        consumed = control.consumed(self.command.gen_id, self.command.slot)
+        consumed = control.consumed(self.command.call_id, self.command.slot)
         return self.prefilling or self.stats.tokens - consumed < RUN_AHEAD
 
     def take(self, token: int, index: int, send: Callable[[Piece], None]) -> Ended | None:
@@ -105,7 +105,7 @@ class Generation:
 
     def _send(self, text: str, scores: Any, send: Callable[[Piece], None]) -> None:
         self.stats.tokens += 1
-        send(Piece(self.command.gen_id, text, scores))
+        send(Piece(self.command.call_id, text, scores))
 
     def finish(self, ended: Ended, send: Callable[[Piece], None]) -> GenerationStats:
         """Its stats, once it has ended; text held back for a stop string that
@@ -113,7 +113,7 @@ class Generation:
         so a resume regenerates it: nothing is duplicated, ``Pieces.release``)."""
         held = self._pieces.release() if ended in ("eos", "context_full") else ""
         if held:
-            send(Piece(self.command.gen_id, held))
+            send(Piece(self.command.call_id, held))
             self.stats.tokens += 1
         self.stats.ended = ended
         if self.first_at is not None:
