@@ -64,22 +64,22 @@ class Rotation:
         self.text = {j: "" for j in range(streams)}
         self.made = dict.fromkeys(range(streams), 0)
         self.waiting = deque(range(streams))
-        self.running: dict[int, list[int]] = {}  # gen id -> [job, slot, pieces this run]
+        self.running: dict[int, list[int]] = {}  # call id -> [job, slot, pieces this run]
         self.free_slots = list(range(SLOTS))
-        self.gen = 0
+        self.call_id = 0
 
     def admit(self) -> None:
         while self.waiting and self.free_slots:
             job, slot = self.waiting.popleft(), self.free_slots.pop()
-            self.gen += 1
+            self.call_id += 1
             request = GenerationRequest(
                 model_id="m",
                 messages=[{"role": "user", "content": f"Tell me a long story about dragon {job}."}],
                 max_tokens=TOKENS - self.made[job], temperature=0.0,
                 resume_text=self.text[job], extra={"logit_bias": NO_END},
             )  # fmt: skip
-            self.running[self.gen] = [job, slot, 0]
-            self.engine.admit(Generate(self.gen, self.gen, request, f"job {job}", slot))
+            self.running[self.call_id] = [job, slot, 0]
+            self.engine.admit(Generate(self.call_id, request, f"job {job}", slot))
 
     def step(self) -> float:
         started = time.perf_counter()
@@ -88,7 +88,7 @@ class Rotation:
         for event in self.events:
             for e in event.events if isinstance(event, Step) else (event,):
                 if isinstance(e, Piece):
-                    run = self.running[e.gen_id]
+                    run = self.running[e.call_id]
                     self.text[run[0]] += e.text
                     self.made[run[0]] += 1
                     run[2] += 1
@@ -100,10 +100,10 @@ class Rotation:
                     if self.made[job] < TOKENS:
                         self.waiting.append(job)
         self.events.clear()
-        for gen_id, (_, slot, pieces) in self.running.items():
-            self.control.set_consumed(gen_id, pieces, slot)
-            if pieces >= self.cut and self.control.stop_reason(gen_id, slot) is None:
-                self.control.cancel(gen_id, CancelReason.YIELD, slot)
+        for call_id, (_, slot, pieces) in self.running.items():
+            self.control.set_consumed(call_id, pieces, slot)
+            if pieces >= self.cut and self.control.stop_reason(call_id, slot) is None:
+                self.control.cancel(call_id, CancelReason.YIELD, slot)
         self.admit()
         return took
 
@@ -113,7 +113,9 @@ def probe(engine: BatchEngine, label: str) -> float:
     import llama_cpp
 
     batch = engine._batch
-    base = [int(llama_cpp.llama_memory_seq_pos_max(engine._mem, s)) + 1 for s in range(SLOTS)]
+    base = [
+        int(llama_cpp.llama_memory_seq_pos_max(engine._kv_slots._mem, s)) + 1 for s in range(SLOTS)
+    ]
     times = []
     for i in range(20):
         for s in range(SLOTS):
@@ -130,7 +132,7 @@ def probe(engine: BatchEngine, label: str) -> float:
 def fresh_prefill(engine: BatchEngine, lengths: list[int]) -> None:
     import llama_cpp
 
-    llama_cpp.llama_memory_clear(engine._mem, True)
+    llama_cpp.llama_memory_clear(engine._kv_slots._mem, True)
     batch = engine._batch
     for s, n in enumerate(lengths):
         for i in range(n):
@@ -152,7 +154,7 @@ def run(way: str, args: argparse.Namespace) -> dict[str, Any]:
     events: list[Any] = []
     engine = BatchEngine(model, SLOTS, control, events.append, pool, lambda: None)
     if way == "no-restore":
-        engine._restore = lambda seq, snapshot: False  # type: ignore[method-assign]
+        engine._kv_slots._restore = lambda slot, snapshot: False  # type: ignore[method-assign]
     rotation = Rotation(engine, control, args.streams, args.cut)
     rotation.events = events
     rotation.admit()
@@ -173,7 +175,7 @@ def run(way: str, args: argparse.Namespace) -> dict[str, Any]:
         "restored": pool.stats().restored,
     }
     if way == "pool":
-        mem = engine._mem
+        mem = engine._kv_slots._mem
         lengths = [int(llama_cpp.llama_memory_seq_pos_max(mem, s)) + 1 for s in range(SLOTS)]
         row["probe_ms_as_left"] = round(1000 * probe(engine, "as left"), 1)
         fresh_prefill(engine, lengths)

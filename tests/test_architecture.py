@@ -172,10 +172,17 @@ def test_nothing_imports_the_ray_layer() -> None:
     assert {m: ts for m, ts in users.items() if ts} == {}
 
 
+# The one word the policy core and the runners share: why a job is told to stop.
+STOP_REASONS = "tierlm.core.stop_reasons"
+
+
 def test_runners_import_only_runners() -> None:
     """docs/design.md §1: runners know no policy; they import their own protocol
-    (and the error root)."""
-    assert imports_outside(layer("tierlm.runners"), ("tierlm.runners", "tierlm.errors")) == {}
+    (and the error root, and the core's pure stop reasons)."""
+    allowed = ("tierlm.runners", "tierlm.errors", STOP_REASONS)
+    assert imports_outside(layer("tierlm.runners"), allowed) == {}
+    # The stop reasons stay a leaf: through them runners reach no policy.
+    assert import_graph()[STOP_REASONS] == set()
 
 
 LLAMA = "tierlm.runners.llama_cpp"

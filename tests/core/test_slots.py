@@ -7,9 +7,10 @@ import itertools
 
 from tierlm.core.classes import default_classes
 from tierlm.core.config import SchedulerConfig
-from tierlm.core.device import Device, Preemption
+from tierlm.core.device import Device
 from tierlm.core.jobs import Job
 from tierlm.core.slots import guard_cap
+from tierlm.core.stop_reasons import CancelReason
 from tierlm.core.tiered import TieredPolicy
 
 CLASSES = default_classes()
@@ -56,7 +57,7 @@ def test_a_job_on_another_model_waits_for_an_empty_device_and_nothing_joins_mean
     p.submit(later, 1.0)
     decision = p.decide(1.0, Device("m1", slots=4, running=(running,)))
     assert chat not in decision.start and later not in decision.start
-    assert decision.stop == ((running, Preemption.PREEMPT),)
+    assert decision.stop == ((running, CancelReason.PREEMPTED),)
     # Once the device is empty, the chat starts alone (its swap).
     p.finished(running, 1.1)
     p.requeue(running, 1.1)
@@ -91,10 +92,10 @@ def test_a_person_on_a_full_device_stops_one_sequence_the_lowest_ranked() -> Non
     assert decision.start == ()
     assert len(decision.stop) == 1
     stopped, how = decision.stop[0]
-    assert how is Preemption.PREEMPT
+    assert how is CancelReason.PREEMPTED
     assert stopped in pool  # T4 before T2: the lowest-ranked goes
     # While that stop is under way, no second sequence is stopped for the same chat.
-    again = p.decide(1.0, Device("m1", 4, started, {stopped.id: Preemption.PREEMPT}))
+    again = p.decide(1.0, Device("m1", 4, started, {stopped.id: CancelReason.PREEMPTED}))
     assert again.stop == ()
 
 
@@ -116,7 +117,7 @@ def test_the_chat_latency_guard_cuts_the_batch_around_a_person() -> None:
     decision = p.decide(1.0, Device("m1", slots=4, running=started, step_cost=curve))
     assert decision.start == (chat,)
     assert len(decision.stop) == 3
-    assert {how for _job, how in decision.stop} == {Preemption.PREEMPT}
+    assert {how for _job, how in decision.stop} == {CancelReason.PREEMPTED}
     # Its first token: one background sequence may rejoin beside it.
     for stopped, _how in decision.stop:
         p.finished(stopped, 1.1)
@@ -157,5 +158,5 @@ def test_a_yield_under_way_is_cut_short_when_a_person_needs_its_slot() -> None:
     (started,) = p.decide(0.0, Device("m1")).start
     chat = job("chat")
     p.submit(chat, 1.0)
-    decision = p.decide(1.0, Device("m1", 1, (started,), {started.id: Preemption.YIELD}))
-    assert decision.stop == ((started, Preemption.PREEMPT),)
+    decision = p.decide(1.0, Device("m1", 1, (started,), {started.id: CancelReason.YIELD}))
+    assert decision.stop == ((started, CancelReason.PREEMPTED),)

@@ -115,7 +115,7 @@ def request(
 
 
 @dataclass
-class Preemption:
+class ChatArrival:
     """What happened when a chat arrived during a background generation."""
 
     background: Timed
@@ -159,7 +159,7 @@ async def preempt_background(
     *,
     after_pieces: int | None = None,
     after_seconds: float | None = None,
-) -> Preemption:
+) -> ChatArrival:
     """Run ``background`` as a nataraj generation; a chat arrives once its caller
     has read ``after_pieces`` pieces, or ``after_seconds`` after the job started
     (to land inside a long prompt evaluation). The chat gets the background's
@@ -223,7 +223,7 @@ async def preempt_background(
     )
     await task
     remove()
-    return Preemption(result, chat, events, stopped[0] if stopped else None, read_at_arrival[0])
+    return ChatArrival(result, chat, events, stopped[0] if stopped else None, read_at_arrival[0])
 
 
 def kinds(events: list[JobEvent]) -> list[type[JobEvent]]:

@@ -68,10 +68,10 @@ async def short(runner: LlamaCppRunner) -> None:
 async def evaluated_at_least(runner: LlamaCppRunner, tokens: int) -> None:
     """Wait until the evaluation under way has done ``tokens`` (its batches)."""
     worker = runner._supervisor.worker  # WorkerThread: the worker's service, here
-    kv_seqs = worker._service._engine._kv_seqs
-    # Polled: the decode thread extends the one slot's sequence id after each
+    kv_slots = worker._service._engine._kv_slots
+    # Polled: the decode thread extends the one KV slot's tokens after each
     # step and signals nothing.
-    while len(kv_seqs[0].tokens) < tokens:  # noqa: ASYNC110
+    while len(kv_slots[0].tokens) < tokens:  # noqa: ASYNC110
         await asyncio.sleep(0.001)
 
 

@@ -2,7 +2,7 @@
 
 vLLM v1's ``SchedulerOutput`` is the model: the shell describes the device
 (``Device``: the model it holds, its slots, who holds them), the policy answers
-one plan for this step (``Decision``: who starts, who stops and how, when to ask
+one plan for this step (``Decision``: who starts, who stops and why, when to ask
 again), and the shell applies it (docs/design.md §2 decide). A policy never
 hands state to the shell any other way.
 """
@@ -13,27 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tierlm.core.jobs import Job
+from tierlm.core.stop_reasons import CancelReason
 
-__all__ = ["Decision", "Device", "Preemption"]
-
-import enum
-
-
-class Preemption(enum.Enum):
-    """How to stop a running job (docs/design.md §4.6 preemption kinds).
-
-    Only a person waiting may cut a prompt evaluation short: cut, it is lost
-    (llama.cpp drops the aborted batch), and a prompt longer than a slice
-    would be cut at every slice and never finish. So fairness yields.
-    """
-
-    YIELD = "yield"
-    """For fairness (a slice used, the pool floor, overdue work, any tier below
-    T1, the chat latency guard): at the first token boundary after the prompt
-    evaluation under way."""
-    PREEMPT = "preempt"
-    """For T0 or T1 work (a chat, the foreground): at the next token boundary,
-    or at once during a prompt evaluation."""
+__all__ = ["Decision", "Device"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +28,11 @@ class Device:
     """Sequences it decodes at once (``Runner.slots``)."""
     running: Sequence[Job] = ()
     """The jobs holding a slot, in the order they started."""
-    stopping: Mapping[int, Preemption] = field(default_factory=dict)
-    """Running jobs already told to stop (by job id), and how: they hold their
-    slot until they end."""
+    stopping: Mapping[int, CancelReason] = field(default_factory=dict)
+    """Running jobs already told to stop (by job id), and why: they hold their
+    slot until they end. Only a ``YIELD`` may still be turned into a
+    ``PREEMPTED`` (docs/design.md §4.6 preemption kinds); any other stop is
+    final."""
     can_start: bool = True
     """False while paused, held for a load or unload, swapping or closing:
     nothing new may start (running jobs may still be stopped)."""
@@ -87,8 +71,10 @@ class Decision:
     start: tuple[Job, ...] = ()
     """Jobs to run now, already out of the queue, best first. A job on another
     model than the loaded one starts alone, on an empty device (its swap)."""
-    stop: tuple[tuple[Job, Preemption], ...] = ()
-    """Running jobs to stop, and how."""
+    stop: tuple[tuple[Job, CancelReason], ...] = ()
+    """Running jobs to stop, and why: ``CancelReason.YIELD`` (for fairness) or
+    ``CancelReason.PREEMPTED`` (a person is waiting), docs/design.md §4.6
+    preemption kinds. The shell cancels the job's token with that reason."""
     wake_at: float | None = None
     """When to ask again with no event (a hold ending, a deadline, a slice)."""
     load: str | None = None

@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from tierlm.core.classes import TaskClass
-from tierlm.core.device import Decision, Device, Preemption
+from tierlm.core.device import Decision, Device
 from tierlm.core.jobs import Foreground, Job
 
-__all__ = ["Decision", "Device", "Policy", "Preemption"]
+__all__ = ["Decision", "Device", "Policy"]
 
 
 class Policy(Protocol):

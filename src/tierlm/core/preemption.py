@@ -17,8 +17,8 @@
 from __future__ import annotations
 
 from tierlm.core.classes import T1, T2, T3, T4
-from tierlm.core.device import Preemption
 from tierlm.core.queues import T3_AFTER_POOL
+from tierlm.core.stop_reasons import CancelReason
 
 __all__ = ["preemption"]
 
@@ -31,7 +31,7 @@ def preemption(
     person_just_left: bool,
     requeues_whole: bool,
     in_slice: bool,
-) -> Preemption | None:
+) -> CancelReason | None:
     """How the running job (``run_rank``) stops for the best job (``best_rank``),
     or None. ``best_budgeted``: the best job's class has a budget;
     ``person_just_left``: the running job is on the surface the person just
@@ -42,12 +42,12 @@ def preemption(
     if best_rank < (T3 if run_rank == T3_AFTER_POOL else run_rank):
         # A higher tier (waiting for the floor leaves overdue work T3).
         if best_rank == T1 and person_just_left:
-            return Preemption.YIELD
-        return Preemption.PREEMPT if best_rank <= T1 else Preemption.YIELD
+            return CancelReason.YIELD
+        return CancelReason.PREEMPTED if best_rank <= T1 else CancelReason.YIELD
     if not requeues_whole:
         return None
     if run_rank == T3_AFTER_POOL:
-        return Preemption.YIELD if best_rank == T4 else None  # the pool is owed its floor
+        return CancelReason.YIELD if best_rank == T4 else None  # the pool is owed its floor
     if run_rank == best_rank == T4 and not in_slice:
-        return Preemption.YIELD
+        return CancelReason.YIELD
     return None

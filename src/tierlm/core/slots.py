@@ -33,8 +33,9 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
 from tierlm.core.classes import T0, T1
-from tierlm.core.device import Decision, Device, Preemption
+from tierlm.core.device import Decision, Device
 from tierlm.core.jobs import Job, Person
+from tierlm.core.stop_reasons import CancelReason
 
 __all__ = ["PROMPT_SLOWDOWN", "SlotRules", "guard_cap", "plan"]
 
@@ -58,7 +59,7 @@ class SlotRules(Protocol):
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
-    ) -> Preemption | None:
+    ) -> CancelReason | None:
         """Whether to stop ``running`` for the best of the queue and it."""
 
     def next_wakeup(self, now: float) -> float | None:
@@ -136,13 +137,13 @@ def plan(
         if job.model_id != loaded:
             break  # it swaps, alone
 
-    stops: list[tuple[Job, Preemption]] = []
+    stops: list[tuple[Job, CancelReason]] = []
     # A yield under way is asked again: a person's preemption then cuts its
     # prompt evaluation short (docs/design.md §4.6 preemption kinds).
     for job in device.running:
-        yielding = device.stopping.get(job.id) is Preemption.YIELD
-        if yielding and rules.should_preempt(job, now, loaded) is Preemption.PREEMPT:
-            stops.append((job, Preemption.PREEMPT))
+        yielding = device.stopping.get(job.id) is CancelReason.YIELD
+        if yielding and rules.should_preempt(job, now, loaded) is CancelReason.PREEMPTED:
+            stops.append((job, CancelReason.PREEMPTED))
     full = len(device.running) + len(starts) >= device.slots
     if staying and (full or draining):
         # Lowest-ranked first; among equals the latest started (it has the least sunk).
@@ -163,7 +164,7 @@ def plan(
     if people_waiting is not None and device.free - len(starts) <= 0:
         stopping = [j for j in device.running if j.id in device.stopping] + [j for j, _ in stops]
         turns = _turn_stops(rules, now, staying, people_waiting, stopping)
-        stops.extend((job, Preemption.YIELD) for job in turns)
+        stops.extend((job, CancelReason.YIELD) for job in turns)
         staying = [job for job in staying if job not in turns]
     # The chat latency guard cuts the batch around a person's sequence.
     if person(staying) or person(starts):
@@ -174,7 +175,7 @@ def plan(
             # While the person's prompt evaluates, a person waits: the cut
             # sequences stop at once, a prompt evaluation of theirs too (§4.6).
             waiting = person_evaluating(staying) or person_evaluating(starts)
-            how = Preemption.PREEMPT if waiting else Preemption.YIELD
+            how = CancelReason.PREEMPTED if waiting else CancelReason.YIELD
             stops.extend((job, how) for job in background[:over])
     if people_waiting is not None and not stops and not device.stopping:
         turn = _producer_turn(rules, now, left_waiting, loaded, staying)

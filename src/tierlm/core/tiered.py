@@ -17,7 +17,7 @@ from tierlm.core.book import JobBook
 from tierlm.core.budget import Budgets
 from tierlm.core.classes import T2, T3, T4, TaskClass, Tier
 from tierlm.core.config import SchedulerConfig
-from tierlm.core.device import Decision, Device, Preemption
+from tierlm.core.device import Decision, Device
 from tierlm.core.fairness import FairPool
 from tierlm.core.flapping import Flapping
 from tierlm.core.floor import PoolFloor
@@ -29,6 +29,7 @@ from tierlm.core.preemption import preemption
 from tierlm.core.queues import T3_AFTER_POOL, Candidate, running_candidate
 from tierlm.core.slices import SliceClocks
 from tierlm.core.slots import plan
+from tierlm.core.stop_reasons import CancelReason
 from tierlm.core.turns import chat_order
 from tierlm.core.wakeups import next_wakeup
 
@@ -409,7 +410,7 @@ class TieredPolicy:
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
-    ) -> Preemption | None:
+    ) -> CancelReason | None:
         """docs/design.md §4 preemption: best = pick(queue + running), and
         whether and how to stop for it (``core/preemption.py``). Because the
         running job takes part in the pick, a preemption that would only lead

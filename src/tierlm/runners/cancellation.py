@@ -6,16 +6,18 @@ the other way), and a callback added late runs at once, so a cancel is never
 lost and never counted twice. ``CallToken`` is one generation call's view of the
 job's token: a yield stops a call only once it produced a token
 (docs/design.md §4 preemption kinds). ``Cancelled`` is what the awaiter of a
-cancelled job gets.
+cancelled job gets. ``CancelReason``, why a job is told to stop, is the policy
+core's word (``tierlm.core.stop_reasons``), re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 from collections.abc import Callable
 from typing import Protocol
+
+from tierlm.core.stop_reasons import CancelReason
 
 __all__ = [
     "CallToken",
@@ -25,55 +27,6 @@ __all__ = [
     "Cancelled",
     "wait_cancelled",
 ]
-
-
-class CancelReason(enum.Enum):
-    """Why a job was told to stop (docs/design.md §4 preemption kinds).
-
-    ``YIELD`` and ``PREEMPTED`` are the two kinds of preemption: both re-queue
-    a re-queueable job, but only ``PREEMPTED`` (a person is waiting) may cut a
-    prompt evaluation short (``CancelToken.aborts_prompt``).
-    """
-
-    YIELD = "yielded"
-    """The job yields the device for fairness (its slice, the pool floor,
-    overdue work, any tier below a person's): it stops at its next token
-    boundary, but a prompt evaluation under way runs to its first token
-    first; the job may be re-queued (one that is not ends as ``PREEMPTED``:
-    to its caller, the kinds are alike)."""
-    PREEMPTED = "preempted"
-    """A person is waiting (a chat, the foreground): the job stops at its next
-    token boundary, a prompt evaluation at once; the job may be re-queued."""
-    CALLER = "cancelled by caller"
-    """The submitter called ``JobHandle.cancel()`` (or stopped reading a stream)."""
-    SHUTDOWN = "shutdown"
-    """The scheduler is closing."""
-    READER_LEFT = "reader left"
-    """A runner's own: the stream's reader stopped iterating (closed it or
-    went away). No token carries it; a runner tells its device."""
-
-    @property
-    def preempts(self) -> bool:
-        """The job goes back to the queue and resumes: a runner keeps its KV
-        state (docs/design.md §4 zero-loss preemption)."""
-        return self in (CancelReason.PREEMPTED, CancelReason.YIELD)
-
-    def stops(self, produced: int) -> bool:
-        """Does a generation that has produced ``produced`` tokens stop now
-        (at a token boundary, or inside its prompt evaluation)? A yield waits
-        for the first token; every other reason stops it at once."""
-        return produced > 0 or self is not CancelReason.YIELD
-
-
-# A stronger reason replaces a weaker one (CancelToken.cancel); the first of
-# two equal ones is kept.
-_STRENGTH = {
-    CancelReason.YIELD: 0,
-    CancelReason.PREEMPTED: 1,
-    CancelReason.CALLER: 2,
-    CancelReason.SHUTDOWN: 2,
-    CancelReason.READER_LEFT: 2,
-}
 
 
 class Cancelled(Exception):
@@ -130,7 +83,7 @@ class CancelToken:
 
     def cancel(self, reason: CancelReason = CancelReason.CALLER) -> bool:
         """Cancel; return True if this call changed the token's state or reason."""
-        if self.reason is not None and _STRENGTH[reason] <= _STRENGTH[self.reason]:
+        if not reason.replaces(self.reason):
             return False
         self.reason = reason
         self.aborts_prompt = reason is not CancelReason.YIELD

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tierlm.core.policy import Device, Preemption
-from tierlm.runners.cancellation import CancelReason
+from tierlm.core.policy import Device
+from tierlm.core.stop_reasons import CancelReason
 from tierlm.shell.entries import Entry
 
 __all__ = ["describe"]
@@ -24,7 +24,7 @@ def describe(
     swap_estimate: float | None,
     step_cost: Sequence[float],
 ) -> Device:
-    stopping = {}
+    stopping: dict[int, CancelReason] = {}
     evaluations = {}
     decoding = set()
     for job_id, entry in running.items():
@@ -44,11 +44,7 @@ def describe(
         assert entry.token is not None
         reason = entry.token.reason
         if reason is not None:
-            # Only a yield may still be cut short by a person's preemption
-            # (docs/design.md §4 preemption kinds); any other stop is final.
-            stopping[job_id] = (
-                Preemption.YIELD if reason is CancelReason.YIELD else Preemption.PREEMPT
-            )
+            stopping[job_id] = reason
     return Device(
         model,
         slots,

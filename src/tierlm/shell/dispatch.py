@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from tierlm.core.classes import Tier
 from tierlm.core.config import SchedulerConfig
-from tierlm.core.policy import Policy, Preemption
+from tierlm.core.policy import Policy
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
 from tierlm.runners.errors import DeviceCrashed, RunnerError
 from tierlm.runners.protocol import Runner, Unloadable, abilities_of
@@ -51,11 +51,6 @@ logger = logging.getLogger("tierlm")
 
 T = TypeVar("T")
 Listener = Callable[[SchedulerEvent], None]
-
-# The policy's kind of preemption as the job's cancel reason (docs/design.md §4
-# preemption kinds; both re-queue a re-queueable job: ``CancelReason.preempts``).
-# The policy keeps its own two words because core imports no runner (§1).
-_REASONS = {Preemption.YIELD: CancelReason.YIELD, Preemption.PREEMPT: CancelReason.PREEMPTED}
 
 
 class Dispatcher:
@@ -232,8 +227,8 @@ class Dispatcher:
             step_cost=self.step_cost,
         )
         decision = self.policy.decide(now, device)
-        for job, preemption in decision.stop:
-            self.stop_running(self.running[job.id], _REASONS[preemption])
+        for job, reason in decision.stop:
+            self.stop_running(self.running[job.id], reason)
         for job in decision.start:
             self._start(self.entries[job.id], now)
         if decision.load is not None and not self.running and self.swapping_to is None:

@@ -9,9 +9,10 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from tierlm.core.classes import TaskClass
-from tierlm.core.device import Decision, Device, Preemption
+from tierlm.core.device import Decision, Device
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.slots import plan
+from tierlm.core.stop_reasons import CancelReason
 
 __all__ = ["FifoQueue", "OneAtATime", "SimpleBaseline", "same_model_first"]
 
@@ -57,7 +58,7 @@ class OneAtATime:
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
-    ) -> Preemption | None:
+    ) -> CancelReason | None:
         raise NotImplementedError
 
     def started(self, job: Job, now: float) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.jobs import Job
-from tierlm.core.policy import Preemption
+from tierlm.core.stop_reasons import CancelReason
 from tierlm.sim.baselines.base import FifoQueue, SimpleBaseline
 
 __all__ = ["FifoPolicy"]
@@ -40,7 +40,7 @@ class FifoPolicy(SimpleBaseline):
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
-    ) -> Preemption | None:
+    ) -> CancelReason | None:
         return None
 
     def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 
 from tierlm.core.classes import DEFAULT_BUDGET_WINDOW, TaskClass
 from tierlm.core.jobs import Foreground, Job
-from tierlm.core.policy import Preemption
+from tierlm.core.stop_reasons import CancelReason
 from tierlm.sim.baselines.base import OneAtATime, same_model_first
 
 __all__ = ["SeedLiteralPolicy"]
@@ -196,7 +196,7 @@ class SeedLiteralPolicy(OneAtATime):
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
-    ) -> Preemption | None:
+    ) -> CancelReason | None:
         arrived, self._arrived = self._arrived, []
         foreground_changed, self._foreground_changed = self._foreground_changed, False
         running_tier = self.tier(running, now)
@@ -204,11 +204,11 @@ class SeedLiteralPolicy(OneAtATime):
         # it is doing: always a PREEMPT (literal).
         # _onJobArrived: `if (_tier(j) < _tier(_running!)) _runningCancel?.cancel();`
         if any(self.tier(j, now) < running_tier for j in arrived):
-            return Preemption.PREEMPT
+            return CancelReason.PREEMPTED
         if foreground_changed:
             best = self._pick_best(now, loaded_model)
             picked_tier = running_tier + 1 if best is None else self.tier(best, now)
-            return Preemption.PREEMPT if picked_tier < running_tier else None
+            return CancelReason.PREEMPTED if picked_tier < running_tier else None
         return None
 
     def started(self, job: Job, now: float) -> None:

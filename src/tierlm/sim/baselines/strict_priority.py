@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.jobs import Job
-from tierlm.core.policy import Preemption
+from tierlm.core.stop_reasons import CancelReason
 from tierlm.sim.baselines.base import SimpleBaseline
 
 __all__ = ["StrictPriorityPolicy"]
@@ -61,12 +61,12 @@ class StrictPriorityPolicy(SimpleBaseline):
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
-    ) -> Preemption | None:
+    ) -> CancelReason | None:
         self._clean()
         # vLLM's priority preemption stops the running request at once, in its
         # prompt's prefill too: no yield (docs/design.md §4 preemption kinds).
         if self._heap and self._heap[0][0] < self.priority(running):
-            return Preemption.PREEMPT
+            return CancelReason.PREEMPTED
         return None
 
     def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:

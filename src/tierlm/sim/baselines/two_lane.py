@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterator, Mapping
 
 from tierlm.core.classes import TaskClass
 from tierlm.core.jobs import Job
-from tierlm.core.policy import Preemption
+from tierlm.core.stop_reasons import CancelReason
 from tierlm.sim.baselines.base import FifoQueue, SimpleBaseline
 
 __all__ = ["DEFAULT_HIGH_CLASSES", "TwoLanePolicy"]
@@ -76,7 +76,7 @@ class TwoLanePolicy(SimpleBaseline):
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
-    ) -> Preemption | None:
+    ) -> CancelReason | None:
         return None
 
     def tier(self, job: Job, now: float) -> int:

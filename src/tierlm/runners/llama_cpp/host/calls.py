@@ -98,26 +98,28 @@ class Call:
 
 
 class Calls:
-    """The calls in flight to ONE worker, by call id and generation id."""
+    """The calls in flight to ONE worker, by call id (a generation's is its
+    ``Generate`` command's)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls: dict[int, Call] = {}
         self._streams: dict[int, Call] = {}
+        """The generations among them (their pieces come before the reply)."""
         self._exit: int | None = None
         self._stalled: float | None = None
 
-    def add(self, call_id: int, call: Call, gen_id: int | None = None) -> None:
+    def add(self, call_id: int, call: Call) -> None:
         with self._lock:
             if self._exit is not None:
                 call.settle(WorkerCrashed(self._exit, self._stalled))
                 return
             self._calls[call_id] = call
-            if gen_id is not None:
-                self._streams[gen_id] = call
+            if call.pieces is not None:
+                self._streams[call_id] = call
 
     def generations(self) -> list[int]:
-        """The generations in flight."""
+        """The generations in flight, by call id."""
         with self._lock:
             return list(self._streams)
 
@@ -126,15 +128,13 @@ class Calls:
         if isinstance(event, Step):
             self._on_step(event)
         elif isinstance(event, Piece):
-            call = self._streams.get(event.gen_id)
+            call = self._streams.get(event.call_id)
             if call is not None:
                 call.piece(event)
         elif isinstance(event, Reply | Failed):
             with self._lock:
                 call = self._calls.pop(event.call_id, None)
-                for gen_id, stream in list(self._streams.items()):
-                    if stream is call:
-                        del self._streams[gen_id]
+                self._streams.pop(event.call_id, None)
             if call is not None:
                 call.settle(event)
         elif isinstance(event, Progress):
@@ -157,7 +157,7 @@ class Calls:
 
         for event in step.events:
             if isinstance(event, Piece):
-                call = self._streams.get(event.gen_id)
+                call = self._streams.get(event.call_id)
                 if call is not None:
                     batches.setdefault(call.loop, []).append((call, event))
             else:

@@ -351,9 +351,9 @@ class LlamaCppRunner:
         worker = self._supervisor.detach()
         self.loaded_model = None
         if worker is not None:
-            for gen_id in calls.generations():
-                slot = self._slot_table.held.get(gen_id, 0)
-                worker.control.cancel(gen_id, CancelReason.SHUTDOWN, slot)
+            for call_id in calls.generations():
+                slot = self._slot_table.held.get(call_id, 0)
+                worker.control.cancel(call_id, CancelReason.SHUTDOWN, slot)
             await asyncio.to_thread(worker.shutdown)
 
     # -- tokens --------------------------------------------------------------
@@ -412,28 +412,28 @@ class LlamaCppRunner:
         taken = yielded = 0
         stop = cancel.for_call(lambda: yielded)  # a yield: after the first token
         label = f"job {request.job_id}" if request.job_id is not None else "a request"
-        gen_id = next(self._ids)
-        slot = await self._slot_table.acquire(gen_id)
+        call_id = next(self._ids)  # the generation's id, in the control block too
+        slot = await self._slot_table.acquire(call_id)
         try:
             worker, call = await self._supervisor.call(
-                Generate(next(self._ids), gen_id, request, label, slot), gen_id=gen_id
+                Generate(call_id, request, label, slot), stream=True
             )
         except BaseException:
-            self._slot_table.release(gen_id)
+            self._slot_table.release(call_id)
             raise
         control = worker.control
 
         def on_cancel(token: CancelToken) -> None:
             # Called again when a stronger reason replaces the first (a yield
             # cut short by a person's preemption): the worker reads the latest.
-            control.cancel(gen_id, token.reason or CancelReason.CALLER, slot)
+            control.cancel(call_id, token.reason or CancelReason.CALLER, slot)
 
         remove = cancel.add_callback(on_cancel)
         assert call.pieces is not None
         try:
             while (text := await call.pieces.get()) is not None:
                 taken += 1
-                control.set_consumed(gen_id, taken, slot)
+                control.set_consumed(call_id, taken, slot)
                 if stop.cancelled:
                     return
                 yielded += 1
@@ -449,12 +449,12 @@ class LlamaCppRunner:
             ) from None
         finally:
             remove()
-            control.cancel(gen_id, CancelReason.READER_LEFT, slot)  # no-op if it has ended
+            control.cancel(call_id, CancelReason.READER_LEFT, slot)  # no-op if it has ended
             # Return only once the device is free: the worker is at most one
             # token (or one aborted prompt batch) away from its reply.
             with contextlib.suppress(Exception):
                 await call.result()
-            self._slot_table.release(gen_id)
+            self._slot_table.release(call_id)
             if call.done.done() and call.done.exception() is None:
                 self.last_stats = call.done.result()
                 self.kv_pool = self.last_stats.pool

@@ -1,7 +1,8 @@
-"""The runner's lanes: which of its ``slots`` each generation in flight holds.
+"""The runner's slots: which of its ``slots`` each generation in flight holds.
 
 docs/design.md §1 runners, batched decode. A generation's slot is its pair of
-words in the control block (cancel, pieces taken: ``control.py``); the worker
+words in the control block (cancel, pieces taken: ``control.py``; the KV slot
+the worker runs it in is the worker's own choice, ``kv_slots.py``); the worker
 decodes at most ``slots`` generations at once, so a generation beyond them
 waits here for a slot (the shell runs at most ``slots``: this only keeps a
 direct caller of the runner within the bound).
@@ -16,15 +17,15 @@ __all__ = ["Slots"]
 
 
 class Slots:
-    """``slots`` lanes, handed out lowest first; waiters are served in order."""
+    """The runner's ``slots``, handed out lowest first; waiters are served in order."""
 
     def __init__(self, slots: int) -> None:
         self._free = list(range(slots))
         self._waiters: deque[asyncio.Future[int]] = deque()
         self.held: dict[int, int] = {}
-        """Generation id -> its slot, while it is in flight."""
+        """A generation's call id -> its slot, while it is in flight."""
 
-    async def acquire(self, gen_id: int) -> int:
+    async def acquire(self, call_id: int) -> int:
         if self._free and not self._waiters:
             slot = min(self._free)
             self._free.remove(slot)
@@ -37,11 +38,11 @@ class Slots:
                 if waiter.done() and not waiter.cancelled():
                     self._give(waiter.result())
                 raise
-        self.held[gen_id] = slot
+        self.held[call_id] = slot
         return slot
 
-    def release(self, gen_id: int) -> None:
-        slot = self.held.pop(gen_id, None)
+    def release(self, call_id: int) -> None:
+        slot = self.held.pop(call_id, None)
         if slot is not None:
             self._give(slot)
 

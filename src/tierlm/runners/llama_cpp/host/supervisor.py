@@ -147,11 +147,12 @@ class WorkerSupervisor:
             worker = self.worker
         return worker, self.calls
 
-    async def call(self, command: Command, *, gen_id: int | None = None) -> tuple[Worker, Call]:
-        """Send ``command`` to the live worker; its call, to await."""
+    async def call(self, command: Command, *, stream: bool = False) -> tuple[Worker, Call]:
+        """Send ``command`` to the live worker; its call, to await (``stream``:
+        a generation, whose pieces come before its reply)."""
         worker, calls = await self.live()
-        call = Call(asyncio.get_running_loop(), stream=gen_id is not None)
-        calls.add(command.call_id, call, gen_id)
+        call = Call(asyncio.get_running_loop(), stream=stream)
+        calls.add(command.call_id, call)
         worker.send(command)
         return worker, call
 

@@ -17,9 +17,9 @@ second, whatever the decode is doing (llama.cpp's calls release the GIL), so a
 worker that beats no more is stopped or wedged, not busy (docs/design.md §1
 "The worker's watchdog").
 
-Each word packs a generation number with its value, so one aligned 64-bit
-store updates both at once and a stale word (an earlier generation's) is told
-apart without a lock.
+Each word packs a generation's id (its ``Generate`` command's ``call_id``)
+with its value, so one aligned 64-bit store updates both at once and a stale
+word (an earlier generation's) is told apart without a lock.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _SHIFT = 32
 
 
 # A reason as the control block stores it: a small number, in one aligned word
-# with the generation's (0 is "no cancel").
+# with the generation's id (0 is "no cancel").
 _CODES = {
     CancelReason.PREEMPTED: 1,
     CancelReason.CALLER: 2,
@@ -64,8 +64,8 @@ _REASONS = {code: reason for reason, code in _CODES.items()}
 
 
 class ControlBlock:
-    """Shared words, per slot: ``cancel`` = (generation, reason), ``consumed`` =
-    (generation, pieces taken by the reader)."""
+    """Shared words, per slot: ``cancel`` = (generation's call id, reason),
+    ``consumed`` = (generation's call id, pieces taken by the reader)."""
 
     def __init__(self, fd: int | None = None) -> None:
         """A new block in a temporary file (``fd`` None), to pass to a worker
@@ -88,9 +88,9 @@ class ControlBlock:
             os.close(self.fd)
             self.fd = -1
 
-    def cancel(self, gen_id: int, reason: CancelReason, slot: int = 0) -> None:
+    def cancel(self, call_id: int, reason: CancelReason, slot: int = 0) -> None:
         if reason is CancelReason.READER_LEFT:
-            current = self.stop_reason(gen_id, slot)
+            current = self.stop_reason(call_id, slot)
             if current is CancelReason.YIELD:
                 # Nobody takes the first token a yield waits for: stop at once,
                 # still as a preemption (its KV snapshot).
@@ -99,16 +99,16 @@ class ControlBlock:
                 # The reader leaves after every cancel: keep the reason it left
                 # for (a preemption's KV snapshot depends on it).
                 return
-        self._words[slot * _WORDS_PER_SLOT + _CANCEL] = (gen_id << _SHIFT) | _CODES[reason]
+        self._words[slot * _WORDS_PER_SLOT + _CANCEL] = (call_id << _SHIFT) | _CODES[reason]
 
-    def stop_reason(self, gen_id: int, slot: int = 0) -> CancelReason | None:
+    def stop_reason(self, call_id: int, slot: int = 0) -> CancelReason | None:
         word = self._words[slot * _WORDS_PER_SLOT + _CANCEL]
-        if word >> _SHIFT != gen_id:
+        if word >> _SHIFT != call_id:
             return None
         return _REASONS[word & 0xFF]
 
-    def set_consumed(self, gen_id: int, pieces: int, slot: int = 0) -> None:
-        self._words[slot * _WORDS_PER_SLOT + _CONSUMED] = (gen_id << _SHIFT) | pieces
+    def set_consumed(self, call_id: int, pieces: int, slot: int = 0) -> None:
+        self._words[slot * _WORDS_PER_SLOT + _CONSUMED] = (call_id << _SHIFT) | pieces
 
     def beat(self) -> None:
         """The worker is alive (its heartbeat thread)."""
@@ -119,6 +119,6 @@ class ControlBlock:
         beats: int = self._words[_HEARTBEAT]
         return beats
 
-    def consumed(self, gen_id: int, slot: int = 0) -> int:
+    def consumed(self, call_id: int, slot: int = 0) -> int:
         word = self._words[slot * _WORDS_PER_SLOT + _CONSUMED]
-        return word & 0xFFFFFFFF if word >> _SHIFT == gen_id else 0
+        return word & 0xFFFFFFFF if word >> _SHIFT == call_id else 0

@@ -2,9 +2,11 @@
 
 Commands go to the worker, events come back; over a pipe (pickled) when the
 worker is a process, as plain calls when it is a thread of this process
-(``isolation="thread"``). Every command but ``Cancel``-like control (which goes
-through the shared control block, ``control.py``) carries a ``call_id`` that
-its reply names.
+(``isolation="thread"``). Every command carries a ``call_id`` that its reply
+names; a generation is one ``Generate`` command, so its ``call_id`` is also
+the generation's id: its ``Piece`` events name it, and its words in the shared
+control block carry it (a cancel, the pieces taken: ``control.py``, no
+message).
 
 Generation (``Generate``): ``Piece`` events, one per token, then ``Reply`` with
 the ``GenerationStats``, or ``Failed``. Load (``Load``): ``Reply`` with a
@@ -69,6 +71,12 @@ TokenLogprobs = tuple[TokenLogprob, tuple[TokenLogprob, ...]]
 Ended = Literal[
     "", "max_tokens", "eos", "stop", "cancelled", "prefill_aborted", "context_full", "error"
 ]
+"""How one generation ended, its outcome (what OpenAI's ``finish_reason``
+reports): its token budget, an end-of-sequence token, a stop string, a cancel
+at a token boundary, a cancel inside the prompt evaluation, a full context, an
+error; ``""`` while it runs. Not why it was told to stop: that is
+``CancelReason`` (``tierlm.core.stop_reasons``, docs/design.md §2 cancel),
+which a ``cancelled`` or ``prefill_aborted`` end has as its cause."""
 
 
 @dataclass(slots=True)
@@ -165,14 +173,15 @@ class Unload:
 @dataclass(frozen=True, slots=True)
 class Generate:
     call_id: int
-    gen_id: int
-    """The generation's number in the control block (its cancel flag)."""
+    """The command's id, and the generation's: its pieces and its reply name
+    it, and its control block words carry it (its cancel, its pieces taken)."""
     request: GenerationRequest
     label: str
     """How errors name it: ``job 12`` or ``model 'm'``."""
     slot: int = 0
     """Which of the runner's slots it holds: its words in the control block
-    (``control.py``)."""
+    (``control.py``). The runner's numbering: the KV slot the worker runs it
+    in is the worker's choice (``worker/engine/kv_slots.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +216,8 @@ Command = Configure | Load | Unload | Generate | RenderPrompt | InjectFault | Sh
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    gen_id: int
+    call_id: int
+    """The ``Generate`` it belongs to."""
     text: str
     logprobs: TokenLogprobs | None = None
     """The token's log-probabilities, when the request asked for them."""

@@ -1,9 +1,9 @@
-"""The KV snapshot pool: saved sequence states, bounded, least recently used out.
+"""The KV snapshot pool: saved KV slot states, bounded, least recently used out.
 
 docs/design.md §4 zero-loss preemption. When a generation is preempted, the
-worker copies its sequence's KV state out of llama.cpp (``llama_state_seq_*``:
+worker copies its KV slot's state out of llama.cpp (``llama_state_seq_*``:
 the KV cells of its sequence id, ~23 KB a token on SmolLM2-135M) into this
-pool, once its id is needed by another generation (``engine/kv_seqs.py``),
+pool, once its slot is needed by another generation (``engine/kv_slots.py``),
 with the exact tokens it covers and what the generation sent for each of its
 output tokens. A resume (the same prompt + the partial output as
 ``resume_text``) restores the state and continues decoding without evaluating
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 __all__ = [
     "KvPool",
     "Snapshot",
-    "load_seq_state",
-    "save_seq_state",
+    "load_slot_state",
+    "save_slot_state",
 ]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
@@ -179,14 +179,15 @@ class KvPool:
         self._restored += 1
 
 
-def save_seq_state(ctx: Any, seq: int) -> bytearray | None:
-    """Sequence ``seq``'s KV state, or None if llama.cpp copied nothing."""
+def save_slot_state(ctx: Any, slot: int) -> bytearray | None:
+    """KV slot ``slot``'s state (llama.cpp's ``seq_id``), or None if llama.cpp
+    copied nothing."""
     import llama_cpp
 
-    size = llama_cpp.llama_state_seq_get_size(ctx, seq)
+    size = llama_cpp.llama_state_seq_get_size(ctx, slot)
     buffer = bytearray(size)
     view = (ctypes.c_uint8 * size).from_buffer(buffer)
-    written = llama_cpp.llama_state_seq_get_data(ctx, view, size, seq)
+    written = llama_cpp.llama_state_seq_get_data(ctx, view, size, slot)
     del view
     if written == 0:
         return None
@@ -194,17 +195,17 @@ def save_seq_state(ctx: Any, seq: int) -> bytearray | None:
     return buffer
 
 
-def load_seq_state(ctx: Any, seq: int, state: bytearray) -> bool:
-    """Put ``state`` in sequence ``seq`` (emptied first); False, and the
-    sequence left empty, if llama.cpp read nothing."""
+def load_slot_state(ctx: Any, slot: int, state: bytearray) -> bool:
+    """Put ``state`` in KV slot ``slot`` (emptied first); False, and the
+    slot left empty, if llama.cpp read nothing."""
     import llama_cpp
 
     memory = llama_cpp.llama_get_memory(ctx)
-    llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+    llama_cpp.llama_memory_seq_rm(memory, slot, -1, -1)
     view = (ctypes.c_uint8 * len(state)).from_buffer(state)
-    read = llama_cpp.llama_state_seq_set_data(ctx, view, len(state), seq)
+    read = llama_cpp.llama_state_seq_set_data(ctx, view, len(state), slot)
     del view
     if read == 0:
-        llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+        llama_cpp.llama_memory_seq_rm(memory, slot, -1, -1)
         return False
     return True

@@ -4,8 +4,8 @@ docs/design.md §4 zero-loss preemption. The text a model continues is the
 prompt (or rendered chat) + ``resume_text``. A resume whose prompt and partial
 output match a preempted snapshot takes that run's EXACT tokens (re-tokenizing
 the text can split it differently, and then a greedy continuation differs);
-otherwise the text is tokenized. Where their KV comes from (a sequence id's
-own prefix, a snapshot of the pool) is ``engine/kv_seqs.py``'s choice; a
+otherwise the text is tokenized. Where their KV comes from (a KV slot's
+own prefix, a snapshot of the pool) is ``engine/kv_slots.py``'s choice; a
 preempted generation's tokens and what it sent for each (``TokenLog``) go to
 the pool as its snapshot (``engine/batch.py``).
 """
@@ -24,9 +24,9 @@ __all__ = ["MIN_GAIN", "MIN_STASH", "Plan", "TokenLog", "choose_tokens"]
 
 MIN_GAIN = 32
 """Restore a snapshot only if it spares at least this many tokens of prompt
-evaluation over the sequence id's own prefix (a restore copies the whole state)."""
+evaluation over the KV slot's own prefix (a restore copies the whole state)."""
 MIN_STASH = 256
-"""Keep a sequence id's KV in the pool before overwriting it when at least
+"""Keep a KV slot's KV in the pool before overwriting it when at least
 this many of its tokens would be lost: a system prompt worth finding again."""
 
 
@@ -48,7 +48,7 @@ class Plan:
     carried: list[tuple[int, str, bool]] = field(default_factory=list)
     """The resume text's output segments (kept in the next snapshot)."""
     kv_seconds: float = 0.0
-    """Spent placing it: keeping its sequence id's KV, restoring a snapshot's."""
+    """Spent placing it: keeping its KV slot's KV, restoring a snapshot's."""
 
 
 def choose_tokens(model: LoadedModel, request: GenerationRequest, pool: KvPool | None) -> Plan:

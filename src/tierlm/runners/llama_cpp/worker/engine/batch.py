@@ -2,36 +2,37 @@
 
 docs/design.md §1 runners, batched decode. A runner with ``slots`` = k runs
 up to k generations at once, k = 1 included (a batch of one: llama-server's
-one slot loop for any ``-np``); in the worker each holds a sequence id of the
-context (``n_seq_max`` = k, a KV stream each) and a ``Generation`` (its sampler,
-cancel, run-ahead: ``generation.py``). Each step:
+one slot loop for any ``-np``); in the worker each holds a KV slot of the
+context (``kv_slots.py``: a llama.cpp sequence id, ``n_seq_max`` = k, a KV
+stream each) and a ``Generation`` (its sampler, cancel, run-ahead:
+``generation.py``). Each step:
 
 1. generations whose runner asked them to stop end (a yield only once it has
    produced a token, docs/design.md §4 preemption kinds);
 2. one batch, as ``step_plan.plan_step`` plans it: the last sampled token of
-   every running sequence within its run-ahead bound, then at most
-   ``PREFILL_CHUNK`` prompt tokens of the sequences still evaluating their
+   every running generation within its run-ahead bound, then at most
+   ``PREFILL_CHUNK`` prompt tokens of the generations still evaluating their
    prompt, a person's first (chunked prefill: a long prompt delays the others
    by one chunk a step, never by all of it); with one slot there are no
    others, and a chunk is the whole ``n_batch``;
-3. one ``llama_decode``; each sequence with a row of logits samples its next
+3. one ``llama_decode``; each generation with a row of logits samples its next
    token with its own chain and sends its piece.
 
 A step of prompt chunks alone (always so with one slot) can take seconds on
 a small device, so it is abortable: llama.cpp's abort callback
 (``llama_set_abort_callback``) polls the control block between graph nodes and
-aborts the decode once every sequence in it is asked to stop; llama.cpp drops
+aborts the decode once every generation in it is asked to stop; llama.cpp drops
 the aborted ubatch from the KV cache and keeps the ones it finished (the
 preemption's snapshot keeps them, docs/design.md §4 zero-loss preemption). A
 yield aborts nothing: it stops a generation after its first token
 (docs/design.md §4 preemption kinds). A step with decode rows installs no
 callback: it costs a Python call per graph node, and the step is short.
 
-KV reuse (``kv_seqs.py``). A sequence id keeps the KV of what ran in it
-last, and a new generation goes to the free id sharing the longest prefix
+KV reuse (``kv_slots.py``). A KV slot keeps the KV of what ran in it
+last, and a new generation goes to the free slot sharing the longest prefix
 with its tokens, so a generation paused by a yield or a preemption and
-resumed evaluates one token, its last, and no prompt token again; what an
-id held before it is reused moves to the snapshot pool (``kv_pool.py``).
+resumed evaluates one token, its last, and no prompt token again; what a
+slot held before it is reused moves to the snapshot pool (``kv_pool.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp.wire.messages import Failed, GenerationStats, Reply, Step
 from tierlm.runners.llama_cpp.worker import snapshots
 from tierlm.runners.llama_cpp.worker.engine.generation import Generation
-from tierlm.runners.llama_cpp.worker.engine.kv_seqs import KvSeqs
+from tierlm.runners.llama_cpp.worker.engine.kv_slots import KvSlots
 from tierlm.runners.llama_cpp.worker.engine.step_plan import SlotState, plan_step
 from tierlm.runners.llama_cpp.worker.kv_pool import Snapshot
 from tierlm.runners.llama_cpp.worker.sampling import build_sampler, resumed_tokens
@@ -64,12 +65,12 @@ __all__ = ["PREFILL_CHUNK", "BatchEngine"]
 logger = logging.getLogger("tierlm.runners.llama_cpp")
 
 PREFILL_CHUNK = 64
-"""Prompt tokens evaluated per step beside the running sequences (chunked
+"""Prompt tokens evaluated per step beside the running generations (chunked
 prefill, docs/design.md §1 runners). Small enough that a step with a chunk
-costs a few plain decode steps on a small CPU, so running sequences keep
+costs a few plain decode steps on a small CPU, so running generations keep
 streaming while a long background prompt is read; large enough that a
 2 000-token prompt takes ~30 steps, not 2 000. With one slot the chunk is
-``n_batch``: no running sequence waits on it, and the abort callback bounds
+``n_batch``: no running generation waits on it, and the abort callback bounds
 what a cancel waits for (module docstring)."""
 _RUN_AHEAD_POLL = 0.001
 _ABORTED = 2
@@ -103,7 +104,7 @@ class BatchEngine:
         self._chunk = PREFILL_CHUNK if slots > 1 else self._n_batch
         self._no_abort = llama_cpp.ggml_abort_callback()
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._kv_seqs = KvSeqs(self._ctx, model.key, slots, pool, lambda: fault("restore"))
+        self._kv_slots = KvSlots(self._ctx, model.key, slots, pool, lambda: fault("restore"))
         self._running: list[Generation] = []
         self._out: list[Any] | None = None
         """While a step runs: what it sends, sent as one ``Step`` at its end."""
@@ -128,10 +129,10 @@ class BatchEngine:
     # -- admission ----------------------------------------------------------------
 
     def admit(self, command: Generate) -> None:
-        """Start ``command`` (a free sequence id exists: the runner runs at most
+        """Start ``command`` (a free KV slot exists: the runner runs at most
         ``slots`` generations). Raises what the generation fails with."""
         request = command.request
-        if self.control.stop_reason(command.gen_id, command.slot) is not None:
+        if self.control.stop_reason(command.call_id, command.slot) is not None:
             self._send(Reply(command.call_id, GenerationStats(ended="cancelled")))
             return
         plan = snapshots.choose_tokens(self.model, request, self._pool)
@@ -145,14 +146,14 @@ class BatchEngine:
         seed = int(request.extra.get("seed", llm._seed)) & 0xFFFFFFFF
         sampler = build_sampler(llm, request, resumed_tokens(llm, request, plan), seed)
         placing = time.perf_counter()
-        seq, reused = self._kv_seqs.place(plan)
+        kv_slot, reused = self._kv_slots.place(plan)
         plan.kv_seconds = time.perf_counter() - placing
-        self._running.append(Generation(command, plan, seq, reused, sampler, llm))
+        self._running.append(Generation(command, plan, kv_slot, reused, sampler, llm))
 
     # -- a step ---------------------------------------------------------------------
 
     def step(self) -> None:
-        """One decode step of every running sequence; a failure fails them all."""
+        """One decode step of every running generation; a failure fails them all."""
         self._out = []
         try:
             self._step()
@@ -174,60 +175,62 @@ class BatchEngine:
         import llama_cpp
 
         control = self.control
-        for seq in list(self._running):
-            reason = seq.stop_reason(control)
+        for gen in list(self._running):
+            reason = gen.stop_reason(control)
             if reason is not None:
-                self._end(seq, "prefill_aborted" if seq.prefilling else "cancelled", reason)
+                self._end(gen, "prefill_aborted" if gen.prefilling else "cancelled", reason)
         fault = self._fault("token") or self._fault("marked")
         batch, n = self._batch, 0
-        fed: list[tuple[Generation, list[int], int]] = []  # (sequence, tokens, logits row)
-        # docs/design.md §4.7 the step plan: decode rows in sequence-id order,
+        fed: list[tuple[Generation, list[int], int]] = []  # (generation, tokens, logits row)
+        # docs/design.md §4.7 the step plan: decode rows in KV slot order,
         # then the prompt budget, a person's prompts first (step_plan.py).
         plan = plan_step(
             (
                 SlotState(
-                    slot=seq.seq,
+                    slot=gen.kv_slot,
                     admitted=i,
-                    person=seq.request.person,
-                    pending=len(seq.pending) if seq.prefilling else 0,
-                    may_step=not seq.prefilling and seq.may_step(control),
-                    n_past=seq.n_past,
+                    person=gen.request.person,
+                    pending=len(gen.pending) if gen.prefilling else 0,
+                    may_step=not gen.prefilling and gen.may_step(control),
+                    n_past=gen.n_past,
                 )
-                for i, seq in enumerate(self._running)
+                for i, gen in enumerate(self._running)
             ),
             n_batch=self._n_batch,
             chunk=self._chunk,
             n_ctx=self.n_ctx_seq,
         )
-        by_slot = {seq.seq: seq for seq in self._running}
+        by_slot = {gen.kv_slot: gen for gen in self._running}
         for slot in plan.context_full:
             self._end(by_slot[slot], "context_full")
         for slot in plan.decode:
-            seq = by_slot[slot]
-            if fault is not None and fault.due(seq.stats.tokens, seq.request):
+            gen = by_slot[slot]
+            if fault is not None and fault.due(gen.stats.tokens, gen.request):
                 fault.fire()
-            self._add(n, seq.pending[0], seq.n_past, seq.seq, logits=True)
-            fed.append((seq, seq.pending[:1], n))
+            self._add(n, gen.pending[0], gen.n_past, gen.kv_slot, logits=True)
+            fed.append((gen, gen.pending[:1], n))
             n += 1
         for slot, count in plan.prefill:
-            seq = by_slot[slot]
-            chunk = seq.pending[:count]
-            last = len(chunk) == len(seq.pending)
-            if fault is not None and last and fault.due(seq.stats.tokens, seq.request):
+            gen = by_slot[slot]
+            chunk = gen.pending[:count]
+            last = len(chunk) == len(gen.pending)
+            if fault is not None and last and fault.due(gen.stats.tokens, gen.request):
                 fault.fire()
             for i, token in enumerate(chunk):
-                self._add(n, token, seq.n_past + i, seq.seq, logits=last and i == len(chunk) - 1)
+                self._add(
+                    n, token, gen.n_past + i, gen.kv_slot, logits=last and i == len(chunk) - 1
+                )
                 n += 1
-            fed.append((seq, chunk, n - 1 if last else -1))
+            fed.append((gen, chunk, n - 1 if last else -1))
         if n == 0:
-            time.sleep(_RUN_AHEAD_POLL)  # every sequence is ahead of its reader
+            time.sleep(_RUN_AHEAD_POLL)  # every generation is ahead of its reader
             return
         batch.n_tokens = n
         reused = llama_cpp.llama_perf_context(self._ctx).n_reused
         if plan.decode:
             status = llama_cpp.llama_decode(self._ctx, batch)
         else:
-            status = self._decode_abortable([seq for seq, _tokens, _row in fed])
+            status = self._decode_abortable([gen for gen, _tokens, _row in fed])
             if status == _ABORTED:
                 self._aborted(fed)
                 return
@@ -236,19 +239,19 @@ class BatchEngine:
         one_pass = llama_cpp.llama_perf_context(self._ctx).n_reused > reused
         self.steps += 1
         self.evaluated += n
-        for seq, tokens, row in fed:
-            if not seq.prefilling:
-                seq.stats.decode_steps += 1
-                seq.stats.one_pass_steps += one_pass
-            self._kv_seqs[seq.seq].tokens.extend(tokens)
-            seq.n_past += len(tokens)
-            del seq.pending[: len(tokens)]
+        for gen, tokens, row in fed:
+            if not gen.prefilling:
+                gen.stats.decode_steps += 1
+                gen.stats.one_pass_steps += one_pass
+            self._kv_slots[gen.kv_slot].tokens.extend(tokens)
+            gen.n_past += len(tokens)
+            del gen.pending[: len(tokens)]
             if row < 0:
                 continue
-            token = llama_cpp.llama_sampler_sample(seq.sampler.sampler, self._ctx, row)
-            ended = seq.take(token, row, self._emit)
+            token = llama_cpp.llama_sampler_sample(gen.sampler.sampler, self._ctx, row)
+            ended = gen.take(token, row, self._emit)
             if ended is not None:
-                self._end(seq, ended)
+                self._end(gen, ended)
 
     def _decode_abortable(self, prompts: list[Generation]) -> int:
         """``llama_decode`` of a step of prompt chunks, aborted between graph
@@ -256,7 +259,7 @@ class BatchEngine:
         import llama_cpp
 
         control, model = self.control, self.model
-        model.abort_check = lambda: all(seq.stop_reason(control) is not None for seq in prompts)
+        model.abort_check = lambda: all(gen.stop_reason(control) is not None for gen in prompts)
         llama_cpp.llama_set_abort_callback(self._ctx, model.abort_cb, None)
         try:
             status: int = llama_cpp.llama_decode(self._ctx, self._batch)
@@ -266,40 +269,40 @@ class BatchEngine:
         return status
 
     def _aborted(self, fed: list[tuple[Generation, list[int], int]]) -> None:
-        """An aborted step: each sequence keeps what llama.cpp kept of its chunk
+        """An aborted step: each generation keeps what llama.cpp kept of its chunk
         (the ubatches it finished), and ends."""
         import llama_cpp
 
         memory = llama_cpp.llama_get_memory(self._ctx)
-        for seq, tokens, _row in fed:
-            kept = llama_cpp.llama_memory_seq_pos_max(memory, seq.seq) + 1 - seq.n_past
+        for gen, tokens, _row in fed:
+            kept = llama_cpp.llama_memory_seq_pos_max(memory, gen.kv_slot) + 1 - gen.n_past
             kept = max(0, min(kept, len(tokens)))
-            self._kv_seqs[seq.seq].tokens.extend(tokens[:kept])
-            seq.n_past += kept
-            del seq.pending[:kept]
-            self._end(seq, "prefill_aborted", seq.stop_reason(self.control))
+            self._kv_slots[gen.kv_slot].tokens.extend(tokens[:kept])
+            gen.n_past += kept
+            del gen.pending[:kept]
+            self._end(gen, "prefill_aborted", gen.stop_reason(self.control))
 
-    def _add(self, i: int, token: int, pos: int, seq: int, *, logits: bool) -> None:
+    def _add(self, i: int, token: int, pos: int, slot: int, *, logits: bool) -> None:
         batch = self._batch
         batch.token[i] = token
         batch.pos[i] = pos
         batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = seq
+        batch.seq_id[i][0] = slot  # llama.cpp's seq_id: the KV slot
         batch.logits[i] = logits
 
     # -- the end of a generation ---------------------------------------------------
 
-    def _end(self, seq: Generation, ended: Ended, reason: CancelReason | None = None) -> None:
-        self._running.remove(seq)
-        stats = seq.finish(ended, self._emit)
-        source = seq.plan.source
+    def _end(self, gen: Generation, ended: Ended, reason: CancelReason | None = None) -> None:
+        self._running.remove(gen)
+        stats = gen.finish(ended, self._emit)
+        source = gen.plan.source
         if source is not None:
             self._pool.remove(source)  # resumed: its old snapshot is out of date
         paused = None
         if reason is not None and reason.preempts:
-            # docs/design.md §4 zero-loss preemption: the KV stays in its id;
-            # the pool keeps its exact tokens (and its KV, once the id is needed).
-            plan, log = seq.plan, seq.journal
+            # docs/design.md §4 zero-loss preemption: the KV stays in its slot;
+            # the pool keeps its exact tokens (and its KV, once the slot is needed).
+            plan, log = gen.plan, gen.journal
             segments = plan.carried + [
                 (1, piece, clean) for piece, clean in zip(log.pieces, log.clean, strict=True)
             ]
@@ -308,21 +311,21 @@ class BatchEngine:
                 plan.prompt_text, segments,
             )  # fmt: skip
             self._pool.add(paused)
-        self._kv_seqs.release(seq.seq, self.steps, paused, forget=ended == "context_full")
+        self._kv_slots.release(gen.kv_slot, self.steps, paused, forget=ended == "context_full")
         if paused is not None:
             saving = time.perf_counter()
-            stats.saved_state_bytes = self._kv_seqs.save_paused(seq.seq)
+            stats.saved_state_bytes = self._kv_slots.save_paused(gen.kv_slot)
             stats.save_seconds = time.perf_counter() - saving
         stats.pool = self._pool.stats()
-        self._emit(Reply(seq.command.call_id, stats))
+        self._emit(Reply(gen.command.call_id, stats))
 
     def fail_all(self, message: str) -> None:
-        """Fail every running generation and forget every sequence id's KV."""
+        """Fail every running generation and forget every KV slot's KV."""
         running, self._running = self._running, []
-        for seq in running:
-            model_id = seq.request.model_id
-            self._emit(Failed(seq.command.call_id, f"model {model_id!r}: {message}", model_id))
-        self._kv_seqs.clear()
+        for gen in running:
+            model_id = gen.request.model_id
+            self._emit(Failed(gen.command.call_id, f"model {model_id!r}: {message}", model_id))
+        self._kv_slots.clear()
 
     def stats(self) -> dict[str, Any]:
         return {"steps": self.steps, "evaluated": self.evaluated}

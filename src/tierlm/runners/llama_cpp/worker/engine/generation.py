@@ -1,7 +1,7 @@
 """One running generation of the decode engine: its tokens to evaluate, its
-sampler, its output (it runs in one sequence id of the context, ``seq``).
+sampler, its output (it runs in one KV slot of the context, ``kv_slot``).
 
-docs/design.md §1 runners, batched decode. Per sequence: its own sampler chain
+docs/design.md §1 runners, batched decode. Per generation: its own sampler chain
 (grammar, ``logit_bias``, seed, temperature... ``sampling.py``), log-probabilities,
 stop strings, the text held back for them, one piece per token, its cancel
 and its run-ahead bound (its slot of the control block). ``batch.py`` decides
@@ -30,22 +30,24 @@ __all__ = ["Generation"]
 
 
 class Generation:
-    """A generation running in the batch, in sequence id ``seq``."""
+    """A generation running in the batch, in KV slot ``kv_slot``."""
 
     def __init__(
-        self, command: Generate, plan: Plan, seq: int, reused: int, sampler: Any, llm: Any
+        self, command: Generate, plan: Plan, kv_slot: int, reused: int, sampler: Any, llm: Any
     ) -> None:
         self.command = command
         self.request = command.request
         self.plan = plan
-        self.seq = seq
+        self.kv_slot = kv_slot
+        """Its KV slot (``kv_slots.py``), the worker's choice; its words in the
+        control block are the runner's slot, ``command.slot``."""
         self.sampler = sampler
         """Its own chain (``sampling.build_sampler``): kept alive as long as it runs."""
         self.pending: list[int] = plan.tokens[reused:]
         """Tokens to evaluate before the next sample: the prompt's rest (in
         chunks), then each sampled token."""
         self.n_past = reused
-        """Tokens of this sequence in the KV cache (its next position)."""
+        """Tokens of its KV slot in the KV cache (its next position)."""
         self.stats = GenerationStats(
             prompt_tokens=len(plan.tokens),
             evaluated_tokens=len(plan.tokens) - reused,
@@ -68,14 +70,14 @@ class Generation:
     def stop_reason(self, control: ControlBlock) -> CancelReason | None:
         """Why the runner wants it stopped now, if it does (a yield waits for
         the first token: docs/design.md §4 preemption kinds)."""
-        reason = control.stop_reason(self.command.gen_id, self.command.slot)
+        reason = control.stop_reason(self.command.call_id, self.command.slot)
         return reason if reason is not None and reason.stops(self.stats.tokens) else None
 
     def may_step(self, control: ControlBlock) -> bool:
         """Within its run-ahead bound: its reader has taken all but < RUN_AHEAD
-        of its pieces (``pieces.RUN_AHEAD``). A sequence ahead of its reader
+        of its pieces (``pieces.RUN_AHEAD``). A generation ahead of its reader
         sits out a step instead of holding up the others."""
-        consumed = control.consumed(self.command.gen_id, self.command.slot)
+        consumed = control.consumed(self.command.call_id, self.command.slot)
         return self.prefilling or self.stats.tokens - consumed < RUN_AHEAD
 
     def take(self, token: int, index: int, send: Callable[[Piece], None]) -> Ended | None:
@@ -103,7 +105,7 @@ class Generation:
 
     def _send(self, text: str, scores: Any, send: Callable[[Piece], None]) -> None:
         self.stats.tokens += 1
-        send(Piece(self.command.gen_id, text, scores))
+        send(Piece(self.command.call_id, text, scores))
 
     def finish(self, ended: Ended, send: Callable[[Piece], None]) -> GenerationStats:
         """Its stats, once it has ended; text held back for a stop string that
@@ -111,7 +113,7 @@ class Generation:
         so a resume regenerates it: nothing is duplicated, ``Pieces.release``)."""
         held = self._pieces.release() if ended in ("eos", "context_full") else ""
         if held:
-            send(Piece(self.command.gen_id, held))
+            send(Piece(self.command.call_id, held))
             self.stats.tokens += 1
         self.stats.ended = ended
         if self.first_at is not None:

@@ -31,7 +31,7 @@ class SlotState:
     """What the step plan reads of one running generation."""
 
     slot: int
-    """Its llama.cpp sequence id."""
+    """Its KV slot (``kv_slots.py``: llama.cpp's sequence id)."""
     admitted: int
     """Its place in admission order (earlier: smaller)."""
     person: bool
@@ -41,7 +41,7 @@ class SlotState:
     may_step: bool
     """Decoding within its run-ahead bound (its reader keeps up)."""
     n_past: int
-    """Positions its sequence holds."""
+    """Positions its KV slot holds."""
 
 
 @dataclass(frozen=True, slots=True)
