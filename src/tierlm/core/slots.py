@@ -180,7 +180,7 @@ def plan(
     if people_waiting is not None and not stops and not device.stopping:
         turn = _producer_turn(rules, now, left_waiting, loaded, staying)
         if turn is not None:
-            stops.append((turn, Preemption.YIELD))
+            stops.append((turn, CancelReason.YIELD))
     return Decision(tuple(starts), tuple(stops), rules.next_wakeup(now))
 
 
