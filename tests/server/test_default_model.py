@@ -297,4 +297,3 @@ def test_a_test_gateway_on_the_default_model_frees_its_worker() -> None:
         pid = gw.app.state.gateway.runner.worker_pid
         assert pid is not None and not ended(pid)  # the first model is preloaded
     assert ended(pid)
-
