@@ -125,9 +125,10 @@ def plan(
     left_waiting: Job | None = None  # the best job, when no room is left for it
     while device.can_start and device.free - len(starts) > 0:
         job = rules.peek(now, loaded)
-        if job is not None and not room_for(job):
+        if job is None:
+            break
+        if not room_for(job):
             left_waiting = job
-        if job is None or not room_for(job):
             break
         if job.model_id != loaded and (device.running or starts):
             draining = True  # its swap waits for an empty device
