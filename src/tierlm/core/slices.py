@@ -68,10 +68,19 @@ class SliceClocks:
         self._clock = max(self._clock, now)
 
     def _rate(self, job_id: int) -> float:
-        """How fast its slice runs: its producer's share of the running set."""
+        """How fast its slice runs: its producer's share of the pool's running
+        sequences (a job outside the pool: its share of the running set).
+        People's sequences above the pool are left out: a turn is a share of
+        what the pool has, and with two chats and one pool job in the batch
+        that job holds all of it; counted among the chats, its slice ran at a
+        third of the clock and a producer waiting beside it for the one slot
+        the chat latency guard left waited three slices (docs/design.md §4.7
+        fairness in a batch)."""
         turn = self._turn.get(job_id)
-        held = 1 if turn is None else sum(1 for t in self._turn.values() if t == turn)
-        return held / len(self._used)
+        if turn is None:
+            return 1 / len(self._used)
+        turns = [t for t in self._turn.values() if t is not None]
+        return sum(1 for t in turns if t == turn) / len(turns)
 
     def start(self, job_id: int, now: float, *, begun: bool, turn: str | None = None) -> None:
         """A job holds a slot; its slice begins now, or when ``restart`` says.

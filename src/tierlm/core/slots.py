@@ -122,13 +122,13 @@ def plan(
         return len(staying) + len(starts) < limit_now()
 
     draining = False
-    left_waiting: Job | None = None  # the best job, when no room is left for it
+    no_room = False  # the best waiting job found no room (slots or the guard)
     while device.can_start and device.free - len(starts) > 0:
         job = rules.peek(now, loaded)
         if job is None:
             break
         if not room_for(job):
-            left_waiting = job
+            no_room = True
             break
         if job.model_id != loaded and (device.running or starts):
             draining = True  # its swap waits for an empty device
@@ -145,7 +145,11 @@ def plan(
         yielding = device.stopping.get(job.id) is CancelReason.YIELD
         if yielding and rules.should_preempt(job, now, loaded) is CancelReason.PREEMPTED:
             stops.append((job, CancelReason.PREEMPTED))
-    full = len(device.running) + len(starts) >= device.slots
+    # No room for the best waiting job: the slots are full, or the chat latency
+    # guard cut the batch; either way a running job past its slice yields to it
+    # (docs/design.md §4.7 fairness in a batch). Asked only on a full device,
+    # two producers sharing the one slot the guard leaves never took turns.
+    full = no_room or len(device.running) + len(starts) >= device.slots
     if staying and (full or draining):
         # Lowest-ranked first; among equals the latest started (it has the least sunk).
         order = sorted(reversed(staying), key=lambda j: -rules.tier(j, now))
@@ -178,10 +182,6 @@ def plan(
             waiting = person_evaluating(staying) or person_evaluating(starts)
             how = CancelReason.PREEMPTED if waiting else CancelReason.YIELD
             stops.extend((job, how) for job in background[:over])
-    if people_waiting is not None and not stops and not device.stopping:
-        turn = _producer_turn(rules, now, left_waiting, loaded, staying)
-        if turn is not None:
-            stops.append((turn, CancelReason.YIELD))
     return Decision(tuple(starts), tuple(stops), rules.next_wakeup(now))
 
 
@@ -216,32 +216,6 @@ def _turn_stops(
         freeing = sum(job.chat_person[:1] == key for job in (*stopping, *stops))
         stops += _take(mine, named, freeing)
     return stops
-
-
-def _producer_turn(
-    rules: SlotRules, now: float, waiting: Job | None, loaded: str | None, staying: list[Job]
-) -> Job | None:
-    """docs/design.md §4.7 producers in turn: when background work waits for
-    room (the slots full, or the batch cut by the chat latency guard) and its
-    producer holds no slot while another producer of its tier holds two or
-    more, that producer's latest sequence yields (its KV kept, §2 slots). The
-    pool's fairness is then kept in slots, not only in the order of the queue:
-    otherwise a producer with many jobs in flight keeps every slot the guard
-    leaves until its jobs end, and a newcomer waits a whole job."""
-    if waiting is None or waiting.model_id != loaded:
-        return None
-    tier = rules.tier(waiting, now)
-    if tier <= T1:
-        return None
-    held: dict[str, list[Job]] = {}
-    for job in staying:  # in start order: the last of each list started last
-        if rules.tier(job, now) == tier:
-            held.setdefault(job.producer, []).append(job)
-    if waiting.producer in held or not held:
-        return None
-    most = max(held.values(), key=len)
-    movable = [job for job in most if job.resumable]
-    return movable[-1] if len(most) >= 2 and movable else None
 
 
 def _take(held: dict[Person, list[Job]], waiting: set[Person], freeing: int) -> list[Job]:
