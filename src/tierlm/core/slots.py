@@ -9,9 +9,10 @@ by the same rules:
   free slots are filled best first; a job on another model starts only on an
   empty device (a swap empties every slot), and while it waits no new
   sequence joins the batch, so the device drains to it.
-- A better job needs only one slot: when none is free, the lowest-ranked
-  running sequence that the policy would stop for it is stopped, one at a
-  time (a stop under way frees the next slot). A swap needs every slot: each
+- A better job needs only one slot: when none is free (or the chat latency
+  guard below leaves none for it), the lowest-ranked running sequence that
+  the policy would stop for it is stopped, one at a time (a stop under way
+  frees the next slot). A swap needs every slot: each
   running sequence the policy would stop is stopped.
 - A job whose work drives the runner itself (``ctx.runner``) holds one slot,
   like any job: it never makes the others yield (a person's chat among them
