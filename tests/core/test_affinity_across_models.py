@@ -209,3 +209,30 @@ async def test_one_quick_reply_among_long_reads_does_not_hold_the_excursions() -
     assert max(after_long_reads) <= 2 * TOKEN, chat_waits
     # A lost bet costs a message at most the swap back (and the one under way).
     assert max(wait for _read, wait in chat_waits) <= 2 * SWAP + 1, chat_waits
+
+
+async def test_a_person_who_reads_past_a_minute_is_not_taken_for_gone() -> None:
+    """A person at the open chat page reads each reply for 65 s. The hold
+    ended at a fixed 60 s (``chat_idle``), the device swapped to the waiting
+    work on m2, and the message typed 5 s later waited for that swap and the
+    swap back, again and again (the Azure conversation trace: 29 of 200
+    messages waited, 20 under strict-priority). Their own gaps now stretch
+    the hold (docs/design.md §4.8 holds): after the first two gaps no message
+    waits, and the work on m2 still gets its excursions in the gaps."""
+    async with Scheduler(device("m1", "m2")) as sched:
+        sched.set_foreground("chat")
+        waits: list[float] = []
+        extraction = extraction_on_m2(sched, waits)
+
+        chat_waits = []
+        backfill = None
+        for turn in range(14):
+            if turn == 1:
+                backfill = asyncio.create_task(extraction())
+            chat_waits.append(await chat_wait(sched, then=65))
+        assert backfill is not None
+        backfill.cancel()
+        await asyncio.gather(backfill, return_exceptions=True)
+    assert max(chat_waits[3:]) <= 2 * TOKEN, chat_waits
+    assert len(waits) >= 3, waits
+    assert max(waits) <= 120 + 2 * (65 + 1) + SWAP + 10, waits

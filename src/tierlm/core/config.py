@@ -35,8 +35,10 @@ class SchedulerConfig:
 
     chat_idle: float = 60.0
     """docs/design.md §4 affinity: while the chat page is open, the no-swap hold
-    lasts until the last chat is this old, never longer: one minute without a
-    message means the person has stopped typing, not that they are about to."""
+    lasts until the last chat is this old: one minute without a message means
+    the person has stopped typing, not that they are about to. A person whose
+    own recent gaps ran longer holds it up to twice this (§4.8 holds,
+    ``holds.IDLE_STRETCH``)."""
 
     grace_factor: float = 3.0
     """docs/design.md §4 affinity, ski rental: with work queued for another

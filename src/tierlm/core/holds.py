@@ -22,7 +22,13 @@ from __future__ import annotations
 
 from collections import deque
 
-__all__ = ["DEFAULT_SWAP_ESTIMATE", "EXCURSION_SWAPS", "OPEN_PAGE_SWAPS", "SwapHolds"]
+__all__ = [
+    "DEFAULT_SWAP_ESTIMATE",
+    "EXCURSION_SWAPS",
+    "IDLE_STRETCH",
+    "OPEN_PAGE_SWAPS",
+    "SwapHolds",
+]
 
 OPEN_PAGE_SWAPS = 10.0
 """With the chat page open, the most swap times a hold idles the device for
@@ -35,6 +41,12 @@ EXCURSION_SWAPS = 3.0
 """docs/design.md §4.8 excursions: the part of a person's chat idle gap an
 excursion to another model needs, in swap times: the swap there, its job
 (about a swap's length, the unit ski rental bets in), and the swap back."""
+
+IDLE_STRETCH = 2.0
+"""docs/design.md §4.8 holds: a person's own reading gaps stretch ``chat_idle``
+to at most this many times it (two minutes on the default, which is
+``max_affinity_wait``): one long absence with the page open must not hold the
+device's other models for the next four messages."""
 
 GAPS_KEPT = 4
 """A person's last reading gaps remembered; their median is the bet
@@ -115,7 +127,7 @@ class SwapHolds:
             last_chat = max(last_chat if last_chat is not None else opened[0], opened[0])
         if last_chat is None:
             return None
-        end = last_chat + (self.chat_idle if chat_open else self.chat_grace)
+        end = last_chat + (self.idle_after(target_model) if chat_open else self.chat_grace)
         if idle:
             # docs/design.md §4.8 ski rental. With the chat page open a lost
             # bet costs a person the swap back, so the hold may idle up to
@@ -125,6 +137,19 @@ class SwapHolds:
             since = self._held_since if self._held_since is not None else now
             end = min(end, since + swaps * self.swap_estimate(target_model))
         return end
+
+    def idle_after(self, target_model: str) -> float:
+        """How long after their last chat a person at the open page has
+        stopped typing: ``chat_idle``, or, when their recent reading gaps ran
+        longer, the longest of them and a swap (the swap away would otherwise
+        land where they type), never past ``IDLE_STRETCH`` x ``chat_idle``
+        (docs/design.md §4.8 holds). A person reading each reply for 40-70 s
+        was taken for gone at 60 s, and a swap to another model then made a
+        fifth of their messages wait for it and the swap back (the Azure
+        conversation trace, 8 slots: 29 messages waited, 20 with
+        strict-priority)."""
+        longest = max(self._gaps, default=0.0) + self.swap_estimate(target_model)
+        return max(self.chat_idle, min(longest, IDLE_STRETCH * self.chat_idle))
 
     def expecting(self, now: float, *, chat_open: bool) -> str | None:
         """The model a person at the open chat page may type on now: their
