@@ -81,7 +81,13 @@ PORT = free_port()
 def url() -> Iterator[str]:
     from tierlm.ray import build, start_local
 
-    start_local(PORT, num_cpus=2)
+    # A fault injection (named so): Serve's own wait for its HTTP proxy, a fixed
+    # 60 s, is cut to nothing, as a machine too busy for it makes it time out
+    # (every Ray test failed so at load 10 on two cores); ``start_local`` then
+    # waits for the proxy itself, and every test below runs on that Serve.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("ray.serve._private.api.HTTP_PROXY_TIMEOUT", 0.01)
+        start_local(PORT, num_cpus=2)
     try:
         serve.run(build(ARGS), route_prefix="/")
         base = f"http://127.0.0.1:{PORT}"
