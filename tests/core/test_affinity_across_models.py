@@ -100,6 +100,23 @@ async def chat_wait(sched: Scheduler, then: float) -> float:
     return first[0] - sent
 
 
+async def chats_beside_work_on_m2(turns: int, reading: float) -> tuple[list[float], list[float]]:
+    """A person at the open chat page sends ``turns`` chats on m1, reading
+    each reply for ``reading`` s; from the second on, a backlog of 10 s jobs
+    waits on m2. The m2 jobs' waits for their start, and the chats'."""
+    async with Scheduler(device("m1", "m2")) as sched:
+        sched.set_foreground("chat")
+        waits: list[float] = []
+        extraction = extraction_on_m2(sched, waits)
+        chat_waits = [await chat_wait(sched, then=reading)]
+        backfill = asyncio.create_task(extraction())
+        for _turn in range(1, turns):
+            chat_waits.append(await chat_wait(sched, then=reading))
+        backfill.cancel()
+        await asyncio.gather(backfill, return_exceptions=True)
+    return waits, chat_waits
+
+
 async def test_no_model_waits_past_max_affinity_wait_for_its_swap() -> None:
     """Four backlogged models: the bound was checked only for the pool's top
     pick, and jobs waited 364-478 s for their swap. Now no model's work waits
@@ -158,20 +175,7 @@ async def test_work_on_another_model_gets_its_swap_in_a_persons_idle_gap() -> No
     max_affinity_wait, it swaps in right after the person's next chat ends,
     and the device returns to the chat's model after it, so the person's
     next message still finds m1 loaded (docs/design.md §4.8 excursions)."""
-    async with Scheduler(device("m1", "m2")) as sched:
-        sched.set_foreground("chat")
-        waits: list[float] = []
-        extraction = extraction_on_m2(sched, waits)
-
-        chat_waits = []
-        backfill = None
-        for turn in range(16):
-            if turn == 1:
-                backfill = asyncio.create_task(extraction())
-            chat_waits.append(await chat_wait(sched, then=45))
-        assert backfill is not None
-        backfill.cancel()
-        await asyncio.gather(backfill, return_exceptions=True)
+    waits, chat_waits = await chats_beside_work_on_m2(turns=16, reading=45)
     # max_affinity_wait, then at most one gap between two chats (45 s) and
     # the chat, and its swap.
     assert waits and max(waits) <= 120 + 45 + 1 + SWAP, waits
@@ -219,20 +223,7 @@ async def test_a_person_who_reads_past_a_minute_is_not_taken_for_gone() -> None:
     messages waited, 20 under strict-priority). Their own gaps now stretch
     the hold (docs/design.md §4.8 holds): after the first two gaps no message
     waits, and the work on m2 still gets its excursions in the gaps."""
-    async with Scheduler(device("m1", "m2")) as sched:
-        sched.set_foreground("chat")
-        waits: list[float] = []
-        extraction = extraction_on_m2(sched, waits)
-
-        chat_waits = []
-        backfill = None
-        for turn in range(14):
-            if turn == 1:
-                backfill = asyncio.create_task(extraction())
-            chat_waits.append(await chat_wait(sched, then=65))
-        assert backfill is not None
-        backfill.cancel()
-        await asyncio.gather(backfill, return_exceptions=True)
+    waits, chat_waits = await chats_beside_work_on_m2(turns=14, reading=65)
     assert max(chat_waits[3:]) <= 2 * TOKEN, chat_waits
     assert len(waits) >= 3, waits
     assert max(waits) <= 120 + 2 * (65 + 1) + SWAP + 10, waits

@@ -38,7 +38,17 @@ import heapq
 import math
 from typing import Any
 
-__all__ = ["SCALE", "ChildIndex", "Entity", "Loan", "OpCount", "Rank", "clamp", "to_ns"]
+__all__ = [
+    "SCALE",
+    "ChildIndex",
+    "Entity",
+    "Loan",
+    "OpCount",
+    "Rank",
+    "clamp",
+    "no_credit_when_served",
+    "to_ns",
+]
 
 SCALE = 1 << 20
 """Integer load of weight 1. Loads are ``round(weight * SCALE)``: 1/1000 is
@@ -287,3 +297,39 @@ def to_ns(seconds: float) -> int:
     """Scheduler seconds -> integer nanoseconds (inf stays out: callers check)."""
     assert math.isfinite(seconds)
     return round(seconds * 1e9)
+
+
+def no_credit_when_served(charged: dict[Entity, int], sums: dict[Entity, int]) -> None:
+    """docs/design.md §4.7 fairness in a batch, max-min: an entity with no job
+    queued below it, all its jobs running, has all it asks for; while so it
+    gains no lag on its siblings, though its share of the steps is less than
+    theirs: its ``v`` rises as much as the average of the siblings that want
+    more (the others' rise, so that ``V`` moves with them). Counted as
+    credit, a producer whose two jobs ran beside another's six later took
+    both slots the chat guard left until it was repaid (8 s of a minute in
+    the Azure pool replay at 8 slots). With one slot the running job pays
+    the whole step, never less than ``V`` rises, and nothing changes."""
+    served: dict[Entity, list[Entity]] = {}
+    for entity in charged:
+        if not any(entity.queued.values()):
+            assert entity.parent is not None
+            served.setdefault(entity.parent, []).append(entity)
+    for parent, group in served.items():
+        rise_lv = parent.sum_lv - sums[parent]  # the charge's sum of load x step
+        others = 0
+        while group:
+            load = parent.sum_load - sum(e.load for e in group)
+            if load <= 0:
+                group = []  # no sibling wants more: nobody to gain lag on
+                break
+            others = (rise_lv - sum(e.load * charged[e] for e in group)) // load
+            keep = [e for e in group if charged[e] < others]
+            if len(keep) == len(group):
+                break
+            group = keep
+        for entity in group:
+            gained = others - charged[entity]
+            entity.v += gained
+            parent.sum_lv += entity.load * gained
+            if entity.v >= entity.vd:
+                entity.vd = entity.v + entity.slice_v
