@@ -153,7 +153,7 @@ class SwapHolds:
 
     def expecting(self, now: float, *, chat_open: bool) -> str | None:
         """The model a person at the open chat page may type on now: their
-        last chat's, within ``chat_idle`` of it or of the page opening (None:
+        last chat's, within ``idle_after`` of it or of the page opening (None:
         the page is closed, or they have stopped). The excursion rule of
         docs/design.md §4.8 brings the device back to it."""
         model = self._chat_model

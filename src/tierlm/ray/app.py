@@ -19,7 +19,9 @@ default 20 s.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from tierlm.server.settings.sources import ServerSettings
 
 __all__ = ["LOOPBACK_ENV", "FleetArgs", "build", "max_ongoing", "start_local"]
+
+_log = logging.getLogger(__name__)
 
 # Ray on Linux binds the host's address unless told it is a single machine
 # (ray_constants.ENABLE_RAY_CLUSTER, read when ray is imported); no usage
@@ -162,13 +166,10 @@ before it gives up: ten times Serve's figure, a machine ten times as busy."""
 
 
 def _wait_for_proxy(limit: float) -> None:
-    import logging
-    import time
-
     from ray import serve
     from ray.serve.schema import ProxyStatus
 
-    logging.getLogger(__name__).warning(
+    _log.warning(
         "Serve's HTTP proxy is not ready after Serve's 60 s (a busy machine?); "
         "waiting up to %.0f s more",
         limit,
