@@ -114,7 +114,7 @@ def test_a_request_that_crashes_the_worker_fails_alone_and_its_batch_mates_compl
 
 
 def test_a_worker_killed_under_eight_streams_loses_none_of_them(tiny_models: TinyModels) -> None:
-    """SIGKILL of the worker mid-batch (a real crash, no culprit): the 8
+    """SIGKILL of the worker mid-batch (a real crash, no culprit): the
     streams it ended come back one at a time, each to the text it has
     without the crash, and none fails."""
     with (
@@ -125,9 +125,21 @@ def test_a_worker_killed_under_eight_streams_loses_none_of_them(tiny_models: Tin
         going = threading.Barrier(SLOTS + 1)
         streams = [pool.submit(stream, url, i, going) for i in range(SLOTS)]
         going.wait(WAIT)  # the 8 are mid-answer, in the batch
-        os.kill(scheduler_state(url)["gateway"]["runner"]["worker_pid"], signal.SIGKILL)
+        before = scheduler_state(url)
+        os.kill(before["gateway"]["runner"]["worker_pid"], signal.SIGKILL)
+        # Read at once: a re-queued stream completes only after the restart
+        # and its re-prefill, so this counts those done before the crash.
+        after_kill = scheduler_state(url)
         answers = [s.result(WAIT) for s in streams]
         state = scheduler_state(url)
     assert state["gateway"]["runner"]["restarts"] == 1
-    assert (state["stats"]["requeues"], state["stats"]["failed"]) == (SLOTS, 0)
+    assert state["stats"]["failed"] == 0
+    # Every stream the crash ended was re-queued once. On a loaded machine one
+    # may finish its 600 tokens while the test reaches the kill (beside CPU
+    # hogs: 7 of 8 were in the batch), so the count is bounded by the streams
+    # completed just before and just after the kill, not fixed at 8.
+    done_before = before["stats"]["completed"] - SLOTS
+    done_by_kill = after_kill["stats"]["completed"] - SLOTS
+    assert SLOTS - done_by_kill <= state["stats"]["requeues"] <= SLOTS - done_before
+    assert state["stats"]["requeues"] >= 1
     assert answers == alone
