@@ -40,9 +40,14 @@ pytestmark = pytest.mark.ray
 WAIT = 90.0
 REPLICAS = 3
 STATS_PERIOD = 0.5  # s between the router's reads of each replica's routing stats
-STALL_AFTER = 3.0  # s without an event or a token while work waits: unhealthy
+STALL_AFTER = 30.0
+"""Seconds without an event or a token while work waits: unhealthy. Not a
+speed: Ray runs its workers niced (worker niceness 15), so beside CPU hogs a
+replica's loop goes seconds without the CPU; at 3 s (load 17, two cores)
+Serve replaced two working replicas in the middle of a test. The stalled
+device below makes nothing for 100 s."""
 # A prompt token costs 1 ms of prefill on the simulated device: a "hi" nothing,
-# the test's 40 000-token prompt 40 s without a token (a stalled device).
+# the test's 100 000-token prompt 100 s without a token (a stalled device).
 PREFILL = 0.001
 SETTINGS: dict[str, Any] = {
     "backend": {
@@ -379,7 +384,7 @@ def test_stats_reach_the_router(url: str) -> None:
 
 def test_a_stalled_replica_turns_unhealthy_and_is_replaced(url: str) -> None:
     """A device that produces nothing for longer than ``stall_after_s`` while
-    a job waits on it (a 40 000-token prompt: 40 s of simulated prefill
+    a job waits on it (a 100 000-token prompt: 100 s of simulated prefill
     without a token) is unhealthy: the ingress's /health says so, Serve's
     health check fails, and Serve replaces the replica. /ready stays 200:
     the other replicas serve."""
@@ -387,7 +392,7 @@ def test_a_stalled_replica_turns_unhealthy_and_is_replaced(url: str) -> None:
     before = running_replicas()
     body = {
         "model": "sim-a",
-        "messages": [{"role": "user", "content": "word " * 40_000}],
+        "messages": [{"role": "user", "content": "word " * 100_000}],
         "max_tokens": 5,
         "stream": True,
     }
