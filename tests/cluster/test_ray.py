@@ -65,7 +65,7 @@ ARGS: dict[str, Any] = {
     "replicas": REPLICAS,
     "stats_period_s": STATS_PERIOD,
     "health_check_period_s": 1.0,
-    "health_check_timeout_s": 10.0,
+    "health_check_timeout_s": 30.0,  # Serve's default: a niced replica answers late
     "stall_after_s": STALL_AFTER,
     "graceful_shutdown_timeout_s": 60.0,
     # The replica of rank 0 has a setting of its own (a device's own part).
