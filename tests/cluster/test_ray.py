@@ -116,10 +116,11 @@ def wait_live(url: str, count: int) -> dict[str, Any]:
         time.sleep(0.3)
 
 
-ROLLOUT_WAIT = 900.0
+ROLLOUT_WAIT = 1800.0
 """A ceiling on a rolling update, so that a broken one fails rather than hangs:
-Serve replaces replicas one at a time, and beside CPU hogs on 2 cores each
-new replica took up to 106 s to start (5 replaced: 260 s)."""
+Serve replaces replicas one or two at a time, and beside five CPU hogs on 2
+cores (load 15-18; Ray's workers run niced) each new replica took about
+3 min to start (5 replaced: 10.5 min)."""
 
 REPLICA_START_WAIT = 600.0
 """A ceiling on Serve starting (or replacing) a replica: a wait for an event,
