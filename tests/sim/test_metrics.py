@@ -98,11 +98,12 @@ def test_chat_ttft_wait_and_censored_chats() -> None:
     # Uncontended TTFT of a 100-token prompt: 100 x 0.01 + one 0.1 s token = 1.1 s.
     jobs = [
         job(1, "chat", 10.0, [(10.0, 12.1)], first_token=11.1),  # 1.1 s, no wait
-        job(2, "chat", 20.0, [(24.0, 26.1)], first_token=25.1),  # 5.1 s: waited 4 s
+        # 5.1 s: waited 4 s, for a swap back to its model
+        job(2, "chat", 20.0, [(21.0, 26.1)], first_token=25.1, swap=(21.0, 24.0)),
         job(3, "chat", 95.0, [], outcome="unfinished", ended=100.0),  # no answer by 100
     ]
     chat = compute_metrics(records(jobs, 100.0))["chat"]
-    assert chat["count"] == 3 and chat["unanswered"] == 1
+    assert chat["count"] == 3 and chat["unanswered"] == 1 and chat["met_swap"] == 1
     # The unanswered chat counts with its wait so far (5 s), a lower bound.
     assert chat["ttfts"] == pytest.approx([1.1, 5.1, 5.0])
     assert chat["ttft_p50"] == pytest.approx(5.0)

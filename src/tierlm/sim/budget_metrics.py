@@ -30,13 +30,12 @@ from tierlm.sim.intervals import (
     presence,
     subtract,
 )
-from tierlm.sim.records import SimRecords
+from tierlm.sim.records import CHAT_CLASS, SimRecords
 
 __all__ = ["BUDGET_STEP", "BUDGET_WINDOW", "budget", "runnable_other_work"]
 
 BUDGET_WINDOW = 300.0  # docs/design.md §3: "per rolling 300 s"
 BUDGET_STEP = 30.0
-CHAT_CLASS = "chat"
 
 
 def budget(rec: SimRecords, runs_by_job: dict[int, list[Interval]]) -> dict[str, Any]:

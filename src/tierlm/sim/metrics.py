@@ -31,7 +31,9 @@ definition is here or in the module it names, with its reason:
   of its jobs: how long a newcomer waits for its first turn, whatever its own
   backlog (a burst's eighth job waits behind its own seven under any policy).
 - deadlines: lateness = max(0, end - deadline); a job not done by the end
-  counts with horizon - deadline (a lower bound).
+  counts with horizon - deadline (a lower bound). Beside it, the bound
+  (``tierlm.sim.lateness_bound``): the lateness a schedule that never makes
+  a chat wait for a swap cannot avoid, even knowing every chat in advance.
 - percentiles interpolate linearly between order statistics.
 """
 
@@ -45,7 +47,8 @@ from typing import Any
 from tierlm.sim.budget_metrics import budget
 from tierlm.sim.fairness_metrics import fairness
 from tierlm.sim.intervals import Interval, merge, presence, runs
-from tierlm.sim.records import PREEMPTED, JobRecord, SimRecords
+from tierlm.sim.lateness_bound import lateness_bounds
+from tierlm.sim.records import CHAT_CLASS, PREEMPTED, JobRecord, SimRecords
 from tierlm.sim.stats import jain_index, percentile
 
 __all__ = [
@@ -54,8 +57,6 @@ __all__ = [
     "jain_index",
     "percentile",
 ]
-
-CHAT_CLASS = "chat"
 
 
 def compute_metrics(rec: SimRecords) -> dict[str, Any]:
@@ -105,7 +106,7 @@ def _chat(rec: SimRecords) -> dict[str, Any]:
     waits: list[float] = []
     ratios: list[float] = []
     boundary_ratios: list[float] = []
-    unanswered = 0
+    unanswered = met_swap = 0
     for job in rec.jobs:
         if job.class_name != CHAT_CLASS or job.submitted >= rec.horizon:
             continue
@@ -119,9 +120,13 @@ def _chat(rec: SimRecords) -> dict[str, Any]:
         waits.append(max(0.0, ttft - ideal))
         ratios.append(ttft / ideal)
         boundary_ratios.append(ttft / (ideal + rec.token_interval))
+        met_swap += any(run.swap_start is not None for run in job.runs)
     return {
         "count": len(ttfts),
         "unanswered": unanswered,
+        # Chats whose dispatch waited for a swap (the person back on their
+        # model after work on another; docs/design.md §4.8).
+        "met_swap": met_swap,
         "ttft_p50": percentile(ttfts, 50),
         "ttft_p95": percentile(ttfts, 95),
         "ttft_p99": percentile(ttfts, 99),
@@ -251,9 +256,13 @@ def _deadlines(rec: SimRecords) -> dict[str, Any]:
             lateness.append(max(0.0, job.ended - job.deadline))
         elif job.deadline < rec.horizon:
             lateness.append(rec.horizon - job.deadline)
+    bounds = lateness_bounds(rec)
     return {
         "count": len(lateness),
         "late": sum(1 for x in lateness if x > 0),
         "lateness_p95": percentile(lateness, 95),
         "lateness_max": max(lateness) if lateness else None,
+        # What no schedule that keeps people from waiting for swaps can beat.
+        "bound_p95": percentile(bounds, 95),
+        "bound_max": max(bounds) if bounds else None,
     }

@@ -14,8 +14,18 @@ from typing import Any
 from tierlm.core.jobs import Subject
 from tierlm.runners.simulated import SimulatedCall
 
-__all__ = ["FOREGROUND_NONE", "PREEMPTED", "JobRecord", "RunRecord", "SimRecords", "run_waste"]
+__all__ = [
+    "CHAT_CLASS",
+    "FOREGROUND_NONE",
+    "PREEMPTED",
+    "JobRecord",
+    "RunRecord",
+    "SimRecords",
+    "run_waste",
+]
 
+CHAT_CLASS = "chat"
+"""The class of a person's chats (docs/design.md §3), which the metrics single out."""
 FOREGROUND_NONE = ""
 """The class name recorded when no AI surface is open."""
 
