@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.sim.test_metrics import records as metric_records
 from tierlm.sim import compute_metrics, simulate
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.lateness_bound import lateness_bounds
@@ -29,17 +30,9 @@ def cron(id: int, at: float, seconds: float, due: float, model: str = "m2") -> J
 
 
 def records(jobs: list[JobRecord], horizon: float = 1000.0, initial: str = "m1") -> SimRecords:
-    return SimRecords(
-        policy="test",
-        workload="test",
-        seed=1,
-        horizon=horizon,
-        token_interval=0.1,
-        prefill_per_token=0.01,
-        swap_seconds=SWAP,
-        jobs=jobs,
-        initial_model=initial,
-    )
+    rec = metric_records(jobs, horizon, initial_model=initial)
+    assert rec.swap_seconds == SWAP
+    return rec
 
 
 def test_a_job_on_another_model_runs_only_in_gaps_that_hold_both_swaps() -> None:
