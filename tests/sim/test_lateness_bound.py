@@ -85,13 +85,7 @@ def test_tierlm_whose_chats_never_wait_never_beats_the_bound(slots: int) -> None
         rec = simulate(get_workload("issue118"), "tierlm", seed=seed, device=device)
         deadlines = compute_metrics(rec)["deadlines"]
         bounds = lateness_bounds(rec)
-        late = [
-            max(0.0, min(rec.horizon, job.ended or rec.horizon) - job.deadline)
-            for job in rec.jobs
-            if job.deadline is not None
-            and job.outcome != "cancelled"
-            and (job.deadline < rec.horizon or job.ended is not None)
-        ]
+        late = [x for job in rec.jobs if (x := job.lateness(rec.horizon)) is not None]
         assert len(bounds) == len(late) == deadlines["count"], seed
         assert all(x >= b - 1e-9 for x, b in zip(late, bounds, strict=True)), seed
         assert deadlines["lateness_max"] >= deadlines["bound_max"], seed

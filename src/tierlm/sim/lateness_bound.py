@@ -40,14 +40,12 @@ __all__ = ["lateness_bounds"]
 
 def lateness_bounds(rec: SimRecords) -> list[float]:
     """Each deadline job's least lateness under any person-first schedule, in
-    the order and over the same jobs ``metrics._deadlines`` counts."""
+    the order and over the same jobs as ``JobRecord.lateness``."""
     chats = [job for job in rec.jobs if job.class_name == CHAT_CLASS]
     away_from: dict[str, list[Interval]] = {}
     bounds: list[float] = []
     for job in rec.jobs:
-        if job.deadline is None or job.outcome == "cancelled":
-            continue
-        if job.deadline >= rec.horizon and not _ended_by(job, rec.horizon):
+        if job.deadline is None or job.lateness(rec.horizon) is None:
             continue  # not counted by the lateness metric either
         if job.model_id not in away_from:
             # The person's chats on other models: the device is theirs then.
@@ -59,10 +57,6 @@ def lateness_bounds(rec: SimRecords) -> list[float]:
         done = _earliest_end(job, away_from[job.model_id], rec)
         bounds.append(max(0.0, min(done, rec.horizon) - job.deadline))
     return bounds
-
-
-def _ended_by(job: JobRecord, horizon: float) -> bool:
-    return job.outcome == "completed" and job.ended is not None and job.ended <= horizon
 
 
 def _earliest_end(job: JobRecord, held: Sequence[Interval], rec: SimRecords) -> float:

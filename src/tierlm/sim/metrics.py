@@ -248,14 +248,7 @@ def _submitted(jobs: Sequence[JobRecord], horizon: float) -> list[JobRecord]:
 
 
 def _deadlines(rec: SimRecords) -> dict[str, Any]:
-    lateness: list[float] = []
-    for job in rec.jobs:
-        if job.deadline is None or job.outcome == "cancelled":
-            continue
-        if job.outcome == "completed" and job.ended is not None and job.ended <= rec.horizon:
-            lateness.append(max(0.0, job.ended - job.deadline))
-        elif job.deadline < rec.horizon:
-            lateness.append(rec.horizon - job.deadline)
+    lateness = [x for job in rec.jobs if (x := job.lateness(rec.horizon)) is not None]
     bounds = lateness_bounds(rec)
     return {
         "count": len(lateness),

@@ -159,6 +159,17 @@ class JobRecord:
     def tokens_kept(self) -> int:
         return sum(run.tokens for run in self.runs) - self.tokens_discarded
 
+    def lateness(self, horizon: float) -> float | None:
+        """How late it finished, ``max(0, end - deadline)``; not done by the
+        horizon: ``horizon - deadline`` (a lower bound). None: it does not
+        count (no deadline, cancelled by its caller, or due after the horizon
+        and not done)."""
+        if self.deadline is None or self.outcome == "cancelled":
+            return None
+        if self.outcome == "completed" and self.ended is not None and self.ended <= horizon:
+            return max(0.0, self.ended - self.deadline)
+        return horizon - self.deadline if self.deadline < horizon else None
+
 
 @dataclass(slots=True)
 class SimRecords:
