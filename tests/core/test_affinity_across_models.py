@@ -227,3 +227,21 @@ async def test_a_person_who_reads_past_a_minute_is_not_taken_for_gone() -> None:
     assert max(chat_waits[3:]) <= 2 * TOKEN, chat_waits
     assert len(waits) >= 3, waits
     assert max(waits) <= 120 + 2 * (65 + 1) + SWAP + 10, waits
+
+
+async def test_an_excursion_that_empties_the_queue_goes_back() -> None:
+    """One job on m2 and nothing else queued beside a person typing every
+    45 s: the excursion ran it and then, with nothing to choose from, the
+    device stayed on m2, so the person's next message waited for the swap
+    back (10 s). It goes back now (docs/design.md §4.8 excursions)."""
+    async with Scheduler(device("m1", "m2")) as sched:
+        sched.set_foreground("chat")
+        waits = [await chat_wait(sched, then=45)]
+        started: list[float] = []
+        job = sched.submit("gana", "m2", noting_start(started), producer="gana:once")
+        while not job.done():
+            waits.append(await chat_wait(sched, then=45))
+        waits.append(await chat_wait(sched, then=45))
+        await job
+    assert started, "the job on m2 never ran"
+    assert max(waits) <= 2 * TOKEN, waits

@@ -23,10 +23,11 @@ from tierlm.core.flapping import Flapping
 from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
+from tierlm.core.model_scan import scan_models
 from tierlm.core.order import policy_order
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.preemption import preemption
-from tierlm.core.queues import T3_AFTER_POOL, Candidate, running_candidate
+from tierlm.core.queues import T3_AFTER_POOL, running_candidate
 from tierlm.core.slices import SliceClocks
 from tierlm.core.slots import plan
 from tierlm.core.stop_reasons import CancelReason
@@ -256,9 +257,6 @@ class TieredPolicy:
         and swaps (``affinity.choose``): the id of the job to run, or None.
         Without ``t4`` the pool's own order is left out (``extra``, in it,
         stands for it): enough to know whether anything outranks ``extra``."""
-        best: Candidate | None = None
-        best_loaded: Candidate | None = None
-        oldest: tuple[int, Job] | None = None  # the longest-waiting model's best job
         in_pool = mine = None
         if extra is not None:
             mine = running_candidate(self._rank(extra, now), extra, skip)
@@ -266,39 +264,27 @@ class TieredPolicy:
                 in_pool = extra  # ranks T4: the pool compares it along its path
                 if not t4:
                     mine = (T4, (), extra.id)
-        models = list(self._book.models)
-        if extra is not None and extra.model_id not in self._book.models:
-            models.append(extra.model_id)
-        for model_id in models:
-            queues = self._book.models.get(model_id)
-            candidate = (
-                queues.best(skip, self.foreground, self.floor.active)
-                if queues is not None
-                else None
-            )
-            if candidate is None or candidate[0] >= T3:  # else the pool cannot win here
-                running = in_pool if in_pool is not None and in_pool.model_id == model_id else None
-                pool = self._pool_pick.best(model_id, skip, running, t4)
-                if pool is not None and (candidate is None or pool < candidate):
-                    candidate = pool
-            if (
-                mine is not None
-                and extra is not None
-                and extra.model_id == model_id
-                and (candidate is None or mine < candidate)
-            ):
-                candidate = mine
-            if candidate is None:
-                continue
-            if best is None or candidate < best:
-                best = candidate
-            if model_id == loaded_model:
-                best_loaded = candidate
-            else:
-                job = self._job_of(candidate[2], extra)
-                if oldest is None or job.submitted_at < oldest[1].submitted_at:
-                    oldest = (candidate[2], job)
+        scan = scan_models(
+            self._book.models,
+            self._pool_pick,
+            lambda job_id: self._job_of(job_id, extra),
+            loaded_model=loaded_model,
+            skip=skip,
+            foreground=self.foreground,
+            floor_active=self.floor.active,
+            running=extra,
+            mine=mine,
+            in_pool=in_pool,
+            t4=t4,
+        )
+        best, best_loaded = scan.best, scan.best_loaded
         if best is None:
+            if extra is None:
+                # docs/design.md §4.8 excursions: an excursion that emptied the
+                # queue goes back too, or the person's next message met the
+                # swap back.
+                person = self.holds.expecting(now, chat_open=self._chat_surface_open())
+                self._return_to = person if person != loaded_model else None
             return None
         best_job = extra if extra is not None and extra.id == best[2] else self._jobs[best[2]]
         chat_open = self._chat_surface_open()
@@ -315,7 +301,7 @@ class TieredPolicy:
             max_affinity_wait=self.config.max_affinity_wait,
             holds=self.holds,
             chat_open=chat_open,
-            oldest=oldest,
+            oldest=scan.oldest,
             anticipation=self.anticipation,
             loaded_job=self._job_of(best_loaded[2], extra) if best_loaded is not None else None,
             person_model=person,

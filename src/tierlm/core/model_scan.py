@@ -1,0 +1,77 @@
+"""The best candidate of each model, for affinity and swaps (docs/design.md
+§4.8): the best overall (B), the loaded model's, and among the models not
+loaded the longest-waiting one's (the starvation bound). One pass over the models a decision
+sees; hot path, plain ints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tierlm.core.classes import T3
+from tierlm.core.jobs import Foreground, Job
+from tierlm.core.pool_pick import PoolPick
+from tierlm.core.queues import Candidate, ModelQueue
+
+__all__ = ["ModelScan", "scan_models"]
+
+
+@dataclass(slots=True)
+class ModelScan:
+    best: Candidate | None = None
+    """The best job overall (B)."""
+    best_loaded: Candidate | None = None
+    """The best job on the loaded model."""
+    oldest: tuple[int, Job] | None = None
+    """Of the best jobs of the models not loaded, the one submitted first."""
+
+
+def scan_models(
+    queues: Mapping[str, ModelQueue],
+    pool_pick: PoolPick,
+    job_of: Callable[[int], Job],
+    *,
+    loaded_model: str | None,
+    skip: frozenset[str],
+    foreground: Foreground | None,
+    floor_active: bool,
+    running: Job | None,
+    mine: Candidate | None,
+    in_pool: Job | None,
+    t4: bool,
+) -> ModelScan:
+    """``running``: the running job taking part in the pick (its candidate
+    ``mine``, or ``in_pool`` when the pool compares it along its path);
+    ``t4``: the pool's own order counts (docs/design.md §4.4)."""
+    scan = ModelScan()
+    models = list(queues)
+    if running is not None and running.model_id not in queues:
+        models.append(running.model_id)
+    for model_id in models:
+        model_queue = queues.get(model_id)
+        candidate = (
+            model_queue.best(skip, foreground, floor_active) if model_queue is not None else None
+        )
+        if candidate is None or candidate[0] >= T3:  # else the pool cannot win here
+            competing = in_pool if in_pool is not None and in_pool.model_id == model_id else None
+            pool = pool_pick.best(model_id, skip, competing, t4)
+            if pool is not None and (candidate is None or pool < candidate):
+                candidate = pool
+        if (
+            mine is not None
+            and running is not None
+            and running.model_id == model_id
+            and (candidate is None or mine < candidate)
+        ):
+            candidate = mine
+        if candidate is None:
+            continue
+        if scan.best is None or candidate < scan.best:
+            scan.best = candidate
+        if model_id == loaded_model:
+            scan.best_loaded = candidate
+            continue
+        job = job_of(candidate[2])
+        if scan.oldest is None or job.submitted_at < scan.oldest[1].submitted_at:
+            scan.oldest = (candidate[2], job)
+    return scan
