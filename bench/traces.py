@@ -18,9 +18,10 @@ lateness max / p95 (``azure-chat``) beside its bound (the least lateness a
 schedule that never makes a chat wait for a swap can have, even knowing
 every chat in advance: ``tierlm.sim.lateness_bound``), the worst 60 s service
 gap between two backlogged pool producers (``azure-pool``, VTC's measure),
-extraction's worst contended window, wasted device time. Deterministic
-(virtual time): the figures do not depend on the machine; runs go two at a
-time.
+extraction's worst contended window, wasted device time. ``tierlm:on-time``
+is tierlm with deadlines on time (``SchedulerConfig.deadlines``,
+docs/design.md §4.8). Deterministic (virtual time): the figures do not
+depend on the machine; runs go two at a time.
 
     python bench/traces.py [--hours 4] [--seeds 1,2] [--slots 1,8] [--code-trace PATH]
 
@@ -42,12 +43,17 @@ from rich.console import Console
 from rich.table import Table
 
 from _lib.results import load_now, machine, results_file
+from tierlm.core.config import SchedulerConfig
 from tierlm.sim import compute_metrics, simulate
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.workloads import get_workload
 from tierlm.sim.workloads.azure_pool import gap_share
 
-POLICIES = ("tierlm", "fifo+resume", "strict-priority+resume")
+POLICIES = ("tierlm", "tierlm:on-time", "fifo+resume", "strict-priority+resume")
+ON_TIME = ":on-time"
+"""``tierlm:on-time``: tierlm with ``SchedulerConfig(deadlines="on-time")``,
+the operator's choice of punctual deadlines over the person's idle gap
+(docs/design.md §4.8 deadlines on time)."""
 WORKLOADS = ("azure-chat", "azure-pool", "chats-alone")
 CHATS_ALONE = ("azure-chat", {"background": 0})
 """``chats-alone``: the trace's chats with no background: what the device
@@ -59,12 +65,14 @@ def measure(job: tuple[str, Path | None, str, int, int, str, float]) -> dict[str
     trace_name, trace, workload, slots, seed, policy, hours = job
     started = time.perf_counter()
     name, params = CHATS_ALONE if workload == "chats-alone" else (workload, {})
+    mode = "on-time" if policy.endswith(ON_TIME) else "after-people"
     records = simulate(
         get_workload(name, trace=trace, params=params),
-        policy,
+        policy.removesuffix(ON_TIME),
         seed=seed,
         duration=hours * 3600.0,
         device=DeviceModel(slots=slots),
+        config=SchedulerConfig(deadlines=mode),
     )
     m = compute_metrics(records)
     chat = m["chat"]

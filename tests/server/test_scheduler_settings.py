@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from tierlm.core.config import SchedulerConfig
+from tierlm.core.config import DEADLINE_MODES, SchedulerConfig
 from tierlm.server import serve_cli as cli
 from tierlm.server.settings.schema import Flag
 from tierlm.server.settings.sections import SchedulerSettings
@@ -83,17 +84,35 @@ def test_every_flag_reaches_the_config() -> None:
         "journal_bytes_per_job": "1000",
         "journal_bytes_total": "5000",
     }
-    assert set(values) == _config_fields() - TABLES - DEPRECATED
+    modes = {"deadlines": "on-time"}  # the one knob that is a word, not a number
+    assert set(values) | set(modes) == _config_fields() - TABLES - DEPRECATED
     argv = ["--backend", "sim"]
-    for name, value in values.items():
+    for name, value in {**values, **modes}.items():
         argv += [f"--{name.replace('_', '-')}", value]
     settings = cli.settings_from_args(_flag_parser().parse_args(argv))
     config = settings.scheduler
     for name, value in values.items():
         assert getattr(config, name) == type(getattr(config, name))(float(value)), name
+    assert config.deadlines == "on-time"
 
 
 def test_a_chat_slowdown_below_one_names_the_flag() -> None:
     args = _flag_parser().parse_args(["--backend", "sim", "--chat-slowdown", "0.5"])
     with pytest.raises(ConfigError, match=r"^--chat-slowdown \(scheduler.chat_slowdown\): must be"):
         cli.settings_from_args(args)
+
+
+def test_deadline_modes_are_the_config_s() -> None:
+    """The setting accepts exactly the modes the policy knows."""
+    assert get_args(SchedulerSettings.model_fields["deadlines"].annotation) == DEADLINE_MODES
+
+
+def test_an_unknown_deadline_mode_names_the_flag_and_the_modes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        _flag_parser().parse_args(["--backend", "sim", "--deadlines", "asap"])
+    assert "--deadlines: invalid choice: 'asap'" in capsys.readouterr().err
+    expected = r"^scheduler.deadlines: must be one of after-people, on-time; got 'asap'"
+    with pytest.raises(ConfigError, match=expected):
+        settings_from_dict({"backend": {"kind": "sim"}, "scheduler": {"deadlines": "asap"}})

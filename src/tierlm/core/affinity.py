@@ -14,6 +14,8 @@ best job on the loaded model, which one runs, or whether to wait.
   next chat idle gap despite the holds (seed scenario 6), and while a person
   may type, the device away from their model runs only such work, then
   returns (``Choice.return_to``): an excursion.
+- With deadlines on time (``SchedulerConfig.deadlines``), overdue work on
+  another model gets its swap as soon as no person's job waits or runs.
 """
 
 from __future__ import annotations
@@ -55,12 +57,18 @@ def choose(
     anticipation: Anticipation | None = None,
     loaded_job: Job | None = None,
     person_model: str | None = None,
+    on_time: bool = False,
+    overdue: tuple[int, Job] | None = None,
 ) -> Choice:
     """``oldest``: of the best jobs of the models not loaded, the one that was
     submitted first (id, job); ``anticipation``: the producers' think times;
     ``loaded_job``: ``best_loaded``'s job; ``person_model``: the model a
-    person may type on now (``SwapHolds.expecting``)."""
+    person may type on now (``SwapHolds.expecting``); ``on_time``: deadlines
+    on time (``SchedulerConfig.deadlines``); ``overdue``: then, of the best
+    jobs of the models not loaded that are overdue (T3), the one due first
+    (id, job)."""
     rank, _key, best_id = best
+    loaded_overdue = best_loaded is not None and best_loaded[0] == Tier.T3
     if (
         person_model is not None
         and loaded_model is not None
@@ -70,12 +78,22 @@ def choose(
         # docs/design.md §4.8 excursions: away from the model a person may
         # type on, only work that has waited the bound runs, then the device
         # goes back, so the person's next message finds their model loaded.
-        if loaded_job is not None and now >= loaded_job.submitted_at + max_affinity_wait:
+        waited = loaded_job is not None and now >= loaded_job.submitted_at + max_affinity_wait
+        if waited or (on_time and loaded_overdue):
             assert best_loaded is not None
             return Choice(best_loaded[2])
         if best_job.model_id == person_model:
             return Choice(best_id)
         return Choice(None, return_to=person_model)
+    if on_time and overdue is not None and loaded_model is not None and rank > Tier.T1:
+        # docs/design.md §4.8 deadlines on time: the operator chose punctual
+        # deadlines over the person's idle gap, so no hold and no gap bet; the
+        # loaded model's overdue work due as early goes first (one swap).
+        overdue_id, overdue_job = overdue
+        if loaded_overdue and _due(loaded_job) <= _due(overdue_job):
+            assert best_loaded is not None
+            return Choice(best_loaded[2])
+        return Choice(overdue_id)
     if loaded_model is None or best_job.model_id == loaded_model:
         return Choice(best_id)
     if rank <= Tier.T1:
@@ -111,3 +129,8 @@ def choose(
     if hold_end is not None and now < hold_end:
         return Choice(best_loaded[2] if best_loaded is not None else None, hold_expiry=hold_end)
     return Choice(target_id)
+
+
+def _due(job: Job | None) -> float:
+    due = job.due if job is not None else None
+    return due if due is not None else float("inf")

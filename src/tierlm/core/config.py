@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 
 from tierlm.core.fairness import DEFAULT_IDLE_RESET
 
-__all__ = ["DEFAULT_DECAY_PERIOD", "MAX_WEIGHT", "MIN_WEIGHT", "SchedulerConfig"]
+__all__ = [
+    "DEADLINE_MODES",
+    "DEFAULT_DECAY_PERIOD",
+    "MAX_WEIGHT",
+    "MIN_WEIGHT",
+    "SchedulerConfig",
+]
 
 # Seed: "Every 5 minutes a sweeper halves all vruntime entries". Kept only so
 # that configurations naming it still load; see SchedulerConfig.decay_period.
@@ -18,6 +24,10 @@ MIN_WEIGHT = 0.001
 MAX_WEIGHT = 1000.0
 """Fair-pool weights span six orders of magnitude: enough for any share, and
 precise as integer loads (docs/design.md §4 fair pool)."""
+
+
+DEADLINE_MODES = ("after-people", "on-time")
+"""docs/design.md §4.8 deadlines on time: the accepted ``SchedulerConfig.deadlines``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +100,16 @@ class SchedulerConfig:
     unchanged (a reader of 5-8 words/s is far slower than either), and on the
     measured llama.cpp CPU curve it still admits a few background sequences."""
 
+    deadlines: str = "after-people"
+    """docs/design.md §4.8 deadlines on time: ``"after-people"`` (the seed's
+    order: overdue work on another model waits for a person's idle gap, so a
+    message waits for background swaps only when a bet on that gap is lost);
+    ``"on-time"``: overdue work on another model gets its swap as soon as no
+    person's job is waiting or running, and a person who then writes waits
+    for it to finish, up to ``grace_factor`` swaps, before the swap back. An
+    operator's choice of which promise bends: measured on both Azure traces
+    in docs/design.md §8."""
+
     cancel_grace: float = 5.0
     """Seconds a cancelled job may take to stop before the shell reports it as
     stuck and stops waiting for it. Runners stop within a token, so
@@ -143,6 +163,11 @@ class SchedulerConfig:
                 "no history to halve (lag is clamped and forgotten after idle_reset)",
                 DeprecationWarning,
                 stacklevel=3,
+            )
+        if self.deadlines not in DEADLINE_MODES:
+            accepted = ", ".join(repr(mode) for mode in DEADLINE_MODES)
+            raise ValueError(
+                f"SchedulerConfig.deadlines: must be one of {accepted}, got {self.deadlines!r}"
             )
         _check_weights("weights", self.weights, "producer")
         _check_weights("class_weights", self.class_weights, "class")

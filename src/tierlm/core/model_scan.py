@@ -1,6 +1,7 @@
 """The best candidate of each model, for affinity and swaps (docs/design.md
 §4.8): the best overall (B), the loaded model's, and among the models not
-loaded the longest-waiting one's (the starvation bound). One pass over the models a decision
+loaded the longest-waiting one's (the starvation bound) and, with deadlines
+on time, the overdue one due first. One pass over the models a decision
 sees; hot path, plain ints."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from tierlm.core.classes import T3
 from tierlm.core.jobs import Foreground, Job
+from tierlm.core.on_time import due_first
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.queues import Candidate, ModelQueue
 
@@ -24,6 +26,8 @@ class ModelScan:
     """The best job on the loaded model."""
     oldest: tuple[int, Job] | None = None
     """Of the best jobs of the models not loaded, the one submitted first."""
+    overdue: tuple[int, Job] | None = None
+    """With ``on_time``: of those that are overdue (T3), the one due first."""
 
 
 def scan_models(
@@ -39,6 +43,7 @@ def scan_models(
     mine: Candidate | None,
     in_pool: Job | None,
     t4: bool,
+    on_time: bool,
 ) -> ModelScan:
     """``running``: the running job taking part in the pick (its candidate
     ``mine``, or ``in_pool`` when the pool compares it along its path);
@@ -74,4 +79,6 @@ def scan_models(
         job = job_of(candidate[2])
         if scan.oldest is None or job.submitted_at < scan.oldest[1].submitted_at:
             scan.oldest = (candidate[2], job)
+        if on_time and candidate[0] == T3:
+            scan.overdue = due_first(scan.overdue, (candidate[2], job))
     return scan

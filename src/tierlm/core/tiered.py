@@ -15,7 +15,7 @@ from tierlm.core.affinity import choose
 from tierlm.core.anticipation import Anticipation
 from tierlm.core.book import JobBook
 from tierlm.core.budget import Budgets
-from tierlm.core.classes import T2, T3, T4, TaskClass, Tier
+from tierlm.core.classes import T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.device import Decision, Device
 from tierlm.core.fairness import FairPool
@@ -24,6 +24,7 @@ from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.model_scan import scan_models
+from tierlm.core.on_time import finish_until
 from tierlm.core.order import policy_order
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.preemption import preemption
@@ -257,6 +258,7 @@ class TieredPolicy:
         and swaps (``affinity.choose``): the id of the job to run, or None.
         Without ``t4`` the pool's own order is left out (``extra``, in it,
         stands for it): enough to know whether anything outranks ``extra``."""
+        on_time = self.config.deadlines == "on-time"  # §4.8 deadlines on time
         in_pool = mine = None
         if extra is not None:
             mine = running_candidate(self._rank(extra, now), extra, skip)
@@ -276,6 +278,7 @@ class TieredPolicy:
             mine=mine,
             in_pool=in_pool,
             t4=t4,
+            on_time=on_time,
         )
         best, best_loaded = scan.best, scan.best_loaded
         if best is None:
@@ -305,6 +308,8 @@ class TieredPolicy:
             anticipation=self.anticipation,
             loaded_job=self._job_of(best_loaded[2], extra) if best_loaded is not None else None,
             person_model=person,
+            on_time=on_time,
+            overdue=scan.overdue,
         )
         for expiry in (choice.affinity_expiry, choice.hold_expiry):
             if expiry is not None:
@@ -423,6 +428,12 @@ class TieredPolicy:
             # docs/design.md §4.6 foreground flapping.
             self._flapping.cut(running)
             if self._flapping.owes_resume(running, now, redo, wake):
+                return None
+        if self.config.deadlines == "on-time" and best_rank <= T1:
+            swap = self.holds.swap_estimate(running.model_id)
+            until = finish_until(running, best, now, self.config.grace_factor * swap)
+            if until is not None:
+                self._wake.append(until)
                 return None
         return preemption(
             run_rank,

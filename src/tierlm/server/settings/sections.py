@@ -15,8 +15,8 @@ an unknown field is an error too, with a suggestion.
                     key_queue_limit, max_connections, header_timeout, body_timeout,
                     keep_alive_timeout, max_header_bytes
     [backend]       kind = "sim" | "llama-cpp" | "openai" | "ollama", models, ... (backends/)
-    [scheduler]     max_affinity_wait, chat_grace, chat_idle, grace_factor, slice,
-                    pool_floor, idle_reset, cancel_grace, weights, class_weights,
+    [scheduler]     max_affinity_wait, chat_grace, chat_idle, grace_factor, deadlines,
+                    slice, pool_floor, idle_reset, cancel_grace, weights, class_weights,
                     journal_bytes_per_job, journal_bytes_total, default_classes
     [classes.NAME]  tier, fair, requeue, budget = {share, window} | false, queue_limit
     [[keys]]        key | key_env, name, classes, default_class, admin, producer,
@@ -78,6 +78,7 @@ _SCHEDULER = SchedulerConfig()
 # The names a browser on this machine uses for a loopback gateway.
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
+DeadlineMode = Literal["after-people", "on-time"]  # core.config.DEADLINE_MODES
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 LogFormat = Literal["text", "json"]
 
@@ -241,6 +242,11 @@ class SchedulerSettings(Schema):
     )
     """docs/design.md §4 affinity: the chat holds never idle the device, with work
     queued for another model, longer than this many measured swap times."""
+    deadlines: Annotated[DeadlineMode, Flag("--deadlines", "MODE")] = "after-people"
+    """docs/design.md §4.8 deadlines on time: ``after-people`` (overdue work on
+    another model waits for a person's idle gap) or ``on-time`` (it swaps in
+    as soon as no person's job waits; a person may wait for it, up to
+    ``grace_factor`` swaps, and the swap back)."""
     slice: Annotated[float, Flag("--slice", "S"), Field(gt=0)] = _SCHEDULER.slice
     """docs/design.md §4 slices: seconds a pool job runs before it yields to an
     eligible producer with an earlier virtual deadline."""

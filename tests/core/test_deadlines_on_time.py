@@ -1,0 +1,107 @@
+"""Deadlines on time (docs/design.md §4.8), the operator's opt-in
+``SchedulerConfig.deadlines = "on-time"``, against the default: a person at
+the open chat page types every 45 s on m1 while a cron job on m2 falls due.
+Virtual time, the tests' device (20 tokens/s, 10 s swaps)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from tests.core.test_affinity_across_models import chat_wait, device
+from tests.helpers import SWAP, work_for
+from tierlm import JobContext, Scheduler, SchedulerConfig
+
+READING = 45.0  # the person's gap between messages (seed scenario 6's "keeps chatting")
+FACTOR = SchedulerConfig().grace_factor  # the bound on finishing: 3 swaps
+
+
+def cron_job(
+    runs: list[float], ends: list[float], seconds: float
+) -> Callable[[JobContext], Awaitable[int]]:
+    """``seconds`` of work that notes when each of its runs starts (a cut
+    run starts over: ``work_for`` restarts from scratch) and when it ends."""
+
+    async def job(ctx: JobContext) -> int:
+        runs.append(asyncio.get_running_loop().time())
+        tokens = await work_for(seconds)(ctx)
+        ends.append(asyncio.get_running_loop().time())
+        return tokens
+
+    return job
+
+
+async def cron_beside_a_person(
+    mode: str, job_seconds: float, turns: int = 8
+) -> tuple[list[float], float, float, list[float]]:
+    """The person chats ``turns`` times, one every ``READING`` s; after the
+    first chat a cron job of ``job_seconds`` on m2 is submitted, due 10 s
+    later. Its runs' starts, its due time, when it ended, and the chats'
+    waits for their first token."""
+    config = SchedulerConfig(deadlines=mode)
+    async with Scheduler(device("m1", "m2"), config=config) as sched:
+        sched.set_foreground("chat")
+        waits = [await chat_wait(sched, then=5)]
+        runs: list[float] = []
+        ends: list[float] = []
+        due = sched.now() + 10
+        handle = sched.submit(
+            "gana", "m2", cron_job(runs, ends, job_seconds), producer="gana:cron", deadline=due
+        )
+        await asyncio.sleep(READING - 5)
+        for _turn in range(1, turns):
+            waits.append(await chat_wait(sched, then=READING))
+        await handle
+    ended = ends[0] if ends else float("inf")
+    return runs, due, ended, waits
+
+
+async def test_by_default_a_cron_job_waits_for_the_persons_gap_bet() -> None:
+    """The default keeps the seed's order: work on another model waits the
+    starvation bound, then a gap the person's reading holds; meanwhile no
+    message waits for a swap."""
+    runs, due, _ended, waits = await cron_beside_a_person("after-people", job_seconds=10)
+    assert runs[0] - due >= 100, (runs, due)  # the bound (120 s from submission)
+    assert max(waits) <= 0.2, waits
+
+
+async def test_on_time_a_due_cron_job_gets_its_swap_at_once() -> None:
+    """With deadlines on time there is no hold and no gap bet: the job swaps
+    in the moment it is due (no person's job queued or running), and the
+    device goes back to m1 before the person's next message."""
+    runs, due, ended, waits = await cron_beside_a_person("on-time", job_seconds=10)
+    assert runs[0] - due <= SWAP + 0.5, (runs, due)  # its swap, nothing else
+    assert len(runs) == 1, runs
+    assert ended - due <= SWAP + 10 + 0.5, (ended, due)
+    # swap there (10 s), the job (10 s), swap back (10 s): inside a 45 s read.
+    assert max(waits) <= 0.2, waits
+
+
+async def test_on_time_a_person_waits_for_the_overdue_job_to_finish() -> None:
+    """A 30 s cron job is under way on m2 when the person writes (45 s after
+    their last message): cut, it would need a second excursion, two more
+    swaps a later message may meet. It finishes first (15 s left), then the
+    swap back: the person waits for both, once."""
+    runs, due, ended, waits = await cron_beside_a_person("on-time", job_seconds=30)
+    assert len(runs) == 1, runs  # never cut
+    assert ended - due <= SWAP + 30 + 0.5, (ended, due)
+    met = [wait for wait in waits if wait > 0.2]
+    assert len(met) == 1, waits
+    assert met[0] <= 15 + SWAP + 0.5, waits
+
+
+async def test_on_time_finishing_is_bounded_by_grace_factor_swaps() -> None:
+    """A 120 s overdue job would hold the person for 95 s: it keeps the device
+    only ``grace_factor`` swaps (30 s) after their message came, then it is
+    cut and the device goes back; the person waits that and the swap back."""
+    runs, _due, ended, waits = await cron_beside_a_person("on-time", job_seconds=120, turns=12)
+    assert len(runs) >= 2, runs  # cut once at least, then run again
+    assert ended < float("inf")
+    assert max(waits) <= FACTOR * SWAP + SWAP + 0.5, waits
+
+
+def test_an_unknown_mode_names_the_field_and_the_accepted_values() -> None:
+    with pytest.raises(ValueError, match=r"deadlines: must be one of 'after-people', 'on-time'"):
+        SchedulerConfig(deadlines="asap")
