@@ -116,3 +116,14 @@ def test_an_unknown_deadline_mode_names_the_flag_and_the_modes(
     expected = r"^scheduler.deadlines: must be one of after-people, on-time; got 'asap'"
     with pytest.raises(ConfigError, match=expected):
         settings_from_dict({"backend": {"kind": "sim"}, "scheduler": {"deadlines": "asap"}})
+
+
+def test_check_says_which_promise_deadlines_keep(capsys: pytest.CaptureFixture[str]) -> None:
+    """``tierlm serve --check`` shows the mode the gateway would run."""
+    for argv, shown in (
+        ([], "deadlines after-people"),
+        (["--deadlines", "on-time"], "deadlines on-time"),
+    ):
+        args = _flag_parser().parse_args(["--backend", "sim", *argv, "--check"])
+        assert cli.run(args) == 0
+        assert shown in capsys.readouterr().out

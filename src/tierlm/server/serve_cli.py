@@ -155,6 +155,12 @@ def describe(settings: ServerSettings) -> str:
             f"{c.name} T{c.tier} queue<={settings.queue_limit(c.name)}"
             for c in settings.classes.values()
         ),
+        "deadlines "
+        + (
+            "on-time (overdue work on another model swaps in when no person's job is queued)"
+            if settings.scheduler.deadlines == "on-time"
+            else "after-people (overdue work on another model waits for a person's idle gap)"
+        ),
         "keys     "
         + (
             ", ".join(
