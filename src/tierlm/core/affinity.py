@@ -15,7 +15,7 @@ best job on the loaded model, which one runs, or whether to wait.
   may type, the device away from their model runs only such work, then
   returns (``Choice.return_to``): an excursion.
 - With deadlines on time (``SchedulerConfig.deadlines``), overdue work on
-  another model gets its swap as soon as no person's job waits or runs.
+  another model gets its swap as soon as no person's job is queued.
 """
 
 from __future__ import annotations

@@ -105,10 +105,10 @@ class SchedulerConfig:
     order: overdue work on another model waits for a person's idle gap, so a
     message waits for background swaps only when a bet on that gap is lost);
     ``"on-time"``: overdue work on another model gets its swap as soon as no
-    person's job is waiting or running, and a person who then writes waits
-    for it to finish, up to ``grace_factor`` swaps, before the swap back. An
-    operator's choice of which promise bends: measured on both Azure traces
-    in docs/design.md §8."""
+    person's job is queued (their running sequences end first), and a person
+    who then writes waits for it to finish, up to ``grace_factor`` swaps,
+    before the swap back. An operator's choice of which promise bends:
+    measured on both Azure traces in docs/design.md §8."""
 
     cancel_grace: float = 5.0
     """Seconds a cancelled job may take to stop before the shell reports it as

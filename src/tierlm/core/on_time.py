@@ -1,6 +1,6 @@
 """Deadlines on time (docs/design.md §4.8), the operator's opt-in
 (``SchedulerConfig.deadlines = "on-time"``): overdue work on another model
-gets its swap as soon as no person's job waits or runs (``affinity.choose``),
+gets its swap as soon as no person's job is queued (``affinity.choose``),
 and once away it finishes before the device goes back for a person, within a
 bound. Pure functions of the jobs and the time.
 """
