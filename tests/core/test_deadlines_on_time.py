@@ -34,11 +34,11 @@ def cron_job(
 
 
 async def cron_beside_a_person(
-    mode: str, job_seconds: float, turns: int = 8
+    mode: str, job_seconds: float, turns: int = 8, due_in: float = 10.0
 ) -> tuple[list[float], float, float, list[float]]:
     """The person chats ``turns`` times, one every ``READING`` s; after the
-    first chat a cron job of ``job_seconds`` on m2 is submitted, due 10 s
-    later. Its runs' starts, its due time, when it ended, and the chats'
+    first chat a cron job of ``job_seconds`` on m2 is submitted, due
+    ``due_in`` s later. Its runs' starts, its due time, when it ended, and the chats'
     waits for their first token."""
     config = SchedulerConfig(deadlines=mode)
     async with Scheduler(device("m1", "m2"), config=config) as sched:
@@ -46,7 +46,7 @@ async def cron_beside_a_person(
         waits = [await chat_wait(sched, then=5)]
         runs: list[float] = []
         ends: list[float] = []
-        due = sched.now() + 10
+        due = sched.now() + due_in
         handle = sched.submit(
             "gana", "m2", cron_job(runs, ends, job_seconds), producer="gana:cron", deadline=due
         )
@@ -77,6 +77,17 @@ async def test_on_time_a_due_cron_job_gets_its_swap_at_once() -> None:
     assert ended - due <= SWAP + 10 + 0.5, (ended, due)
     # swap there (10 s), the job (10 s), swap back (10 s): inside a 45 s read.
     assert max(waits) <= 0.2, waits
+
+
+async def test_on_time_means_done_by_the_deadline() -> None:
+    """A 5 s cron job due 60 s after it came presses ``grace_factor`` swaps
+    (30 s) before its deadline: it gets its swap then, and is done before it
+    is due. Promoted only when due, it ended a swap and its run late; started
+    at once, it would have bet on the person's gap for nothing."""
+    runs, due, ended, _waits = await cron_beside_a_person("on-time", job_seconds=5, due_in=60)
+    assert ended <= due, (ended, due)
+    assert runs[0] >= due - FACTOR * SWAP, (runs, due)  # not before it pressed
+    assert len(runs) == 1, runs
 
 
 async def test_on_time_a_person_waits_for_the_overdue_job_to_finish() -> None:

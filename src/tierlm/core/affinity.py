@@ -14,8 +14,9 @@ best job on the loaded model, which one runs, or whether to wait.
   next chat idle gap despite the holds (seed scenario 6), and while a person
   may type, the device away from their model runs only such work, then
   returns (``Choice.return_to``): an excursion.
-- With deadlines on time (``SchedulerConfig.deadlines``), overdue work on
-  another model gets its swap as soon as no person's job is queued.
+- With deadlines on time (``SchedulerConfig.deadlines``), pressing work (due
+  within its lead, ``core/on_time``) on another model gets its swap as soon
+  as no person's job is queued.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tierlm.core.anticipation import Anticipation
 from tierlm.core.classes import Tier
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Job
+from tierlm.core.on_time import OnTime
 from tierlm.core.queues import Candidate
 
 __all__ = ["Choice", "choose"]
@@ -57,18 +59,23 @@ def choose(
     anticipation: Anticipation | None = None,
     loaded_job: Job | None = None,
     person_model: str | None = None,
-    on_time: bool = False,
+    on_time: OnTime | None = None,
     overdue: tuple[int, Job] | None = None,
+    loaded_pressing: Job | None = None,
 ) -> Choice:
     """``oldest``: of the best jobs of the models not loaded, the one that was
     submitted first (id, job); ``anticipation``: the producers' think times;
     ``loaded_job``: ``best_loaded``'s job; ``person_model``: the model a
     person may type on now (``SwapHolds.expecting``); ``on_time``: deadlines
-    on time (``SchedulerConfig.deadlines``); ``overdue``: then, of the best
-    jobs of the models not loaded that are overdue (T3), the one due first
-    (id, job)."""
+    on time (``SchedulerConfig.deadlines``), else None; ``overdue``: then, of
+    the best jobs of the models not loaded that are overdue (T3) or pressing,
+    the one due first (id, job); ``loaded_pressing``: then, of the loaded
+    model's queued pool jobs not yet overdue, the pressing one due first."""
     rank, _key, best_id = best
-    loaded_overdue = best_loaded is not None and best_loaded[0] == Tier.T3
+    loaded_overdue = best_loaded is not None and (
+        best_loaded[0] == Tier.T3
+        or (on_time is not None and loaded_job is not None and on_time.pressing(loaded_job, now))
+    )
     if (
         person_model is not None
         and loaded_model is not None
@@ -79,20 +86,23 @@ def choose(
         # type on, only work that has waited the bound runs, then the device
         # goes back, so the person's next message finds their model loaded.
         waited = loaded_job is not None and now >= loaded_job.submitted_at + max_affinity_wait
-        if waited or (on_time and loaded_overdue):
+        if waited or (on_time is not None and loaded_overdue):
             assert best_loaded is not None
             return Choice(best_loaded[2])
         if best_job.model_id == person_model:
             return Choice(best_id)
         return Choice(None, return_to=person_model)
-    if on_time and overdue is not None and loaded_model is not None and rank > Tier.T1:
+    if on_time is not None and overdue is not None and loaded_model is not None and rank > Tier.T1:
         # docs/design.md §4.8 deadlines on time: the operator chose punctual
         # deadlines over the person's idle gap, so no hold and no gap bet; the
-        # loaded model's overdue work due as early goes first (one swap).
+        # loaded model's overdue or pressing work due as early goes first (one
+        # swap; else the device, draining for the swap, would keep it out).
         overdue_id, overdue_job = overdue
         if loaded_overdue and _due(loaded_job) <= _due(overdue_job):
             assert best_loaded is not None
             return Choice(best_loaded[2])
+        if loaded_pressing is not None and _due(loaded_pressing) <= _due(overdue_job):
+            return Choice(loaded_pressing.id)
         return Choice(overdue_id)
     if loaded_model is None or best_job.model_id == loaded_model:
         return Choice(best_id)

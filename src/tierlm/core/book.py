@@ -107,6 +107,27 @@ class JobBook:
                 self.overdue.add(job_id)
                 self.fresh -= 1
 
+    def due_by(self, model_id: str, until: float, skip: frozenset[str]) -> Job | None:
+        """Of the queued fair jobs on ``model_id`` not yet overdue, the one due
+        first if it is due by ``until`` (docs/design.md §4.8 deadlines on
+        time: pressing work on the loaded model). Walks only the heap's
+        entries due by ``until``: a child is never due before its parent."""
+        pending, live, jobs = self._pending, self.live, self.jobs
+        best: Job | None = None
+        stack = [0] if pending else []
+        while stack:
+            i = stack.pop()
+            deadline, job_id, version = pending[i]
+            if deadline > until:
+                continue
+            stack.extend(c for c in (2 * i + 1, 2 * i + 2) if c < len(pending))
+            job = jobs.get(job_id) if live.get(job_id) == version else None
+            if job is None or job.model_id != model_id or job.class_name in skip:
+                continue
+            if best is None or (deadline, job_id) < (best.deadline or 0.0, best.id):
+                best = job
+        return best
+
     def next_deadline(self) -> float | None:
         """When the next queued fair job becomes overdue."""
         pending = self._pending

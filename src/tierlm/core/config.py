@@ -104,10 +104,12 @@ class SchedulerConfig:
     """docs/design.md §4.8 deadlines on time: ``"after-people"`` (the seed's
     order: overdue work on another model waits for a person's idle gap, so a
     message waits for background swaps only when a bet on that gap is lost);
-    ``"on-time"``: overdue work on another model gets its swap as soon as no
-    person's job is queued (their running sequences end first), and a person
-    who then writes waits for it to finish, up to ``grace_factor`` swaps,
-    before the swap back. An operator's choice of which promise bends:
+    ``"on-time"``: work presses ``grace_factor`` swaps before it is due (so
+    it is done by its deadline, not started at it); pressing work on another
+    model gets its swap as soon as no person's job is queued (their running
+    sequences end first), a person who then writes waits for it to finish,
+    up to ``grace_factor`` swaps, before the swap back, and on the person's
+    own model the chat latency guard does not cut it. An operator's choice of which promise bends:
     measured on both Azure traces in docs/design.md §8."""
 
     cancel_grace: float = 5.0

@@ -1,19 +1,20 @@
 """The best candidate of each model, for affinity and swaps (docs/design.md
 §4.8): the best overall (B), the loaded model's, and among the models not
 loaded the longest-waiting one's (the starvation bound) and, with deadlines
-on time, the overdue one due first. One pass over the models a decision
+on time, the pressing one due first (``core/on_time``). One pass over the models a decision
 sees; hot path, plain ints."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from tierlm.core.book import JobBook
 from tierlm.core.classes import T3
 from tierlm.core.jobs import Foreground, Job
-from tierlm.core.on_time import due_first
+from tierlm.core.on_time import OnTime, due_first
 from tierlm.core.pool_pick import PoolPick
-from tierlm.core.queues import Candidate, ModelQueue
+from tierlm.core.queues import Candidate
 
 __all__ = ["ModelScan", "scan_models"]
 
@@ -27,11 +28,17 @@ class ModelScan:
     oldest: tuple[int, Job] | None = None
     """Of the best jobs of the models not loaded, the one submitted first."""
     overdue: tuple[int, Job] | None = None
-    """With ``on_time``: of those that are overdue (T3), the one due first."""
+    """With ``on_time``: of those that are overdue (T3) or pressing, the one
+    due first."""
+    presses_at: float | None = None
+    """With ``on_time``: when the first of the others starts to press."""
+    loaded_pressing: Job | None = None
+    """With ``on_time`` and ``overdue``: the loaded model's pressing pool job
+    due first (``OnTime.loaded_pressing``)."""
 
 
 def scan_models(
-    queues: Mapping[str, ModelQueue],
+    book: JobBook,
     pool_pick: PoolPick,
     job_of: Callable[[int], Job],
     *,
@@ -43,12 +50,15 @@ def scan_models(
     mine: Candidate | None,
     in_pool: Job | None,
     t4: bool,
-    on_time: bool,
+    on_time: OnTime | None,
+    now: float,
 ) -> ModelScan:
     """``running``: the running job taking part in the pick (its candidate
     ``mine``, or ``in_pool`` when the pool compares it along its path);
-    ``t4``: the pool's own order counts (docs/design.md §4.4)."""
+    ``t4``: the pool's own order counts (docs/design.md §4.4); ``on_time``:
+    deadlines on time (docs/design.md §4.8), else None."""
     scan = ModelScan()
+    queues = book.models
     models = list(queues)
     if running is not None and running.model_id not in queues:
         models.append(running.model_id)
@@ -79,6 +89,14 @@ def scan_models(
         job = job_of(candidate[2])
         if scan.oldest is None or job.submitted_at < scan.oldest[1].submitted_at:
             scan.oldest = (candidate[2], job)
-        if on_time and candidate[0] == T3:
+        if on_time is None:
+            continue
+        presses_at = on_time.presses_at(job)
+        if candidate[0] == T3 or on_time.pressing(job, now):
             scan.overdue = due_first(scan.overdue, (candidate[2], job))
+        elif presses_at is not None and now < presses_at:
+            first = scan.presses_at
+            scan.presses_at = presses_at if first is None else min(first, presses_at)
+    if on_time is not None and scan.overdue is not None and loaded_model is not None:
+        scan.loaded_pressing = on_time.loaded_pressing(book, loaded_model, now, skip)
     return scan

@@ -1,37 +1,106 @@
 """Deadlines on time (docs/design.md §4.8), the operator's opt-in
-(``SchedulerConfig.deadlines = "on-time"``): overdue work on another model
-gets its swap as soon as no person's job is queued (``affinity.choose``),
-and once away it finishes before the device goes back for a person, within a
-bound. Pure functions of the jobs and the time.
+(``SchedulerConfig.deadlines = "on-time"``). Work with a deadline becomes
+*pressing* ``grace_factor`` swaps before it is due (its lead: the swap, the
+run and the swap back fit, so "on time" means done by the deadline, not
+started at it). Pressing work
+
+- on another model gets its swap as soon as no person's job is queued
+  (``affinity.choose``, from ``model_scan``'s candidates);
+- once away from the person's model, finishes before the device goes back
+  for a person, within a bound (``OnTime.finish_until``);
+- is not cut from the batch by the chat latency guard (``OnTime.shielded``,
+  ``slots.plan``).
+
+Pure functions of the jobs and the time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tierlm.core.book import JobBook
+from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Job
 
-__all__ = ["due_first", "finish_until"]
+__all__ = ["OnTime", "due_first"]
 
 
 def due_first(current: tuple[int, Job] | None, candidate: tuple[int, Job]) -> tuple[int, Job]:
-    """Of two overdue (id, job) candidates, the one due first (then submitted
+    """Of two pressing (id, job) candidates, the one due first (then submitted
     first): EDF among the models waiting for a swap."""
     if current is None:
         return candidate
     return min(current, candidate, key=lambda pair: (pair[1].due or 0.0, pair[1].id))
 
 
-def finish_until(running: Job, person: Job, now: float, bound: float) -> float | None:
-    """Until when the overdue ``running`` job keeps the device from
-    ``person``'s job, which needs another model; None: stop it now.
+@dataclass(frozen=True, slots=True)
+class OnTime:
+    """When deadline work presses, and what it may then take from a person."""
 
-    *Why:* cut, it needs a second excursion: two more swaps, which a person's
-    next message may meet too (on the code trace one job was cut six times,
-    six messages waiting for the swap back). So the person waits for it, but
-    at most ``bound`` seconds (``grace_factor`` swaps) after their job came,
-    then the swap back. Overdue whatever its loan now: the loan was open when
-    it got its swap, and its own run closes it, as any run does."""
-    due = running.due
-    if due is None or now < due or person.model_id == running.model_id:
-        return None
-    until = person.submitted_at + bound
-    return until if now < until else None
+    lead_swaps: float
+    """How many swaps before its due time work presses: ``grace_factor`` (3),
+    the same unit a person's wait for it is bounded in. With the seed's 10 s
+    swaps, 30 s: the swap there, a cron job of ~10-20 s, the swap back.
+    *Why a lead:* promoted only when due, every job that needed a swap was
+    late by at least the swap and its run (on the code trace up to 126-140 s
+    at 8 slots, FIFO's 53-67 s; on time now 32-53 s, docs/design.md §8)."""
+    swap_estimate: Callable[[str], float]
+    """The expected swap to a model (``SwapHolds.swap_estimate``)."""
+
+    @classmethod
+    def of(cls, config: SchedulerConfig, swap_estimate: Callable[[str], float]) -> OnTime | None:
+        """The rules for ``config.deadlines``; None: the default order."""
+        if config.deadlines != "on-time":
+            return None
+        return cls(config.grace_factor, swap_estimate)
+
+    def lead(self, model_id: str) -> float:
+        """How long before its due time work on ``model_id`` presses."""
+        return self.lead_swaps * self.swap_estimate(model_id)
+
+    def presses_at(self, job: Job) -> float | None:
+        """When ``job`` starts to press; None: it has no deadline."""
+        due = job.due
+        return None if due is None else due - self.lead(job.model_id)
+
+    def pressing(self, job: Job, now: float) -> bool:
+        """Whether ``job`` presses now. Neither its producer's loan (its
+        eligibility, docs/design.md §4.5) nor the pool's floor is asked: the
+        operator chose punctual deadlines, and honouring the loan made cron
+        100-169 s late on the code trace at 8 slots (the gana class's
+        eligibility flipping as its producers came and went)."""
+        at = self.presses_at(job)
+        return at is not None and now >= at
+
+    def loaded_pressing(
+        self, book: JobBook, loaded_model: str, now: float, skip: frozenset[str]
+    ) -> Job | None:
+        """Of the loaded model's queued pool jobs not yet overdue, the pressing
+        one due first: asked only while another model's pressing work waits
+        for its swap, which would otherwise keep it out while the device
+        drains (on the code trace, through a person's burst of chats, a cron
+        job on their model waited 61 s past its deadline for m2's swap)."""
+        return book.due_by(loaded_model, now + self.lead(loaded_model), skip)
+
+    def shielded(self, job: Job, now: float) -> bool:
+        """Pressing work stays in the batch beside a person's sequence (the
+        chat latency guard, docs/design.md §4.7, cuts only other background):
+        cut through a person's burst of long prompts, cron on their own model
+        ran late; without this the code trace's worst lateness at 8 slots was
+        35-142 s on seeds 1-5 (32-53 s with it)."""
+        return self.pressing(job, now)
+
+    def finish_until(self, running: Job, person: Job, now: float) -> float | None:
+        """Until when the pressing ``running`` job keeps the device from
+        ``person``'s job, which needs another model; None: stop it now.
+
+        *Why:* cut, it needs a second excursion: two more swaps, which a
+        person's next message may meet too (on the code trace one job was cut
+        six times, six messages waiting for the swap back). So the person
+        waits for it, but at most ``grace_factor`` swaps after their job came,
+        then the swap back."""
+        if person.model_id == running.model_id or not self.pressing(running, now):
+            return None
+        until = person.submitted_at + self.lead(running.model_id)
+        return until if now < until else None

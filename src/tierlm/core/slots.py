@@ -22,7 +22,8 @@ by the same rules:
   one sequence's, by the runner's step-time curve; while its prompt is still
   evaluated, within ``PROMPT_SLOWDOWN`` (the first token is what a person
   waits for). The sequences left out yield (their KV kept, docs/design.md §2
-  slots) and rejoin when it ends.
+  slots) and rejoin when it ends. With deadlines on time, pressing deadline
+  work is not cut (``shielded``, docs/design.md §4.8).
 
 With one slot this is exactly the single-sequence shell: start the pick when
 the device is free, else ask whether the running job should stop.
@@ -90,10 +91,13 @@ def plan(
     device: Device,
     chat_slowdown: float | None = None,
     people_waiting: Callable[[], Collection[Person]] | None = None,
+    shielded: Callable[[Job, float], bool] | None = None,
 ) -> Decision:
     """The k-slot plan of the module docstring, from ``rules``' answers;
     ``people_waiting``: the persons (``Job.chat_person``) with a chat queued, for
-    persons in turn on a full device (tierlm's rule, docs/design.md §4.7)."""
+    persons in turn on a full device (tierlm's rule, docs/design.md §4.7);
+    ``shielded``: background the chat latency guard neither cuts nor keeps
+    out (pressing deadline work, with deadlines on time: docs/design.md §4.8)."""
     loaded = device.loaded_model
     staying = [j for j in device.running if j.id not in device.stopping]
     starts: list[Job] = []
@@ -102,6 +106,10 @@ def plan(
 
     def person(jobs: Iterable[Job]) -> bool:
         return any(rules.tier(j, now) <= T1 for j in jobs)
+
+    def guarded(job: Job) -> bool:
+        """Background the chat latency guard may cut or keep out."""
+        return rules.tier(job, now) > T1 and (shielded is None or not shielded(job, now))
 
     def person_evaluating(jobs: Iterable[Job]) -> bool:
         return any(rules.tier(j, now) <= T1 and j.id not in device.decoding for j in jobs)
@@ -116,9 +124,10 @@ def plan(
     def room_for(job: Job) -> bool:
         if device.free - len(starts) <= 0:
             return False
-        if rules.tier(job, now) <= T1:
+        if not guarded(job):
             # docs/design.md §4.7 persons: the guard shields people from
-            # background, never from each other nor a page from its own work.
+            # background, never from each other nor a page from its own work
+            # (nor, with deadlines on time, from pressing work: §4.8).
             return True
         return len(staying) + len(starts) < limit_now()
 
@@ -176,7 +185,7 @@ def plan(
     if person(staying) or person(starts):
         over = len(staying) + len(starts) - limit_now()
         if over > 0:
-            background = [j for j in reversed(staying) if rules.tier(j, now) > T1]
+            background = [j for j in reversed(staying) if guarded(j)]
             background.sort(key=lambda j: -rules.tier(j, now))
             # While the person's prompt evaluates, a person waits: the cut
             # sequences stop at once, a prompt evaluation of theirs too (§4.6).

@@ -24,7 +24,7 @@ from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.model_scan import scan_models
-from tierlm.core.on_time import finish_until
+from tierlm.core.on_time import OnTime
 from tierlm.core.order import policy_order
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.preemption import preemption
@@ -71,6 +71,7 @@ class TieredPolicy:
         self.floor = PoolFloor(config.pool_floor, exit_after=config.slice)
         self.holds = SwapHolds(config.chat_grace, config.chat_idle, config.grace_factor)
         self.anticipation = Anticipation()  # docs/design.md §4.8 anticipatory holds
+        self._on_time = OnTime.of(config, self.holds.swap_estimate)  # docs/design.md §4.8
         self.foreground: Foreground | None = None
         self._book = JobBook(self.fair)
         self._jobs = self._book.jobs
@@ -187,7 +188,7 @@ class TieredPolicy:
         """Before a decision: time's effects, the running job's charge so far
         (EEVDF's update_curr), and the floor's state."""
         self._book.advance(now)
-        self._charge_running(now)
+        self.fair.charge(now)  # EEVDF's update_curr
         self.floor.update(now, self._book.fresh > 0)
         changed = False
         for job in self._running.values():
@@ -198,9 +199,6 @@ class TieredPolicy:
                     changed = True
         if changed:
             self._remix(now)
-
-    def _charge_running(self, now: float) -> None:
-        self.fair.charge(now)
 
     # -- tiers and order ------------------------------------------------------
 
@@ -258,7 +256,7 @@ class TieredPolicy:
         and swaps (``affinity.choose``): the id of the job to run, or None.
         Without ``t4`` the pool's own order is left out (``extra``, in it,
         stands for it): enough to know whether anything outranks ``extra``."""
-        on_time = self.config.deadlines == "on-time"  # §4.8 deadlines on time
+        on_time = self._on_time  # §4.8 deadlines on time
         in_pool = mine = None
         if extra is not None:
             mine = running_candidate(self._rank(extra, now), extra, skip)
@@ -267,7 +265,7 @@ class TieredPolicy:
                 if not t4:
                     mine = (T4, (), extra.id)
         scan = scan_models(
-            self._book.models,
+            self._book,
             self._pool_pick,
             lambda job_id: self._job_of(job_id, extra),
             loaded_model=loaded_model,
@@ -279,7 +277,10 @@ class TieredPolicy:
             in_pool=in_pool,
             t4=t4,
             on_time=on_time,
+            now=now,
         )
+        if scan.presses_at is not None:
+            self._wake.append(scan.presses_at)  # it may get its swap then
         best, best_loaded = scan.best, scan.best_loaded
         if best is None:
             if extra is None:
@@ -310,6 +311,7 @@ class TieredPolicy:
             person_model=person,
             on_time=on_time,
             overdue=scan.overdue,
+            loaded_pressing=scan.loaded_pressing,
         )
         for expiry in (choice.affinity_expiry, choice.hold_expiry):
             if expiry is not None:
@@ -350,7 +352,9 @@ class TieredPolicy:
         self._return_to = None
         self.holds.runner_estimate = device.swap_estimate
         self._slices.evaluations = device.evaluations
-        decision = plan(self, now, device, self.config.chat_slowdown, self._book.people_waiting)
+        shielded = self._on_time.shielded if self._on_time is not None else None
+        waiting = self._book.people_waiting
+        decision = plan(self, now, device, self.config.chat_slowdown, waiting, shielded)
         self._wake = []
         return self._go_back(decision, device)
 
@@ -429,9 +433,8 @@ class TieredPolicy:
             self._flapping.cut(running)
             if self._flapping.owes_resume(running, now, redo, wake):
                 return None
-        if self.config.deadlines == "on-time" and best_rank <= T1:
-            swap = self.holds.swap_estimate(running.model_id)
-            until = finish_until(running, best, now, self.config.grace_factor * swap)
+        if self._on_time is not None and best_rank <= T1:
+            until = self._on_time.finish_until(running, best, now)
             if until is not None:
                 self._wake.append(until)
                 return None
