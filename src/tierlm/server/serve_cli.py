@@ -157,7 +157,7 @@ def describe(settings: ServerSettings) -> str:
         ),
         "deadlines "
         + (
-            "on-time (overdue work on another model swaps in when no person's job is queued)"
+            "on-time (work due within grace_factor swaps swaps in when no person's job is queued)"
             if settings.scheduler.deadlines == "on-time"
             else "after-people (overdue work on another model waits for a person's idle gap)"
         ),

@@ -244,9 +244,11 @@ class SchedulerSettings(Schema):
     queued for another model, longer than this many measured swap times."""
     deadlines: Annotated[DeadlineMode, Flag("--deadlines", "MODE")] = "after-people"
     """docs/design.md §4.8 deadlines on time: ``after-people`` (overdue work on
-    another model waits for a person's idle gap) or ``on-time`` (it swaps in
-    as soon as no person's job waits; a person may wait for it, up to
-    ``grace_factor`` swaps, and the swap back)."""
+    another model waits for a person's idle gap) or ``on-time`` (work due
+    within ``grace_factor`` swaps presses: it swaps in as soon as no person's
+    job waits and the latency guard does not cut it, so it is done by its
+    deadline; a person may wait for it, up to ``grace_factor`` swaps, and the
+    swap back)."""
     slice: Annotated[float, Flag("--slice", "S"), Field(gt=0)] = _SCHEDULER.slice
     """docs/design.md §4 slices: seconds a pool job runs before it yields to an
     eligible producer with an earlier virtual deadline."""
