@@ -157,7 +157,8 @@ def describe(settings: ServerSettings) -> str:
         ),
         "deadlines "
         + (
-            "on-time (work due within grace_factor swaps swaps in when no person's job is queued)"
+            f"on-time (work due within {settings.scheduler.grace_factor:g} swaps' time "
+            "gets its swap once no chat is queued)"
             if settings.scheduler.deadlines == "on-time"
             else "after-people (overdue work on another model waits for a person's idle gap)"
         ),
