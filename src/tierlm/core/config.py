@@ -109,8 +109,8 @@ class SchedulerConfig:
     model gets its swap as soon as no person's job is queued (their running
     sequences end first), a person who then writes waits for it to finish,
     up to ``grace_factor`` swaps, before the swap back, and on the person's
-    own model the chat latency guard does not cut it. An operator's choice of which promise bends:
-    measured on both Azure traces in docs/design.md §8."""
+    own model the chat latency guard does not cut it. An operator's choice of
+    which promise bends: measured on both Azure traces in docs/design.md §8."""
 
     cancel_grace: float = 5.0
     """Seconds a cancelled job may take to stop before the shell reports it as

@@ -1,8 +1,8 @@
 """The best candidate of each model, for affinity and swaps (docs/design.md
 §4.8): the best overall (B), the loaded model's, and among the models not
 loaded the longest-waiting one's (the starvation bound) and, with deadlines
-on time, the pressing one due first (``core/on_time``). One pass over the models a decision
-sees; hot path, plain ints."""
+on time, the pressing one due first (``core/on_time``). One pass over the
+models a decision sees; hot path, plain ints."""
 
 from __future__ import annotations
 
