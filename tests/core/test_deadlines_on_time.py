@@ -68,9 +68,10 @@ async def test_by_default_a_cron_job_waits_for_the_persons_gap_bet() -> None:
 
 
 async def test_on_time_a_due_cron_job_gets_its_swap_at_once() -> None:
-    """With deadlines on time there is no hold and no gap bet: the job swaps
-    in the moment it is due (no person's job queued or running), and the
-    device goes back to m1 before the person's next message."""
+    """With deadlines on time there is no hold and no gap bet: due 10 s after
+    it came, the job presses at once (its lead is 30 s) and swaps in (no
+    person's job queued or running), and the device goes back to m1 before
+    the person's next message."""
     runs, due, ended, waits = await cron_beside_a_person("on-time", job_seconds=10)
     assert runs[0] - due <= SWAP + 0.5, (runs, due)  # its swap, nothing else
     assert len(runs) == 1, runs

@@ -129,3 +129,63 @@ def test_the_guard_cuts_other_background_not_pressing_work(mode: str) -> None:
     assert decision.start == (chat,)
     cut = [stopped for stopped, _reason in decision.stop]
     assert set(cut) == ({pool} if mode == "on-time" else {pool, cron}), decision.stop
+
+
+@pytest.mark.parametrize("mode", ["on-time", "after-people"])
+def test_pressing_work_behind_its_models_backlog_gets_its_swap(mode: str) -> None:
+    """A cron job on m2 due at 100 s sits behind a deck backlog on m2 that
+    the pool serves first. Seen only as m2's best job, it never pressed: the
+    deck hid it, lead and all. On time, it gets its swap at 80 s."""
+    p = policy(mode, weights={"deck": 10.0})
+    agents = [job("gana", "agent") for _ in range(3)]
+    deck = [job("gana", "deck", model="m2") for _ in range(3)]
+    for queued in (*agents, *deck):
+        p.submit(queued, 0.0)
+    cron = job("gana", "gana:translate", model="m2", deadline=100.0)
+    p.submit(cron, 60.0)
+    now_started = started(p, 80.0, Device("m1", swap_estimate=SWAP))
+    assert now_started == ((cron,) if mode == "on-time" else (agents[0],))
+
+
+def test_a_running_pressing_job_keeps_its_slot_from_a_later_one_elsewhere() -> None:
+    """A cron job on m1 due at 100 s runs past its slice beside a deck backlog;
+    an m2 cron job due at 105 s presses too. The m1 job was told to yield for
+    the m2 swap: the earlier deadline lost its place and paid a swap."""
+    p = policy("on-time", weights={"deck": 10.0})
+    cron = job("gana", "gana:digest", deadline=100.0)
+    p.submit(cron, 70.0)
+    assert started(p, 72.0, Device("m1", swap_estimate=SWAP)) == (cron,)
+    for queued in [job("gana", "deck") for _ in range(3)]:
+        p.submit(queued, 73.0)
+    p.submit(job("gana", "gana:translate", model="m2", deadline=105.0), 73.0)
+    running = Device("m1", running=(cron,), swap_estimate=SWAP, decoding=frozenset({cron.id}))
+    decision = p.decide(85.0, running)
+    assert decision.stop == () and decision.start == ()
+
+
+def test_the_policy_wakes_when_work_starts_to_press() -> None:
+    """A cron job due at 200 s, kept out by the chat latency guard beside a
+    person's chat: the policy asks to be woken at 170 s, when it presses,
+    and then gives it a slot (else it waited for an unrelated event)."""
+    p = policy("on-time")
+    chat, extract = job("chat", "alice"), job("extract", "x")
+    curve = curve_with_room_for_two()
+    p.submit(extract, 0.0)
+    assert started(p, 0.0, Device("m1", slots=8, swap_estimate=SWAP, step_cost=curve)) == (extract,)
+    p.submit(chat, 0.5)
+    device = Device("m1", slots=8, running=(extract,), swap_estimate=SWAP, step_cost=curve)
+    assert started(p, 0.5, device) == (chat,)
+    cron = job("gana", "gana:digest", deadline=200.0)
+    p.submit(cron, 1.0)
+    both = Device(
+        "m1",
+        slots=8,
+        running=(chat, extract),
+        swap_estimate=SWAP,
+        step_cost=curve,
+        decoding=frozenset({chat.id, extract.id}),
+    )
+    decision = p.decide(1.0, both)
+    assert decision.start == ()
+    assert decision.wake_at == 200.0 - 3 * SWAP
+    assert started(p, 170.0, both) == (cron,)

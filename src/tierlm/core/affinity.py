@@ -69,8 +69,8 @@ def choose(
     person may type on now (``SwapHolds.expecting``); ``on_time``: deadlines
     on time (``SchedulerConfig.deadlines``), else None; ``overdue``: then, of
     the best jobs of the models not loaded that are overdue (T3) or pressing,
-    the one due first (id, job); ``loaded_pressing``: then, of the loaded
-    model's queued pool jobs not yet overdue, the pressing one due first."""
+    the one due first (id, job); ``loaded_pressing``: then, the loaded
+    model's pressing job due first (queued, or the running one asked about)."""
     rank, _key, best_id = best
     loaded_overdue = best_loaded is not None and (
         best_loaded[0] == Tier.T3

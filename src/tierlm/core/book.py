@@ -107,26 +107,26 @@ class JobBook:
                 self.overdue.add(job_id)
                 self.fresh -= 1
 
-    def due_by(self, model_id: str, until: float, skip: frozenset[str]) -> Job | None:
-        """Of the queued fair jobs on ``model_id`` not yet overdue, the one due
-        first if it is due by ``until`` (docs/design.md §4.8 deadlines on
-        time: pressing work on the loaded model). Walks only the heap's
-        entries due by ``until``: a child is never due before its parent."""
+    def deadline_jobs(self, until: float) -> tuple[list[Job], float | None]:
+        """The queued fair jobs with a deadline by ``until``, and every overdue
+        one (loan open or not), for deadlines on time (docs/design.md §4.8
+        pressing work); and the earliest deadline left out (None: none).
+        Walks only the heap's entries due by ``until``, a child never being
+        due before its parent; the overdue ones are usually few."""
         pending, live, jobs = self._pending, self.live, self.jobs
-        best: Job | None = None
+        found = [jobs[job_id] for job_id in self.overdue]
+        later: float | None = None
         stack = [0] if pending else []
         while stack:
             i = stack.pop()
             deadline, job_id, version = pending[i]
             if deadline > until:
+                later = deadline if later is None else min(later, deadline)
                 continue
             stack.extend(c for c in (2 * i + 1, 2 * i + 2) if c < len(pending))
-            job = jobs.get(job_id) if live.get(job_id) == version else None
-            if job is None or job.model_id != model_id or job.class_name in skip:
-                continue
-            if best is None or (deadline, job_id) < (best.deadline or 0.0, best.id):
-                best = job
-        return best
+            if live.get(job_id) == version:
+                found.append(jobs[job_id])
+        return found, later
 
     def next_deadline(self) -> float | None:
         """When the next queued fair job becomes overdue."""

@@ -28,13 +28,13 @@ class ModelScan:
     oldest: tuple[int, Job] | None = None
     """Of the best jobs of the models not loaded, the one submitted first."""
     overdue: tuple[int, Job] | None = None
-    """With ``on_time``: of those that are overdue (T3) or pressing, the one
-    due first."""
+    """With ``on_time``: of the other models' jobs that are overdue (T3) or
+    pressing, any place in their queue, the one due first."""
     presses_at: float | None = None
-    """With ``on_time``: when the first of the others starts to press."""
+    """With ``on_time``: when a job not yet pressing may start to (a wake-up)."""
     loaded_pressing: Job | None = None
-    """With ``on_time`` and ``overdue``: the loaded model's pressing pool job
-    due first (``OnTime.loaded_pressing``)."""
+    """With ``on_time``: the loaded model's pressing job due first, queued or
+    the running one asked about (``OnTime.scan``)."""
 
 
 def scan_models(
@@ -89,14 +89,14 @@ def scan_models(
         job = job_of(candidate[2])
         if scan.oldest is None or job.submitted_at < scan.oldest[1].submitted_at:
             scan.oldest = (candidate[2], job)
-        if on_time is None:
-            continue
-        presses_at = on_time.presses_at(job)
-        if candidate[0] == T3 or on_time.pressing(job, now):
+        if on_time is not None and candidate[0] == T3:
             scan.overdue = due_first(scan.overdue, (candidate[2], job))
-        elif presses_at is not None and now < presses_at:
-            first = scan.presses_at
-            scan.presses_at = presses_at if first is None else min(first, presses_at)
-    if on_time is not None and scan.overdue is not None and loaded_model is not None:
-        scan.loaded_pressing = on_time.loaded_pressing(book, loaded_model, now, skip)
+    if on_time is not None:
+        pressing = on_time.scan(book, now, skip, running)
+        scan.presses_at = pressing.next_at
+        for model_id, job in pressing.first.items():
+            if model_id == loaded_model:
+                scan.loaded_pressing = job
+            else:
+                scan.overdue = due_first(scan.overdue, (job.id, job))
     return scan

@@ -17,13 +17,13 @@ Pure functions of the jobs and the time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tierlm.core.book import JobBook
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Job
 
-__all__ = ["OnTime", "due_first"]
+__all__ = ["OnTime", "Pressing", "due_first"]
 
 
 def due_first(current: tuple[int, Job] | None, candidate: tuple[int, Job]) -> tuple[int, Job]:
@@ -32,6 +32,16 @@ def due_first(current: tuple[int, Job] | None, candidate: tuple[int, Job]) -> tu
     if current is None:
         return candidate
     return min(current, candidate, key=lambda pair: (pair[1].due or 0.0, pair[1].id))
+
+
+@dataclass(slots=True)
+class Pressing:
+    """What presses at one decision (``OnTime.scan``)."""
+
+    first: dict[str, Job] = field(default_factory=dict)
+    """Per model, its pressing job due first."""
+    next_at: float | None = None
+    """When a job not yet pressing may start to (a wake-up; None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,28 +77,51 @@ class OnTime:
     def pressing(self, job: Job, now: float) -> bool:
         """Whether ``job`` presses now. Neither its producer's loan (its
         eligibility, docs/design.md §4.5) nor the pool's floor is asked: the
-        operator chose punctual deadlines, and honouring the loan made cron
-        100-169 s late on the code trace at 8 slots (the gana class's
-        eligibility flipping as its producers came and went)."""
+        operator chose punctual deadlines, and honouring the loan left cron
+        94-169 s late on the code trace at 8 slots and 62-118 s on conv
+        (FIFO's: 53-84 s), the gana class's eligibility flipping as its
+        producers came and went."""
         at = self.presses_at(job)
         return at is not None and now >= at
 
-    def loaded_pressing(
-        self, book: JobBook, loaded_model: str, now: float, skip: frozenset[str]
-    ) -> Job | None:
-        """Of the loaded model's queued pool jobs not yet overdue, the pressing
-        one due first: asked only while another model's pressing work waits
-        for its swap, which would otherwise keep it out while the device
-        drains (on the code trace, through a person's burst of chats, a cron
-        job on their model waited 61 s past its deadline for m2's swap)."""
-        return book.due_by(loaded_model, now + self.lead(loaded_model), skip)
+    def scan(
+        self,
+        book: JobBook,
+        now: float,
+        skip: frozenset[str],
+        running: Job | None,
+    ) -> Pressing:
+        """Each model's pressing work due first, queued or ``running`` (the
+        running job a decision asks about), and when the next presses. Any
+        queued job, not only each model's best: a pool job presses whatever
+        its place in the pool's order (a backlog ahead of it on its model
+        would have hidden it, lead and all)."""
+        leads = {model: self.lead(model) for model in book.models}
+        jobs, later = book.deadline_jobs(now + max(leads.values(), default=0.0))
+        if running is not None and running.due is not None:
+            jobs.append(running)
+        pressing = Pressing()
+        if later is not None:  # nothing due sooner was left out: a lower bound
+            pressing.next_at = later - max(leads.values(), default=0.0)
+        for job in jobs:
+            at = self.presses_at(job)
+            if at is None or job.class_name in skip:
+                continue
+            if now < at:
+                if pressing.next_at is None or at < pressing.next_at:
+                    pressing.next_at = at
+                continue
+            first = pressing.first.get(job.model_id)
+            if first is None or (_due(job), job.id) < (_due(first), first.id):
+                pressing.first[job.model_id] = job
+        return pressing
 
     def shielded(self, job: Job, now: float) -> bool:
         """Pressing work stays in the batch beside a person's sequence (the
         chat latency guard, docs/design.md §4.7, cuts only other background):
         cut through a person's burst of long prompts, cron on their own model
         ran late; without this the code trace's worst lateness at 8 slots was
-        35-142 s on seeds 1-5 (32-53 s with it)."""
+        37-142 s on seeds 1-5 (32-53 s with it)."""
         return self.pressing(job, now)
 
     def finish_until(self, running: Job, person: Job, now: float) -> float | None:
@@ -104,3 +137,8 @@ class OnTime:
             return None
         until = person.submitted_at + self.lead(running.model_id)
         return until if now < until else None
+
+
+def _due(job: Job) -> float:
+    due = job.due
+    return due if due is not None else float("inf")

@@ -280,7 +280,7 @@ class TieredPolicy:
             now=now,
         )
         if scan.presses_at is not None:
-            self._wake.append(scan.presses_at)  # it may get its swap then
+            self._wake.append(scan.presses_at)  # a swap, or a place beside a chat
         best, best_loaded = scan.best, scan.best_loaded
         if best is None:
             if extra is None:

@@ -2,9 +2,10 @@
 (docs/design.md §2 decide).
 
 A fair job's deadline (it becomes T3 and may preempt), the end of a hold (a
-chat's, an anticipatory one, a best job reaching ``max_affinity_wait``: the
-``expiries`` the pick met), the running pool job's next slice boundary, and the
-moment overdue work would bring the pool to its floor. Not the budget window:
+chat's, an anticipatory one, a best job reaching ``max_affinity_wait``, and,
+with deadlines on time, work starting to press: the ``expiries`` the pick
+met), the running pool job's next slice boundary, and the moment overdue
+work would bring the pool to its floor. Not the budget window:
 a budget never idles the device and never preempts, so its edge changes nothing
 until the next dispatch.
 """
