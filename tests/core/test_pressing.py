@@ -70,6 +70,29 @@ def curve_with_room_for_two() -> tuple[float, ...]:
     return (1.0, 1.2, 1.5, 1.8, 2.1, 2.4, 2.7, 3.0)
 
 
+def on_the_curve(*running: Job) -> Device:
+    """8 slots on ``curve_with_room_for_two``, ``running`` decoding."""
+    return Device(
+        "m1",
+        slots=8,
+        running=running,
+        swap_estimate=SWAP,
+        step_cost=curve_with_room_for_two(),
+        decoding=frozenset(job.id for job in running),
+    )
+
+
+def a_chat_beside(p: TieredPolicy, background: Job) -> Device:
+    """``background`` starts at 0 s and a person's chat at 0.5 s: the device
+    once the chat decodes, the two places the guard leaves both taken."""
+    p.submit(background, 0.0)
+    assert started(p, 0.0, on_the_curve()) == (background,)
+    chat = job("chat", "alice")
+    p.submit(chat, 0.5)
+    assert started(p, 0.5, on_the_curve(background)) == (chat,)
+    return on_the_curve(chat, background)
+
+
 @pytest.mark.parametrize("mode", ["on-time", "after-people"])
 def test_pressing_work_is_not_kept_out_by_the_chat_latency_guard(mode: str) -> None:
     """A person's chat (its prompt evaluated) and a pool job fill the two
@@ -77,23 +100,9 @@ def test_pressing_work_is_not_kept_out_by_the_chat_latency_guard(mode: str) -> N
     presses. By default the guard keeps it out for as long as the person's
     chat runs; on time it takes a free slot beside them."""
     p = policy(mode)
-    chat, pool = job("chat", "alice"), job("gana", "deck")
-    curve = curve_with_room_for_two()
-    p.submit(pool, 0.0)
-    assert started(p, 0.0, Device("m1", slots=8, swap_estimate=SWAP, step_cost=curve)) == (pool,)
-    p.submit(chat, 0.5)
-    device = Device("m1", slots=8, running=(pool,), swap_estimate=SWAP, step_cost=curve)
-    assert started(p, 0.5, device) == (chat,)
+    running = a_chat_beside(p, job("gana", "deck"))
     cron = job("gana", "gana:digest", deadline=20.0)
     p.submit(cron, 1.0)
-    running = Device(
-        "m1",
-        slots=8,
-        running=(chat, pool),
-        swap_estimate=SWAP,
-        step_cost=curve_with_room_for_two(),
-        decoding=frozenset({chat.id, pool.id}),
-    )
     assert started(p, 1.0, running) == ((cron,) if mode == "on-time" else ())
 
 
@@ -108,24 +117,10 @@ def test_the_guard_cuts_other_background_not_pressing_work(mode: str) -> None:
     cron = job("gana", "gana:digest", deadline=20.0)
     p.submit(pool, 0.0)
     p.submit(cron, 0.0)
-    curve = curve_with_room_for_two()
-    assert set(started(p, 0.0, Device("m1", slots=8, swap_estimate=SWAP, step_cost=curve))) == {
-        pool,
-        cron,
-    }
+    assert set(started(p, 0.0, on_the_curve())) == {pool, cron}
     chat = job("chat", "alice")
     p.submit(chat, 1.0)
-    decision = p.decide(
-        1.0,
-        Device(
-            "m1",
-            slots=8,
-            running=(pool, cron),
-            swap_estimate=SWAP,
-            step_cost=curve,
-            decoding=frozenset({pool.id, cron.id}),
-        ),
-    )
+    decision = p.decide(1.0, on_the_curve(pool, cron))
     assert decision.start == (chat,)
     cut = [stopped for stopped, _reason in decision.stop]
     assert set(cut) == ({pool} if mode == "on-time" else {pool, cron}), decision.stop
@@ -168,23 +163,9 @@ def test_the_policy_wakes_when_work_starts_to_press() -> None:
     person's chat: the policy asks to be woken at 170 s, when it presses,
     and then gives it a slot (else it waited for an unrelated event)."""
     p = policy("on-time")
-    chat, extract = job("chat", "alice"), job("extract", "x")
-    curve = curve_with_room_for_two()
-    p.submit(extract, 0.0)
-    assert started(p, 0.0, Device("m1", slots=8, swap_estimate=SWAP, step_cost=curve)) == (extract,)
-    p.submit(chat, 0.5)
-    device = Device("m1", slots=8, running=(extract,), swap_estimate=SWAP, step_cost=curve)
-    assert started(p, 0.5, device) == (chat,)
+    both = a_chat_beside(p, job("extract", "x"))
     cron = job("gana", "gana:digest", deadline=200.0)
     p.submit(cron, 1.0)
-    both = Device(
-        "m1",
-        slots=8,
-        running=(chat, extract),
-        swap_estimate=SWAP,
-        step_cost=curve,
-        decoding=frozenset({chat.id, extract.id}),
-    )
     decision = p.decide(1.0, both)
     assert decision.start == ()
     assert decision.wake_at == 200.0 - 3 * SWAP
