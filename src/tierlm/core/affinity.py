@@ -27,7 +27,7 @@ from tierlm.core.anticipation import Anticipation
 from tierlm.core.classes import Tier
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Job
-from tierlm.core.on_time import OnTime
+from tierlm.core.on_time import OnTime, due_or_never
 from tierlm.core.queues import Candidate
 
 __all__ = ["Choice", "choose"]
@@ -98,10 +98,11 @@ def choose(
         # loaded model's overdue or pressing work due as early goes first (one
         # swap; else the device, draining for the swap, would keep it out).
         overdue_id, overdue_job = overdue
-        if loaded_overdue and _due(loaded_job) <= _due(overdue_job):
+        other_due = due_or_never(overdue_job)
+        if loaded_overdue and due_or_never(loaded_job) <= other_due:
             assert best_loaded is not None
             return Choice(best_loaded[2])
-        if loaded_pressing is not None and _due(loaded_pressing) <= _due(overdue_job):
+        if loaded_pressing is not None and due_or_never(loaded_pressing) <= other_due:
             return Choice(loaded_pressing.id)
         return Choice(overdue_id)
     if loaded_model is None or best_job.model_id == loaded_model:
@@ -139,8 +140,3 @@ def choose(
     if hold_end is not None and now < hold_end:
         return Choice(best_loaded[2] if best_loaded is not None else None, hold_expiry=hold_end)
     return Choice(target_id)
-
-
-def _due(job: Job | None) -> float:
-    due = job.due if job is not None else None
-    return due if due is not None else float("inf")

@@ -23,7 +23,7 @@ from tierlm.core.book import JobBook
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Job
 
-__all__ = ["OnTime", "Pressing", "due_first"]
+__all__ = ["OnTime", "Pressing", "due_first", "due_or_never"]
 
 
 def due_first(current: tuple[int, Job] | None, candidate: tuple[int, Job]) -> tuple[int, Job]:
@@ -112,7 +112,7 @@ class OnTime:
                     pressing.next_at = at
                 continue
             first = pressing.first.get(job.model_id)
-            if first is None or (_due(job), job.id) < (_due(first), first.id):
+            if first is None or (due_or_never(job), job.id) < (due_or_never(first), first.id):
                 pressing.first[job.model_id] = job
         return pressing
 
@@ -139,6 +139,7 @@ class OnTime:
         return until if now < until else None
 
 
-def _due(job: Job) -> float:
-    due = job.due
+def due_or_never(job: Job | None) -> float:
+    """A job's due time; +inf without a job or a deadline (it sorts last)."""
+    due = job.due if job is not None else None
     return due if due is not None else float("inf")
