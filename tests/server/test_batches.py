@@ -121,6 +121,8 @@ def test_bad_batch_fields_are_named(gw: Gateway) -> None:
         ({"endpoint": "/v1/responses"}, "endpoint"),
         ({"input_file_id": "file-nope"}, "input_file_id: no file 'file-nope'"),
         ({"metadata": {"tierlm_class": "nope"}}, "metadata.tierlm_class: unknown task class"),
+        # docs/design.md §4.11: nobody waits on a batch line.
+        ({"metadata": {"tierlm_class": "chat"}}, "metadata.tierlm_class: class 'chat' is a person"),
     ]
     for change, message in cases:
         fields: dict[str, Any] = {

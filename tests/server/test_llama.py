@@ -41,6 +41,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             # No swap away from a model within chat_grace of its last chat (30 s):
             # right for a person, but these tests change models right after chats.
             "scheduler": {"chat_grace": 0},
+            # Its chats, back to back, stand for a person's (docs/design.md §4.11).
+            "people": {"keyless": "person"},
         }
     )
     with serve(settings) as g:

@@ -2,8 +2,8 @@
 
 It does what the gateway's own routes do before a request is queued, with
 the gateway's code: the keys (``KeyRing``), the body and its limits
-(``read_json``, ``parse_chat`` / ``parse_completion``), the scheduling headers
-(``job_meta``); then it asks a replica to queue it (``TierlmReplica.generate``,
+(``read_json``, ``parse_chat`` / ``parse_completion``), who asks and as what
+(``gateway/intake.classify``); then it asks a replica to queue it (``TierlmReplica.generate``,
 placed by ``TierlmRequestRouter``) and answers with the gateway's SSE and JSON
 (``JobStream``, ``JobResult``, ``Answer``) over a ``RemoteJob`` fed by the
 replica's stream.
@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
@@ -46,10 +46,12 @@ from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.admission import RETRY_AFTER_MIN
 from tierlm.server.gateway.auth import KeyRing
-from tierlm.server.gateway.gateway import GatewayJob
-from tierlm.server.gateway.metadata import JobMeta, job_meta
+from tierlm.server.gateway.gateway import GatewayJob, check_served
+from tierlm.server.gateway.intake import classify
+from tierlm.server.gateway.metadata import JobMeta
+from tierlm.server.gateway.people import People
 from tierlm.server.openai.answers import Answer, Params
-from tierlm.server.openai.pipeline import parse_chat, parse_completion
+from tierlm.server.openai.pipeline import ask_of, parse_chat, parse_completion
 from tierlm.server.openai.streaming import JobResult, JobStream
 from tierlm.server.settings.sources import settings_from_dict
 from tierlm.shell.handles import continued
@@ -97,8 +99,9 @@ class RemoteJob:
     """A request queued on a replica, as ``JobStream`` and ``Answer`` read a
     ``GatewayJob``: its pieces, whether it is done, its error."""
 
-    def __init__(self, meta: JobMeta) -> None:
+    def __init__(self, meta: JobMeta, default_max_tokens: bool = False) -> None:
         self.meta = meta
+        self.default_max_tokens = default_max_tokens
         self.gateway = _Host()
         self.wake = asyncio.Event()
         self.id = 0
@@ -109,6 +112,8 @@ class RemoteJob:
         self.error: APIError | None = None
         self.handle = _Handle(_JobInfo(meta.producer or meta.class_name, time.time()))
         self.feeding: asyncio.Task[None] | None = None
+        self.on_end: Callable[[], None] | None = None
+        """Told once when it ends (the ingress's judge of persons)."""
 
     def note(self) -> str | None:
         if not self.produced and self.replica is not None:
@@ -121,6 +126,8 @@ class RemoteJob:
             self.feeding.cancel()
 
     def finish(self, error: APIError | None = None) -> None:
+        if not self.done and self.on_end is not None:
+            self.on_end()
         self.done = True
         self.error = error
         self.wake.set()
@@ -139,7 +146,12 @@ class TierlmIngress:
         self.replicas = replicas
         self.settings = settings_from_dict(dict(settings))
         s = self.settings
-        self.keys = KeyRing(s.keys, s.classes, s.anonymous_class(), s.limits.key_queue_limit)
+        self.keys = KeyRing(
+            s.keys, s.classes, s.anonymous_class(), s.limits.key_queue_limit, s.people.keyless
+        )
+        # One judge for the fleet: every request passes this ingress
+        # (docs/design.md §4.11).
+        self.people = People(s.people, s.program_class, s.classes)
         self.models = s.backend.model_ids()
         self.fleet = FleetOps(replicas)
         self.name = "local"
@@ -175,16 +187,29 @@ class TierlmIngress:
         body = await read_json(request, limits.max_body_bytes)
         parse = parse_chat if endpoint == "chat" else parse_completion
         params = parse(body, limits, self.settings.backend.kind)
-        if params.model not in self.models:
+        check_served(params.model, self.models)
+        if params.n > 1:
+            # One request is one job on one replica: its choices would need
+            # a replica each, and a failover would continue one of them only.
             raise APIError(
-                404,
-                f"model {params.model!r}: not served here (models: {', '.join(self.models)})",
-                param="model",
-                code="model_not_found",
+                400,
+                f"n: the Ray fleet answers one choice per request (n = 1), got {params.n}; "
+                "send n requests instead",
+                param="n",
+                code="unsupported_parameter",
             )
-        meta = job_meta(request.headers, principal, self.settings.classes)
-        job = RemoteJob(meta)
-        stream = await self._place(job, params.request)
+        ask = ask_of(params)
+        now = time.monotonic()
+        served = classify(principal, request.headers, ask, self.settings.classes, self.people, now)
+        job = RemoteJob(served.meta, ask.default_max_tokens)
+        if served.identity is not None:
+            identity = served.identity
+            job.on_end = lambda: self.people.ended(identity, time.monotonic())
+        try:
+            stream = await self._place(job, params.request)
+        except BaseException:
+            job.finish()
+            raise
         job.feeding = asyncio.ensure_future(self._feed(job, params, stream))
         answer = Answer(params)
         gateway_job = cast(GatewayJob, job)
@@ -196,13 +221,16 @@ class TierlmIngress:
             return JobStream(gateway_job, answer, _error_of, heartbeat, headers=where)
         return JobResult(gateway_job, answer.render, _error_of, headers=where)
 
-    def _call(self, request: GenerationRequest, meta: JobMeta, exclude: set[str]) -> Any:
+    def _call(self, request: GenerationRequest, job: RemoteJob, exclude: set[str]) -> Any:
         return self.replicas.options(stream=True).generate.remote(
             model=request.model_id,
-            class_name=meta.class_name,
-            meta=asdict(meta),
+            class_name=job.meta.class_name,
+            meta=asdict(job.meta),
             request=request,
             exclude=tuple(sorted(exclude)),
+            # Continued elsewhere after a failover, the request's max_tokens
+            # is what is left: the gateway chose it once (intake.counted).
+            default_max_tokens=job.default_max_tokens and not job.produced,
         )
 
     async def _place(
@@ -213,7 +241,7 @@ class TierlmIngress:
         tried: set[str] = set(exclude or ())
         retry_after: list[int] = []
         for _ in range(MAX_ATTEMPTS):
-            stream = self._call(request, job.meta, tried)
+            stream = self._call(request, job, tried)
             try:
                 first = await stream.__anext__()
             except (RayActorError, RayServeException) as exc:  # died first: another

@@ -42,9 +42,9 @@ from tierlm.ray.serve_log import join_serve_log
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.gateway.intake import Ask, enqueue
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.openai.job_errors import job_error
-from tierlm.server.openai.pipeline import counted
 from tierlm.server.ops import routing
 from tierlm.server.ops.routing import RoutingStats
 from tierlm.server.settings.sources import settings_from_dict
@@ -185,15 +185,16 @@ class TierlmReplica:
         meta: Mapping[str, Any],
         request: GenerationRequest,
         exclude: tuple[str, ...] = (),
+        default_max_tokens: bool = False,
     ) -> AsyncIterator[dict[str, Any]]:
         """Queue the request here and stream it (module docstring). ``model``,
         ``class_name`` and ``exclude`` are for the router."""
         gateway = await self._ready()
         try:
-            # As the gateway's own route: the exact prompt size when the runner
-            # counts it (a prompt its model cannot serve is a 400 now).
-            request = await counted(gateway, request)
-            job = await gateway.submit(JobMeta(**meta), request)
+            # The second half of the gateway's own admission (intake.enqueue):
+            # the prompt counted, the limits, the job; the ingress classified it.
+            ask = Ask(request, default_max_tokens=default_max_tokens)
+            [job] = await enqueue(gateway, JobMeta(**meta), ask)
         except APIError as exc:
             retry = exc.headers.get("Retry-After")
             yield {

@@ -16,6 +16,7 @@ from starlette.requests import HTTPConnection
 
 from tierlm.server.edge.errors import APIError
 from tierlm.server.settings.access import ApiKey
+from tierlm.server.settings.people import PersonMode
 
 __all__ = ["DASHBOARD_COOKIE", "KeyRing", "Principal"]
 
@@ -42,6 +43,9 @@ class Principal:
     """Its jobs queued at most, over all classes (None: no cap of its own)."""
     names_persons: bool = False
     """Its producer names are persons, within the key's turn (``[[keys]] names_persons``)."""
+    person_mode: PersonMode = "auto"
+    """Its requests that name no class: judged by pacing, or pinned
+    (``[[keys]] person``, ``[people] keyless``; docs/design.md §4.11)."""
 
     def person(self, name: str | None) -> tuple[str, ...]:
         """Whose turns a chat of this request takes (docs/design.md §4.2
@@ -88,14 +92,26 @@ class KeyRing:
         classes: Iterable[str],
         default_class: str,
         key_queue_limit: int | None = None,
+        keyless: PersonMode = "auto",
     ) -> None:
         self._keys: Mapping[str, ApiKey] = {k.key: k for k in keys}
-        self._anonymous = Principal(None, frozenset(classes), default_class, True, None)
+        self._anonymous = Principal(
+            None, frozenset(classes), default_class, True, None, person_mode=keyless
+        )
         self._key_queue_limit = key_queue_limit
 
     @property
     def configured(self) -> bool:
         return bool(self._keys)
+
+    def queue_limit_of(self, name: str | None) -> int | None:
+        """The jobs the key named ``name`` may have queued, over all classes
+        (None: no cap of its own, or no such key): work queued on its behalf
+        later (a batch's lines) counts against the same limit."""
+        for entry in self._keys.values():
+            if entry.name == name:
+                return entry.queue_limit if entry.queue_limit is not None else self._key_queue_limit
+        return None
 
     def lookup(self, token: str) -> ApiKey | None:
         # Compare against every key in constant time: no timing oracle on a key's prefix.
@@ -148,6 +164,7 @@ class KeyRing:
             entry.admin if entry.allow_deadline is None else entry.allow_deadline,
             entry.queue_limit if entry.queue_limit is not None else self._key_queue_limit,
             entry.names_persons,
+            entry.person,
         )
 
 

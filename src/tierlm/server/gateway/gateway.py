@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tierlm.runners.protocol import Runner
@@ -26,6 +26,7 @@ from tierlm.server.gateway.changes import Changes
 from tierlm.server.gateway.jobs import GatewayJob, shown_position
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.gateway.metrics import Metrics
+from tierlm.server.gateway.people import People
 from tierlm.server.gateway.recent import RecentJobs
 from tierlm.server.gateway.shutdown import Shutdown, shutting_down
 from tierlm.server.gateway.throughput import Throughput
@@ -36,11 +37,33 @@ from tierlm.shell.events import JobSubmitted, SchedulerEvent, SwapFinished, Swap
 from tierlm.shell.scheduler import Scheduler
 from tierlm.shell.snapshot import SchedulerSnapshot
 
-__all__ = ["RETRY_AFTER_MAX", "RETRY_AFTER_MIN", "Gateway", "GatewayJob", "shown_position"]
+__all__ = [
+    "RETRY_AFTER_MAX",
+    "RETRY_AFTER_MIN",
+    "Gateway",
+    "GatewayJob",
+    "check_served",
+    "shown_position",
+]
 
 logger = logging.getLogger("tierlm.server")
 
 StateExtension = Callable[[], Mapping[str, Any]]
+
+
+def check_served(model: str, served: Sequence[str], embedding_model: str | None = None) -> None:
+    """404 naming the models served, unless ``model`` is one of ``served``."""
+    if model in served:
+        return
+    names = ", ".join(served)
+    if model == embedding_model:
+        message = (
+            f"model {model!r}: an embedding model, served by /v1/embeddings only "
+            f"(models here: {names})"
+        )
+    else:
+        message = f"model {model!r}: not served by this gateway (models: {names})"
+    raise APIError(404, message, param="model", code="model_not_found", reason="unknown_model")
 
 
 class Gateway:
@@ -53,7 +76,10 @@ class Gateway:
             settings.classes,
             settings.anonymous_class(),
             settings.limits.key_queue_limit,
+            settings.people.keyless,
         )
+        self.people = People(settings.people, settings.program_class, settings.classes)
+        """Who is a person (docs/design.md §4.11): ``intake.classify`` asks it."""
         self.metrics = Metrics(self._snapshot_or_none, settings.classes, self.runner_state)
         self.timeline = Timeline(settings.server.dashboard_window)
         self.model_ids: list[str] = settings.backend.model_ids()
@@ -165,17 +191,8 @@ class Gateway:
     # -- models ---------------------------------------------------------------
 
     def check_model(self, model: str) -> None:
-        if self.passthrough or model in self.model_ids:
-            return
-        served = ", ".join(self.model_ids)
-        if model == self.embedding_model:
-            message = (
-                f"model {model!r}: an embedding model, served by /v1/embeddings only "
-                f"(models here: {served})"
-            )
-        else:
-            message = f"model {model!r}: not served by this gateway (models: {served})"
-        raise APIError(404, message, param="model", code="model_not_found", reason="unknown_model")
+        if not self.passthrough:
+            check_served(model, self.model_ids, self.embedding_model)
 
     async def load_model(self, model: str) -> float:
         """Load ``model`` now (the admin API), once no job runs; the seconds the
@@ -316,6 +333,7 @@ class Gateway:
             "runner": self.runner_state(),
             "recent": list(self.recent),
         }
+        data["people"] = self.people.state(snap.now)
         for name, extension in self.extensions.items():
             data[name] = dict(extension())
         return data

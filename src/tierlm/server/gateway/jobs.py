@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from tierlm.runners.requests import GenerationRequest
@@ -72,6 +73,8 @@ class GatewayJob:
         the queue, after scheduler events): the response's loop waits on it."""
         self.disconnected: str | None = None
         """"queued" or "running" if the client went away before the end."""
+        self._ended = False
+        self._on_end: list[Callable[[], None]] = []
         self.runs: list[GenerationRun] = []
         """Its runs so far, each told when it ends (a preempted job has several):
         its wait, prompt evaluation and decode times (Ollama's durations, the
@@ -94,7 +97,17 @@ class GatewayJob:
 
     @property
     def done(self) -> bool:
-        return self.handle.done()
+        """Ended, and the gateway told of it (``on_end``): an answer is sent
+        only after, so whatever it tells of the end holds when the client
+        sends its next request."""
+        return self._ended
+
+    def add_end_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the job ends, before its answer ends."""
+        if self._ended:
+            hook()
+        else:
+            self._on_end.append(hook)
 
     @property
     def state(self) -> JobState:
@@ -126,6 +139,9 @@ class GatewayJob:
         )
 
     def _on_done(self, _: JobHandle[str]) -> None:
+        self._ended = True
+        for hook in self._on_end:
+            hook()
         self.wake.set()
         self.gateway.recent.ended(
             self.handle, self.gateway.scheduler.now(), self.disconnected, self.runs

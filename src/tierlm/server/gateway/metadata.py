@@ -32,12 +32,14 @@ from starlette.datastructures import Headers
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.auth import Principal
 
-__all__ = ["CLASS_HEADER", "JobMeta", "job_meta", "parse_deadline"]
+__all__ = ["CLASS_HEADER", "JobMeta", "answer_headers", "job_meta", "parse_deadline"]
 
 CLASS_HEADER = "X-Tierlm-Class"
 PRODUCER_HEADER = "X-Tierlm-Producer"
 SUBJECT_HEADER = "X-Tierlm-Subject"
 DEADLINE_HEADER = "X-Tierlm-Deadline"
+SERVED_AS_HEADER = "X-Tierlm-Served-As"
+"""On every answer: person, program or background, and why (docs/design.md §4.11)."""
 # Producer and subject names end up as metric labels and dashboard text: bounded.
 MAX_NAME = 200
 
@@ -55,6 +57,20 @@ class JobMeta:
     """The key's jobs queued at most, over all classes (None: no cap of its own)."""
     person: tuple[str, ...] = ()
     """Whose turns its chat takes (``Principal.person``); (): its producer's."""
+    served_as: str = "background"
+    """"person", "program" (a request judged by its pacing, docs/design.md
+    §4.11) or "background" (a class below a person's)."""
+    why: str = "class"
+    """Why it is served so (``core.people.Why``'s values, or "class")."""
+
+
+def answer_headers(job_id: int, meta: JobMeta) -> dict[str, str]:
+    """What every answer's headers say of how its request was served."""
+    return {
+        "X-Tierlm-Job-Id": str(job_id),
+        CLASS_HEADER: meta.class_name,
+        SERVED_AS_HEADER: f"{meta.served_as}; why={meta.why}",
+    }
 
 
 def job_meta(headers: Headers, principal: Principal, classes: Collection[str]) -> JobMeta:

@@ -4,9 +4,9 @@ An app written for Ollama (its official clients, LangChain's ``ChatOllama``,
 Open WebUI...) shares the device through tierlm unchanged: its requests are
 the gateway's requests. ``/api/chat`` and ``/api/generate`` become the OpenAI
 request they mean (``translate``), then take ``/v1``'s path exactly: the
-same API keys, classes and producers (``X-Tierlm-*`` headers, or the key's
-defaults: ``metadata.job_meta``), the same prompt count, admission and queue
-limits (``Gateway.submit``), the same scheduler. A chat through ``/api/chat``
+same admission (``gateway/intake.admit``: API keys, classes and producers
+from the ``X-Tierlm-*`` headers or the key's defaults, the prompt count, the
+queue limits), the same scheduler. A chat through ``/api/chat``
 is the same job as one through ``/v1`` and preempts background work the same
 way (docs/design.md §4). Only the answer's shape differs (``answers``,
 ``streaming``: NDJSON, streamed by default), and errors are Ollama's
@@ -32,7 +32,7 @@ from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.auth import Principal
 from tierlm.server.gateway.gateway import Gateway
-from tierlm.server.gateway.metadata import job_meta
+from tierlm.server.gateway.intake import admit
 from tierlm.server.ollama import models
 from tierlm.server.ollama.answers import Kind, OllamaAnswer
 from tierlm.server.ollama.schemas import (
@@ -47,7 +47,7 @@ from tierlm.server.ollama.streaming import NdjsonStream, ollama_error
 from tierlm.server.ollama.translate import chat_params, generate_params
 from tierlm.server.openai.answers import Params
 from tierlm.server.openai.embeddings import CHARS_PER_TOKEN, Embedded, embed_body, shorten
-from tierlm.server.openai.pipeline import counted, gateway_of
+from tierlm.server.openai.pipeline import ask_of, gateway_of
 from tierlm.server.openai.requests import parse
 from tierlm.server.openai.streaming import JobResult
 
@@ -123,11 +123,8 @@ async def _run(
     """Queue the job as ``/v1`` does (``openai.routes._generate``); its answer."""
     gateway = gateway_of(request)
     seconds = None if req.keep_alive is None else _keep_alive(principal, req)
-    meta = job_meta(request.headers, principal, gateway.settings.classes)
-    params = replace(
-        params, request=await counted(gateway, params.request, params.default_max_tokens)
-    )
-    job = await gateway.submit(meta, params.request)
+    [job] = await admit(gateway, principal, request.headers, ask_of(params))
+    params = replace(params, request=job.request)
     keep_alive = models.keep_alive_of(request)
     if req.keep_alive is not None and keep_alive is not None and keep_alive.can_unload:
         # Set once the job is accepted (a refused request changes nothing):

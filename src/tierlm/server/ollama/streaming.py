@@ -26,6 +26,7 @@ from tierlm.runners.cancel_scope import cancelled_by
 from tierlm.server.edge.disconnect import client_gone
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.jobs import GatewayJob
+from tierlm.server.gateway.metadata import answer_headers
 from tierlm.server.ollama.answers import OllamaAnswer
 from tierlm.server.openai.job_errors import job_error
 
@@ -63,10 +64,6 @@ def one_line(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
-def job_headers(job: GatewayJob) -> dict[str, str]:
-    return {"X-Tierlm-Job-Id": str(job.id), "X-Tierlm-Class": job.meta.class_name}
-
-
 class NdjsonStream(Response):
     """A streamed Ollama answer (module docstring)."""
 
@@ -95,7 +92,11 @@ class NdjsonStream(Response):
                 job.disconnect()
 
     async def _start(self, send: Send) -> None:
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **job_headers(self.job)}
+        headers = {
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            **answer_headers(self.job.id, self.job.meta),
+        }
         await send(
             {
                 "type": "http.response.start",
@@ -122,7 +123,7 @@ class NdjsonStream(Response):
             if job.done:
                 failure = self.error(job)
                 if failure is not None and not started and not out:
-                    failure.headers.update(job_headers(job))
+                    failure.headers.update(answer_headers(job.id, job.meta))
                     await failure.response()(scope, receive, send)
                     return
                 if failure is not None:

@@ -31,10 +31,10 @@ from starlette.routing import BaseRoute, Route
 from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import GatewayJob
-from tierlm.server.gateway.metadata import job_meta
+from tierlm.server.gateway.intake import admit
 from tierlm.server.openai.answers import Answer
 from tierlm.server.openai.job_errors import job_error
-from tierlm.server.openai.pipeline import counted, gateway_of, parse_chat, with_user
+from tierlm.server.openai.pipeline import ask_of, gateway_of, parse_chat
 from tierlm.server.openai.requests import parse
 from tierlm.server.openai.responses_request import NamedTool, ResponsesRequest, chat_messages
 from tierlm.server.openai.streaming import JobResult, JobStream
@@ -313,15 +313,8 @@ async def create_response(request: Request) -> Response:
     asked = parse(ResponsesRequest, body)
     history, chat_body = _conversation(store_of(request), asked)
     params = parse_chat(chat_body, settings.limits, settings.backend.kind)
-    gateway.check_model(params.model)
-    meta = job_meta(request.headers, principal, settings.classes)
-    meta = with_user(meta, request, principal, params)
-    params = replace(
-        params,
-        request=await counted(gateway, params.request, params.default_max_tokens),
-        include_usage=False,
-    )
-    job = await gateway.submit(meta, params.request)
+    [job] = await admit(gateway, principal, request.headers, ask_of(params))
+    params = replace(params, request=job.request, include_usage=False)
     answer = ResponseAnswer(Answer(params), asked, _echo(asked))
     if asked.store is not False:
         answer.on_done = _keeper(store_of(request), [*history, *chat_messages(asked.input)])

@@ -24,18 +24,11 @@ from starlette.routing import BaseRoute, Route
 
 from tierlm.server.edge.body import read_json
 from tierlm.server.gateway.gateway import GatewayJob
-from tierlm.server.gateway.metadata import job_meta
+from tierlm.server.gateway.intake import admit
 from tierlm.server.openai import models, responses
 from tierlm.server.openai.answers import Answer, Endpoint, Params, merged, total_usage
 from tierlm.server.openai.job_errors import job_error
-from tierlm.server.openai.pipeline import (
-    counted,
-    gateway_of,
-    parse_chat,
-    parse_completion,
-    submit_all,
-    with_user,
-)
+from tierlm.server.openai.pipeline import ask_of, gateway_of, parse_chat, parse_completion
 from tierlm.server.openai.streaming import JobResult, JobStream
 
 __all__ = ["routes"]
@@ -48,13 +41,8 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     body = await read_json(request, settings.limits.max_body_bytes)
     parse = parse_chat if endpoint == "chat" else parse_completion
     params = parse(body, settings.limits, settings.backend.kind)
-    gateway.check_model(params.model)
-    meta = job_meta(request.headers, principal, settings.classes)
-    meta = with_user(meta, request, principal, params)
-    params = replace(
-        params, request=await counted(gateway, params.request, params.default_max_tokens)
-    )
-    jobs = await submit_all(gateway, meta, params)
+    jobs = await admit(gateway, principal, request.headers, ask_of(params))
+    params = replace(params, request=jobs[0].request)  # as counted (intake.counted)
     return respond(params, jobs, settings.server.sse_heartbeat)
 
 

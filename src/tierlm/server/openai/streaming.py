@@ -23,6 +23,7 @@ from tierlm.runners.cancel_scope import cancelled_by
 from tierlm.server.edge.disconnect import client_gone
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import GatewayJob
+from tierlm.server.gateway.metadata import answer_headers
 
 __all__ = ["EventStream", "JobResult", "JobStream", "SSEFormat", "sse_comment", "sse_data"]
 
@@ -35,10 +36,6 @@ def sse_data(payload: Mapping[str, Any] | str) -> bytes:
 def sse_comment(text: str) -> bytes:
     # A line starting with ':' is a comment: SSE clients (and OpenAI's) skip it.
     return f": {text}\n\n".encode()
-
-
-def _headers(job: GatewayJob) -> dict[str, str]:
-    return {"X-Tierlm-Job-Id": str(job.id), "X-Tierlm-Class": job.meta.class_name}
 
 
 class JobResult(Response):
@@ -74,14 +71,16 @@ class JobResult(Response):
                 failed = [f for f in map(self.error, self.jobs) if f is not None]
                 failure = failed[0] if failed else None
                 if failure is not None:
-                    failure.headers.update({**_headers(job), **self.extra_headers})
+                    failure.headers.update(
+                        {**answer_headers(job.id, job.meta), **self.extra_headers}
+                    )
                     response = failure.response()
                 else:
                     body = json.dumps(self.render_body(job), separators=(",", ":")).encode()
                     response = Response(
                         body,
                         media_type="application/json",
-                        headers={**_headers(job), **self.extra_headers},
+                        headers={**answer_headers(job.id, job.meta), **self.extra_headers},
                     )
                 await response(scope, receive, send)
         finally:
@@ -145,7 +144,7 @@ class JobStream(Response):
             "Cache-Control": "no-cache",
             # nginx and others buffer responses unless told not to: tokens would arrive in bursts.
             "X-Accel-Buffering": "no",
-            **_headers(job),
+            **answer_headers(job.id, job.meta),
             **self.extra_headers,
         }
         try:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from tierlm.core.classes import DEFAULT_BUDGET_WINDOW, Budget, TaskClass, default_classes
+from tierlm.server.settings.people import PersonMode
 from tierlm.server.settings.schema import Expect, FieldError, Schema
 
 __all__ = [
@@ -46,6 +47,9 @@ class ApiKey:
     names_persons: bool = False
     """Its producer names are persons, who share the key's chat turns
     (docs/design.md §4.2); False: all its chats are one person's."""
+    person: PersonMode = "auto"
+    """Its requests that name no class, when its default class is a
+    person's: judged by pacing, or pinned (docs/design.md §4.11)."""
 
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -159,6 +163,14 @@ class KeySettings(Schema):
     themselves, all of them within the key's own turn. Unset: every chat of
     the key is one person's, whatever producer ids it sends, so a client
     inventing ids takes no more turns than one person (docs/design.md §4.2)."""
+    person: Annotated[bool | Literal["auto"], Expect('true, false or "auto"')] = "auto"
+    """Whether its requests that name no class are a person's (when its default
+    class is a person's): ``"auto"`` judges each identity behind the key by
+    its pacing (a person reads between answers, a program does not,
+    docs/design.md §4.11); ``true`` always a person's (an editor's
+    autocomplete, a voice assistant: a person waits, though the pacing is a
+    program's); ``false`` always a program's (a pipeline), served in the fair
+    pool under the key's name."""
 
     @model_validator(mode="after")
     def _one_secret(self) -> KeySettings:
@@ -172,6 +184,12 @@ class KeySettings(Schema):
         secret = self.key if self.key is not None else os.environ.get(self.key_env or "")
         assert secret, "checked by the validator"
         return secret
+
+
+def _mode(person: bool | Literal["auto"]) -> PersonMode:
+    if person == "auto":
+        return "auto"
+    return "person" if person else "program"
 
 
 def _sendable(key: str) -> bool:
@@ -237,6 +255,7 @@ def resolve_keys(
                 queue_limit=table.queue_limit,
                 allow_deadline=table.allow_deadline,
                 names_persons=table.names_persons,
+                person=_mode(table.person),
             )
         )
     return tuple(keys)

@@ -52,6 +52,7 @@ from tierlm.server.settings.embedders import (
     default_embedder,
     with_backend,
 )
+from tierlm.server.settings.people import PeopleSettings, program_class_of
 from tierlm.server.settings.schema import Expect, FieldError, Flag, Schema
 
 __all__ = [
@@ -346,10 +347,14 @@ class ServerSettings(Schema):
     extra is installed, else none)."""
     batches: BatchSettings = Field(default_factory=BatchSettings)
     """The Batch API: its SQLite file (``data_dir``) and limits."""
+    people: PeopleSettings = Field(default_factory=PeopleSettings)
+    """Who is a person: requests that name no class judged by their pacing
+    (docs/design.md §4.11)."""
 
     _classes: dict[str, TaskClass] = PrivateAttr(default_factory=dict)
     _queue_limits: dict[str, int] = PrivateAttr(default_factory=dict)
     _keys: tuple[ApiKey, ...] = PrivateAttr(default=())
+    _program_class: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -390,6 +395,16 @@ class ServerSettings(Schema):
                 "server",
                 "default_class",
             )
+        try:
+            self._program_class = program_class_of(self.people, classes)
+        except ValueError:
+            fair = sorted(c.name for c in classes.values() if c.fair)
+            raise FieldError(
+                f"{self.people.program_class!r} is not a fair-pool class "
+                f"(fair classes: {', '.join(fair) or 'none'})",
+                "people",
+                "program_class",
+            ) from None
         if self.embeddings.enabled and self.embeddings.served_model() in self.backend.model_ids():
             raise FieldError(
                 f"{self.embeddings.served_model()!r} is already the name of an LLM model of "
@@ -421,6 +436,11 @@ class ServerSettings(Schema):
     @property
     def scheduler(self) -> SchedulerConfig:
         return self.scheduler_table.config()
+
+    @property
+    def program_class(self) -> str | None:
+        """The fair class programs' requests are served in (``[people]``)."""
+        return self._program_class
 
     def queue_limit(self, class_name: str) -> int:
         return self._queue_limits.get(class_name, self.limits.queue_limit)

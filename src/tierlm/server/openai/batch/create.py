@@ -5,7 +5,9 @@ jobs of one task class and producer, chosen once, when it is created:
 
 - the class: ``metadata.tierlm_class``, else the ``X-Tierlm-Class`` header,
   else the key's default class unless that is a person's (tier 0), else the
-  first fair-pool class the key may use. A key may only name its classes (403);
+  first fair-pool class the key may use. A key may only name its classes (403),
+  and never a person's (tier 0: 400; docs/design.md §4.11, nobody waits on a
+  batch line);
 - the producer: ``metadata.tierlm_producer``, else ``X-Tierlm-Producer``,
   else ``batches/<batch id>``; with keys, under the key (``<key>/...``, §4.4);
 - the deadline: ``completion_window`` is the batch's due time; from
@@ -91,6 +93,19 @@ def _class(
                 code="unknown_class",
             )
         principal.check_class(named)
+        if classes[named].tier == 0:
+            # docs/design.md §4.11: a batch line is never a person's. Nobody
+            # waits on it, and served as one, a key's 12 lines became 12
+            # "persons" that another key's person waited behind for 18-21 s.
+            background = sorted(c.name for c in classes.values() if c.tier > 0)
+            raise APIError(
+                400,
+                f"{param}: class {named!r} is a person's (tier 0), and nobody waits on a "
+                f"batch's line; name a background class ({', '.join(background)}) or none "
+                "(the key's first background class)",
+                param=param,
+                code="person_class_in_batch",
+            )
         return named
     default = classes.get(principal.default_class)
     if default is not None and default.tier > 0:

@@ -1,6 +1,7 @@
 """One request of a batch, run as the endpoint would run it over HTTP: the same
-parse, model check, prompt count and ``Gateway.submit`` as
-``/v1/chat/completions`` and ``/v1/completions`` (``pipeline.py``), the same
+parse and model check as ``/v1/chat/completions`` and ``/v1/completions``
+(``pipeline.py``), the same queueing (``gateway/intake.enqueue``: the prompt
+counted, the queue limits), the same
 answer (``answers.Answer``) and the same errors (``job_errors``), but as a job
 of the batch's class and producer (a background job like any other,
 docs/design.md §4). An embeddings request goes to the embedding lane, as
@@ -25,11 +26,12 @@ from tierlm.runners.cancellation import Cancelled, CancelReason
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway, GatewayJob
+from tierlm.server.gateway.intake import enqueue
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.openai.answers import Answer, merged
 from tierlm.server.openai.embeddings import _embedding_request, render
 from tierlm.server.openai.job_errors import job_error
-from tierlm.server.openai.pipeline import counted, parse_chat, parse_completion, submit_all
+from tierlm.server.openai.pipeline import ask_of, parse_chat, parse_completion
 
 __all__ = ["Retry", "run_request"]
 
@@ -67,10 +69,8 @@ async def _generate(
     parse = parse_chat if endpoint == "/v1/chat/completions" else parse_completion
     params = parse(body, settings.limits, settings.backend.kind)
     gateway.check_model(params.model)
-    params = replace(
-        params, request=await counted(gateway, params.request, params.default_max_tokens)
-    )
-    jobs = await submit_all(gateway, meta, params)
+    jobs = await enqueue(gateway, meta, ask_of(params))
+    params = replace(params, request=jobs[0].request)
     try:
         await asyncio.wait([asyncio.ensure_future(_done(job)) for job in jobs])
     except asyncio.CancelledError:

@@ -82,7 +82,12 @@ class BatchRun:
     def meta(self) -> JobMeta:
         r = self.record
         deadline = None if r.deadline is None else dt.datetime.fromtimestamp(r.deadline, dt.UTC)
-        return JobMeta(r.class_name, r.producer, None, deadline, r.owner or None)
+        owner = r.owner or None
+        # The key's own queue limit holds for its batch's lines as for its
+        # requests (gateway/admission): a batch is the key's work.
+        limit = self.gateway.keys.queue_limit_of(owner)
+        person = (owner,) if owner else ()  # as its key's requests (Principal.person)
+        return JobMeta(r.class_name, r.producer, None, deadline, owner, limit, person, why="batch")
 
     def start(self) -> None:
         self.task = asyncio.ensure_future(self._run())
