@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol, cast
 
+from tierlm.errors import install_hint
+
 __all__ = ["main"]
 
 
@@ -80,8 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # they are listed, rather than fail on a question.
             print(
                 f"usage: tierlm {name} [options]\n\n{help_text}.\n\nIts options need the "
-                f"{extra!r} extra installed to be listed here: pip install 'tierlm[{extra}]'\n"
-                "(or 'tierlm[serve]' with the embedded model). docs/gateway.md lists them all."
+                f"{extra!r} extra installed to be listed here:\n  {install_hint(extra)}\n"
+                "(or the 'serve' extra: the same and the embedded model). "
+                "docs/gateway.md lists them all."
             )
             return 0
         if extra is None:
@@ -89,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(
                 f"tierlm {name}: needs the {extra!r} extra ({exc.name or exc} is not "
-                f"installed): pip install 'tierlm[{extra}]'",
+                f"installed): {install_hint(extra)}",
                 file=sys.stderr,
             )
         return 2

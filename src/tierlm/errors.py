@@ -11,7 +11,7 @@ it imports nothing of tierlm, so every layer (runners included) may import it
 
 from __future__ import annotations
 
-__all__ = ["TierlmError"]
+__all__ = ["TierlmError", "install_hint"]
 
 
 class TierlmError(Exception):
@@ -31,3 +31,11 @@ class TierlmError(Exception):
     param: str | None = None
     retry_after: int | None = None
     reason: str | None = None
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs ``extra``, in both forms: tierlm is installed
+    from a checkout today (``-e '.[extra]'``), and the PyPI form alone
+    (``'tierlm[extra]'``) failed for every newcomer who followed it. Every
+    "missing extra" message says it through here, so none drifts."""
+    return f"pip install -e '.[{extra}]' in a checkout (pip install 'tierlm[{extra}]' from PyPI)"

