@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import ast
+import contextlib
+import io
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -89,3 +94,93 @@ def test_every_benchmark_writes_through_results_file() -> None:
         text = script.read_text()
         assert "results_file(" in text, script.name
         assert '"results" /' not in text and "bench/results/" not in text, script.name
+
+
+# -- what a newcomer trips over (issue 59) -------------------------------------------
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "tierlm"
+
+
+def _messages(path: Path) -> Iterator[str]:
+    """The string constants of a module that are not docstrings: what it says."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+        ):
+            yield node.value
+
+
+def test_every_missing_extra_message_says_what_works_in_a_checkout() -> None:
+    """tierlm is not on PyPI: `pip install 'tierlm[x]'` alone failed for every
+    newcomer who followed it. Messages say it through ``install_hint``."""
+    from tierlm.errors import install_hint
+
+    alone = {
+        f"{path.relative_to(SRC)}: {text!r}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.name != "errors.py"
+        for text in _messages(path)
+        if "pip install 'tierlm" in text or 'pip install "tierlm' in text
+    }
+    assert alone == set()
+    assert install_hint("server") == (
+        "pip install -e '.[server]' in a checkout (pip install 'tierlm[server]' from PyPI)"
+    )
+
+
+def _serve_check(*argv: str) -> tuple[int, str]:
+    from tierlm.server import serve_cli
+
+    parser = argparse.ArgumentParser()
+    serve_cli.add_arguments(parser)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = serve_cli.run(parser.parse_args([*argv, "--check"]))
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("model", ["/nope/model.gguf", "qwen=/nope/model.gguf", "./m.gguf"])
+def test_serve_a_model_file_that_does_not_exist_is_an_error_naming_it(model: str) -> None:
+    """A bare path used to start the simulated device, which took it for a
+    model's name and answered "w0 w1 w2"; --check said 0."""
+    pytest.importorskip("uvicorn", reason="tierlm serve needs the server extra")
+    code, err = _serve_check("--model", model)
+    assert code == 2
+    path = model.partition("=")[2] or model
+    assert "no such file" in err or "llama-cpp-python is not installed" in err
+    assert path.removeprefix("./") in err, err
+
+
+def test_serve_a_model_file_without_llama_cpp_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("uvicorn", reason="tierlm serve needs the server extra")
+    from tierlm.errors import install_hint
+    from tierlm.server import serve_cli
+    from tierlm.server.settings.backends import SimBackend
+
+    monkeypatch.setattr(serve_cli, "serve_candidates", lambda: [SimBackend])
+    code, err = _serve_check("--model", "/nope/model.gguf")
+    assert code == 2
+    assert "/nope/model.gguf" in err and install_hint("llama") in err
+    # A name, not a file, still goes to the simulated device.
+    assert _serve_check("--model", "qwen")[0] == 0
+
+
+def test_which_model_values_are_files() -> None:
+    pytest.importorskip("uvicorn", reason="tierlm serve needs the server extra")
+    from tierlm.server.serve_cli import model_files
+
+    values = ["a=/m/x.gguf", "/m/y.bin", "z.GGUF", "~/w", "../v", "qwen", "org/name", "q=qwen2"]
+    assert model_files(values) == ["/m/x.gguf", "/m/y.bin", "z.GGUF", "~/w", "../v"]

