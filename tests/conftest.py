@@ -10,6 +10,9 @@
   server (streams that break, errors mid-stream) that no real server produces
   on demand.
 
+The fast tier (``scripts/test --fast``): the ``fast`` marker, given by folder
+(``FAST_FOLDERS``) or by a module's ``pytestmark``; ``pytest --fast`` runs only it.
+
 Scheduling tests are ``async def`` tests on the virtual-time loop
 (``tierlm.testing.pytest_plugin``): every unmarked ``async def`` test here is
 marked ``virtual_time``. Real-backend tests are plain functions that call
@@ -22,12 +25,14 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -43,16 +48,77 @@ from tierlm.testing.gguf_model import write_model_pair
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 pytest_plugins = ("tierlm.testing.pytest_plugin",)
 
+# The fast tier (``scripts/test --fast``, ``pytest --fast``): no real backend,
+# no socket, no install. Every test under these folders of tests/ is marked
+# ``fast``; a module elsewhere joins with its own ``pytestmark = pytest.mark.fast``.
+# New tests join by where they are put, not by a list someone must keep.
+TESTS = Path(__file__).resolve().parent
+FAST_FOLDERS = ("core", "shell", "testing")
+FAST_MODULE = re.compile(r"^pytestmark\s*=.*\bpytest\.mark\.fast\b", re.MULTILINE)
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="only the fast tier: tests marked fast (by folder, tests/conftest.py); "
+        "the other modules are not imported",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"fast: the inner loop (scripts/test --fast): every test under tests/"
+        f"{{{','.join(FAST_FOLDERS)}}}/, and modules marked so",
+    )
+
+
+def in_fast_folder(path: Path) -> bool:
+    """``path`` (a file or a folder) is a fast folder or inside one."""
+    if not path.is_relative_to(TESTS) or path == TESTS:
+        return False
+    return path.relative_to(TESTS).parts[0] in FAST_FOLDERS
+
+
+def fast_module(path: Path) -> bool:
+    """A test module of the fast tier, read without importing it."""
+    return in_fast_folder(path) or FAST_MODULE.search(path.read_text("utf-8")) is not None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --fast, a module (or a folder) with no fast test is not collected:
+    importing the whole suite costs ~12 s of the inner loop, and its conftests
+    need the third-party plugins the fast tier does not load."""
+    if not config.getoption("fast") or not collection_path.is_relative_to(TESTS):
+        return None
+    if collection_path == TESTS or in_fast_folder(collection_path):
+        return None
+    if collection_path.is_dir():
+        return not any(fast_module(p) for p in collection_path.rglob("test_*.py"))
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return not fast_module(collection_path)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every ``async def`` test without an async marker of its own runs on the
-    virtual-time loop (docs/design.md §7)."""
+    virtual-time loop (docs/design.md §7); the tests of the fast folders are
+    marked ``fast``, and with --fast only fast tests are kept."""
     import inspect
 
+    for item in items:
+        if in_fast_folder(item.path):
+            item.add_marker(pytest.mark.fast)
+    if config.getoption("fast"):
+        kept = [item for item in items if item.get_closest_marker("fast") is not None]
+        dropped = [item for item in items if item.get_closest_marker("fast") is None]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     for item in items:
         function = getattr(item, "obj", None)
         if not inspect.iscoroutinefunction(function):

@@ -13,6 +13,10 @@ import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
+
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "tierlm"
 MAX_LINES = 500  # a module past this is doing two jobs (the bound; ~400 is the aim)

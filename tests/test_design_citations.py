@@ -8,6 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
 CITATION = re.compile(r"§(\d+(?:\.\d+)?)")

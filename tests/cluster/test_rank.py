@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tierlm.cluster import STALE_AFTER, STATS_VERSION, PlacementLog, View, rank
+
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
 
 MODELS = ("m0", "m1", "m2")
 CLASSES = ("chat", "extract", "gana")

@@ -11,6 +11,8 @@ import pytest
 from tierlm.sim.virtual_cluster import background, chats, run_cluster
 from tierlm.testing import run_virtual
 
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
+
 R = 3
 MINUTES_10 = 600.0
 

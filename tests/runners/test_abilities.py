@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import pytest
+
 from tierlm import Scheduler
 from tierlm.runners import CancelToken, GenerationRequest, SimulatedRunner
 from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
 from tierlm.runners.llama_cpp.model.capacity import CPU_STEP_COST
 from tierlm.runners.protocol import Abilities, abilities_of
 from tierlm.shell.dispatch import Dispatcher
+
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
 
 
 class PlainRunner:

@@ -13,6 +13,8 @@ from tierlm.runners.cancel_scope import cancelled_by, until_cancelled
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.testing import run_virtual
 
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
+
 
 async def test_the_result_when_not_cancelled() -> None:
     token = CancelToken()

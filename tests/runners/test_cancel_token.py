@@ -11,6 +11,8 @@ import pytest
 from tierlm.runners.cancel_scope import until_cancelled
 from tierlm.runners.cancellation import CancelReason, CancelToken
 
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
+
 YIELD, PREEMPTED = CancelReason.YIELD, CancelReason.PREEMPTED
 CALLER, SHUTDOWN = CancelReason.CALLER, CancelReason.SHUTDOWN
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
 from tierlm.runners.llama_cpp.model import cpu_flags
+
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import pytest
 
 INTEL = "processor\t: 0\nflags\t\t: fpu sse2 avx512f amx_bf16 amx_tile amx_int8\n"
 AMD = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n"

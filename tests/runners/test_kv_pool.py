@@ -7,6 +7,8 @@ import pytest
 
 from tierlm.runners.llama_cpp.worker.kv_pool import KvPool, Snapshot
 
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
+
 
 def snapshot(
     key: str = "m", size: int = 100, text: str = "P", tokens: int = 10, kind: str = "preempted"

@@ -9,6 +9,8 @@ import pytest
 from tierlm.runners.errors import InvalidRequest
 from tierlm.runners.llama_cpp.prompt.literal_text import split_rendered
 
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
+
 MARK = "\ue000n:1\ue001"
 
 

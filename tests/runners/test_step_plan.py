@@ -3,10 +3,13 @@ pure function: checked without llama.cpp."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tierlm.runners.llama_cpp.worker.engine.step_plan import SlotState, plan_step
+
+pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
 
 
 def slot(slot: int, admitted: int, *, person: bool = False, pending: int = 0, n_past: int = 10):
