@@ -3,7 +3,9 @@ gateway: not from another origin (a "simple" cross-origin POST, text/plain or
 bodiless, that the browser sends without asking), and not through DNS
 rebinding (the attacker's name re-pointed at 127.0.0.1: Chromium's
 ``--host-resolver-rules`` maps it, as a rebound DNS answer would). A chat UI
-whose origin is listed in ``server.cors_origins`` can.
+whose origin is listed in ``server.cors_origins`` can, and a page of an
+origin Ollama lets in by default (``localhost`` on any port,
+``server.ollama_origins``) may use Ollama's API, and only that.
 """
 
 from __future__ import annotations
@@ -56,6 +58,19 @@ CHAT = """async (gateway) => {
                           max_tokens: 2}),
   });
   return [r.status, (await r.json()).choices?.[0]?.message?.content ?? null];
+}"""
+
+
+# An Ollama web app's call: JSON (so a preflight first), streamed NDJSON back.
+OLLAMA_CHAT = """async (gateway) => {
+  const r = await fetch(gateway + "/api/chat", {
+    method: "POST",
+    headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({model: "sim-a", messages: [{role: "user", content: "hi"}],
+                          options: {num_predict: 2}}),
+  });
+  const lines = (await r.text()).trim().split("\\n").map(JSON.parse);
+  return [r.status, lines.map(l => l.message.content).join("")];
 }"""
 
 
@@ -122,3 +137,14 @@ def test_a_listed_chat_ui_origin_may_call_the_gateway(browser: Any, other_site: 
         page.goto(other_site)
         with pytest.raises(sync_api.Error, match="Failed to fetch"):
             page.evaluate(CHAT, unlisted.url)
+
+
+def test_an_ollama_web_app_on_localhost_may_chat_but_not_steer(
+    browser: Any, other_site: str
+) -> None:
+    with serve() as gw:
+        page = browser.new_page()
+        page.goto(other_site)  # http://127.0.0.1:<another port>: Ollama lets it in
+        assert page.evaluate(OLLAMA_CHAT, gw.url) == [200, "w0 w1 "]
+        assert page.evaluate(ATTACK, gw.url) == "sent"
+        assert gw.state()["paused"] is False

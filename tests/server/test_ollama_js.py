@@ -36,8 +36,8 @@ def test_ollama_js_calls_all_pass() -> None:
         )
         assert done.returncode == 0, done.stderr
         out = json.loads(done.stdout)
-    assert out["list"] == ["sim-a", "sim-b", "sim-embed"]
-    assert out["ps"][0][0] == "sim-a"
+    assert out["list"][:3] == ["sim-a:latest", "sim-b:latest", "sim-embed:latest"]
+    assert out["ps"][0][0] == "sim-a:latest"
     assert out["show"] == ["completion"]
     assert out["chat"] == ["w0 w1 w2 ", "length", 3]
     assert out["chat_stream"] == [["w0 ", False], ["w1 ", False], ["w2 ", False], ["", True]]

@@ -156,7 +156,7 @@ def test_show_and_ps_tell_the_model_s_context_and_memory(gw: Gateway) -> None:
     shown = c.show(MODEL)
     context = (shown.modelinfo or {})["context_length"]
     assert context > 0 and "tools" in (shown.capabilities or [])
-    (listed,) = [m for m in c.list().models if m.model == MODEL]
+    (listed,) = [m for m in c.list().models if m.model == f"{MODEL}:latest"]
     (loaded,) = c.ps().models
     assert loaded.context_length == context
     # The file, plus the KV of every slot's context: more than the file alone.

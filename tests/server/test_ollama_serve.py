@@ -20,7 +20,7 @@ def test_an_ollama_app_at_its_default_url_shares_the_gateway(
     with tierlm_serve("--backend", "sim", "--ollama-port", str(port)) as (url, _):
         monkeypatch.setenv("OLLAMA_HOST", f"127.0.0.1:{port}")  # what the app is told
         app = ollama.Client()
-        assert [m.model for m in app.list().models][:2] == ["sim-a", "sim-b"]
+        assert [m.model for m in app.list().models][:2] == ["sim-a:latest", "sim-b:latest"]
         parts = list(
             app.chat(
                 model="sim-a",

@@ -10,8 +10,9 @@ dashboard). The embedding lane (``embedding_service.py``, ``embeddings.py``) is 
 
 Every request passes the edge first (``_middleware``, outermost first): its
 request id (``request_id.py``), the error boundary (``errors.ErrorBoundary``),
-the cap on requests in flight (``in_flight.py``), CORS when
-``server.cors_origins`` lists origins, the Host, Origin and Content-Type checks
+the cap on requests in flight (``in_flight.py``), CORS where a path takes
+origins (``cors.py``, ``origins.py``: ``server.cors_origins``, and Ollama's
+defaults on its API), the Host, Origin and Content-Type checks
 (``guards.py``), and the body's size and time limits (``limits.py``).
 uvicorn's own limits (head timeout, head size) are set by
 ``http_server.uvicorn_config``.
@@ -26,17 +27,18 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
+from tierlm.server.edge.cors import PathCors
 from tierlm.server.edge.errors import ErrorBoundary, exception_handlers
 from tierlm.server.edge.guards import RequestGuard
 from tierlm.server.edge.in_flight import InFlightLimit
 from tierlm.server.edge.limits import BodyLimits, BodyReads
+from tierlm.server.edge.origins import OriginPolicy
 from tierlm.server.edge.request_id import HEADER as REQUEST_ID_HEADER
 from tierlm.server.edge.request_id import RequestIdMiddleware
 from tierlm.server.gateway.embedding_lane import EmbeddingService
@@ -61,6 +63,8 @@ METRICS_PATH = "/metrics"
 # What a supervisor, a scraper and an operator call: answered on a full gateway
 # too (edge/in_flight.py); each is cheap and generates nothing.
 _UNCAPPED = (health.HEALTH_PATH, METRICS_PATH, *scheduler_api.OPERATOR_PATHS)
+# What a page allowed by CORS may read of an answer, beside the body.
+_EXPOSED = (REQUEST_ID_HEADER, "X-Tierlm-Job-Id", "X-Tierlm-Class", "X-Tierlm-Served-As")
 
 
 async def metrics_endpoint(request: Request) -> Response:
@@ -96,21 +100,13 @@ def _middleware(settings: ServerSettings, body_reads: BodyReads) -> list[Middlew
         # Before any other work: a request beyond the cap costs nothing more.
         Middleware(InFlightLimit, limit=limits.max_connections, exempt=_UNCAPPED),
     ]
-    if server.cors_origins:
-        stack.append(
-            Middleware(
-                CORSMiddleware,
-                allow_origins=list(server.cors_origins),
-                allow_methods=["GET", "POST", "PUT"],
-                allow_headers=["*"],
-                expose_headers=[REQUEST_ID_HEADER, "X-Tierlm-Job-Id", "X-Tierlm-Class"],
-            )
-        )
+    origins = OriginPolicy(server.cors_origins, server.ollama_origins)
     stack += [
+        Middleware(PathCors, policy=origins, expose=_EXPOSED),
         Middleware(
             RequestGuard,
             hosts=server.accepted_hosts(),
-            origins=server.cors_origins,
+            origins=origins,
             form_paths=[dashboard.LOGIN_PATH],
             multipart_paths=[FILES_PATH],
             max_head_bytes=limits.max_header_bytes,

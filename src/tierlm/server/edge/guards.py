@@ -12,10 +12,12 @@ browser opens, unless it is told apart).
 - **Origin** (403 ``origin_not_allowed``): a browser names the page's origin on
   every cross-origin request that can change something (and on same-origin
   ones too). A request from a page that is neither the gateway itself (its own
-  dashboard) nor listed in ``server.cors_origins`` is refused, whatever its
-  method or body: a bodiless ``POST /v1/scheduler/pause`` from any page is a
-  "simple" request that a browser sends without asking. Clients that are not
-  browsers send no Origin and are not concerned.
+  dashboard) nor allowed on its path (``origins.OriginPolicy``:
+  ``server.cors_origins`` everywhere, ``server.ollama_origins`` on Ollama's
+  API) is refused, whatever its method or body: a bodiless ``POST
+  /v1/scheduler/pause`` from any page is a "simple" request that a browser
+  sends without asking. Clients that are not browsers send no Origin and are
+  not concerned.
 - **Content-Type** (415 ``unsupported_media_type``): a body of a POST, PUT or
   PATCH is JSON and must say so. ``text/plain`` and form posts are what a page
   can send cross-origin without a CORS preflight. A request without a
@@ -23,10 +25,13 @@ browser opens, unless it is told apart).
   Origin. The dashboard's login form is the one form post (``form_paths``);
   a file upload (``POST /v1/files``) the one multipart body
   (``multipart_paths``): it passes the Origin check first, as every request.
+  Ollama's API takes any Content-Type, as Ollama does (``lenient``): its
+  clients send what they like (LiteLLM's ``application/octet-stream``, curl's
+  form type with ``-d``), and a page's request is the Origin check's to stop.
 
-CORS itself is Starlette's ``CORSMiddleware``, mounted by ``app.py`` only when
-``server.cors_origins`` lists origins: off by default, so a browser chat UI is
-allowed on purpose.
+CORS itself is Starlette's ``CORSMiddleware``, per path (``cors.PathCors``)
+with the same ``OriginPolicy``: on ``/v1`` only when ``server.cors_origins``
+lists origins, so a browser chat UI is allowed on purpose.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tierlm.server.edge.errors import APIError, send_error
+from tierlm.server.edge.origins import OriginPolicy, is_ollama_path
 
 __all__ = ["RequestGuard", "host_name"]
 
@@ -64,7 +70,7 @@ class RequestGuard:
         app: ASGIApp,
         *,
         hosts: Collection[str] | None,
-        origins: Collection[str] = (),
+        origins: OriginPolicy | None = None,
         form_paths: Collection[str] = (),
         multipart_paths: Collection[str] = (),
         max_head_bytes: int | None = None,
@@ -72,7 +78,7 @@ class RequestGuard:
         self.app = app
         self.max_head_bytes = max_head_bytes
         self.hosts = None if hosts is None else frozenset(hosts)
-        self.origins = frozenset(origin.rstrip("/").lower() for origin in origins)
+        self.origins = origins or OriginPolicy()
         self.form_paths = frozenset(form_paths)
         self.multipart_paths = frozenset(multipart_paths)
 
@@ -111,16 +117,19 @@ class RequestGuard:
             )
         origin = headers.get("origin")
         if origin is not None and not self._origin_allowed(origin, host, scope):
+            where = "Ollama's API" if is_ollama_path(scope["path"]) else "this path"
             return APIError(
                 403,
-                f"Origin: pages from {origin!r} may not call this gateway; a browser "
-                "page needs its origin in server.cors_origins (--cors-origins)",
+                f"Origin: pages from {origin!r} may not call {where}; a browser page "
+                "needs its origin in server.cors_origins (--cors-origins; wildcards "
+                "such as chrome-extension://* are allowed)",
                 param="Origin",
                 code="origin_not_allowed",
                 reason="origin_not_allowed",
             )
         media = headers.get("content-type")
-        if media is not None and scope["method"] in _BODY_METHODS:
+        lenient = is_ollama_path(scope["path"])
+        if media is not None and scope["method"] in _BODY_METHODS and not lenient:
             kind = media.partition(";")[0].strip().lower()
             path = scope["path"]
             form = kind == FORM and path in self.form_paths
@@ -136,9 +145,9 @@ class RequestGuard:
         return None
 
     def _origin_allowed(self, origin: str, host: str | None, scope: Scope) -> bool:
-        origin = origin.strip().rstrip("/").lower()
-        if origin in self.origins:
+        if self.origins.allows(origin, scope["path"]):
             return True
+        origin = origin.strip().rstrip("/").lower()
         # The gateway's own pages (the dashboard): same scheme, same host and port.
         parts = urlsplit(origin)
         return (

@@ -12,26 +12,45 @@ modification time), not its contents: hashing a GGUF takes seconds.
 ``expires_at`` is the model's keep-alive: when it is unloaded if nothing
 happens (``KeepAlive.expires_in``); a model without one is kept until a swap,
 shown as Ollama shows ``keep_alive: -1``, ~292 years from now.
+
+Names carry Ollama's tag (``smollm2-135m:latest``; an id with a tag of its
+own, ``qwen2.5:0.5b``, as it is): apps match the names they list against the
+names they send. ``/api/tags`` also lists each chat model as
+``model@background:latest`` (``gateway/model_names``), so an app's model
+picker offers it for its background work. Where the operator's files are is
+no client's business: ``/api/show`` names the model file's full path only to
+an admin key (``/v1/models`` too).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from pathlib import PurePath
 from typing import Any
 
 from starlette.requests import Request
 
 from tierlm.runners.errors import RunnerError
 from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.auth import Principal
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive
+from tierlm.server.gateway.model_names import BACKGROUND, LATEST
 from tierlm.server.gateway.resources import context_of, model_file, model_options, resources
 from tierlm.server.ollama.answers import Kind, created_at
 from tierlm.server.openai.compat import BACKENDS, ROWS, Support
 from tierlm.server.settings.duration import parse_duration
 
-__all__ = ["details", "keep_alive_of", "load_or_unload", "ps_entry", "show", "tags_entry"]
+__all__ = [
+    "details",
+    "keep_alive_of",
+    "load_or_unload",
+    "ollama_name",
+    "ps_entry",
+    "show",
+    "tags_entry",
+]
 
 # Go's longest duration, what Ollama's expires_at is for keep_alive: -1.
 FOREVER = dt.timedelta(microseconds=(2**63 - 1) // 1000)
@@ -55,7 +74,13 @@ def details(gateway: Gateway, model: str) -> dict[str, Any]:
     }
 
 
-def tags_entry(gateway: Gateway, model: str) -> dict[str, Any]:
+def ollama_name(model: str) -> str:
+    """``model`` as Ollama names it: with a tag (``:latest`` if it has none)."""
+    return model if ":" in model.rsplit("/", 1)[-1] else model + LATEST
+
+
+def tags_entry(gateway: Gateway, model: str, *, background: bool = False) -> dict[str, Any]:
+    """``model`` as ``/api/tags`` lists it; ``background``: its class alias."""
     path, stat = model_file(model_options(gateway, model))
     modified = (
         dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC)
@@ -63,9 +88,10 @@ def tags_entry(gateway: Gateway, model: str) -> dict[str, Any]:
         else dt.datetime.fromtimestamp(gateway.started_at, dt.UTC)
     )
     identity = f"{model}:{path}:{stat.st_size if stat else 0}:{stat.st_mtime if stat else 0}"
+    name = ollama_name(f"{model}@{BACKGROUND}" if background else model)
     return {
-        "name": model,
-        "model": model,
+        "name": name,
+        "model": name,
         "modified_at": created_at(modified),
         "size": stat.st_size if stat is not None else 0,
         "digest": hashlib.sha256(identity.encode()).hexdigest(),
@@ -103,10 +129,14 @@ def capabilities(gateway: Gateway, model: str) -> list[str]:
     return found
 
 
-def show(gateway: Gateway, model: str) -> dict[str, Any]:
-    """``/api/show``'s answer: what tierlm knows of the model."""
+def show(gateway: Gateway, model: str, *, admin: bool = True) -> dict[str, Any]:
+    """``/api/show``'s answer: what tierlm knows of the model; the file's full
+    path only to an ``admin`` key (any other sees its name, as on ``/v1/models``)."""
     options = model_options(gateway, model)
     path, _ = model_file(options)
+    if path is not None and not admin:
+        path = PurePath(path).name
+        options = {**options, "path": path}
     context = context_of(options)
     info: dict[str, Any] = {"general.architecture": ""}
     if context is not None:
@@ -135,18 +165,26 @@ def keep_alive_seconds(raw: float | str | None) -> float | None:
 
 
 async def load_or_unload(
-    request: Request, gateway: Gateway, model: str, raw_keep_alive: float | str | None, kind: Kind
+    request: Request,
+    gateway: Gateway,
+    model: str,
+    raw_keep_alive: float | str | None,
+    kind: Kind,
+    principal: Principal,
 ) -> dict[str, Any]:
     """An empty generate or chat request: load ``model`` (its ``keep_alive``
     then set), or unload it with ``keep_alive: 0``, through the scheduler
-    (``Scheduler.load_model``, ``unload_model``: once no job runs). Admin, as
-    ``/v1/models/{id}/load``; asking to load the model already loaded, with
-    no keep-alive, changes nothing and needs no admin key."""
+    (``Scheduler.load_model``, ``unload_model``: once no job runs), as
+    ``/v1/models/{id}/load`` does for an admin key. Apps send one when they
+    start (to warm the model up), with a keep-alive: for any other key it is
+    answered ``load`` and changes nothing (the scheduler loads a model when
+    its work is next, docs/design.md §4 affinity); unloading needs an admin key."""
     seconds = None if raw_keep_alive is None else keep_alive_seconds(raw_keep_alive)
     unload = raw_keep_alive is not None and seconds == 0
-    loaded = gateway.scheduler.loaded_model == model
-    if unload or raw_keep_alive is not None or not loaded:
+    if unload:
         gateway.keys.authenticate(request, admin=True)
+    elif not principal.admin:
+        return _done(model, "load", kind)
     keep_alive = keep_alive_of(request)
     try:
         if unload:
@@ -168,7 +206,10 @@ async def load_or_unload(
         raise APIError(500, f"backend: {exc}", code="backend_error", type="server_error") from None
     if keep_alive is not None:
         keep_alive.touch()
-    reason = "unload" if unload else "load"
+    return _done(model, "unload" if unload else "load", kind)
+
+
+def _done(model: str, reason: str, kind: Kind) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "created_at": created_at()}
     if kind == "generate":
         body["response"] = ""

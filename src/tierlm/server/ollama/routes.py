@@ -12,28 +12,36 @@ way (docs/design.md §4). Only the answer's shape differs (``answers``,
 ``streaming``: NDJSON, streamed by default), and errors are Ollama's
 ``{"error": "..."}`` (``edge.errors.error_response``).
 
+A model's name is read as Ollama apps write it (``gateway/model_names``):
+``model:latest`` is the model, and ``model@gana`` (``@background``) names
+the class as ``X-Tierlm-Class`` would, for an app that can change nothing
+but the model's name.
+
 Ollama's model management (pull, push, create, copy, delete) is not served:
-the models are the operator's configuration. Those endpoints answer 404
-saying so (a client's request is never a 5xx), counted and listed with the
-other rejections.
+the models are the operator's configuration. A pull or create of a model
+that is served succeeds at once (apps pull their model when they start);
+anything else answers 404 saying so (a client's request is never a 5xx),
+counted and listed with the other rejections.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 import tierlm
 from tierlm.server.edge.body import read_json
-from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.auth import Principal
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.intake import admit
-from tierlm.server.ollama import models
+from tierlm.server.gateway.model_names import resolve, served_names
+from tierlm.server.ollama import managed, models
 from tierlm.server.ollama.answers import Kind, OllamaAnswer
 from tierlm.server.ollama.schemas import (
     OllamaChatRequest,
@@ -53,6 +61,8 @@ from tierlm.server.openai.streaming import JobResult
 
 __all__ = ["OLLAMA_VERSION", "routes"]
 
+logger = logging.getLogger("tierlm.server")
+
 OLLAMA_VERSION = "0.12.0"
 """The Ollama release whose docs/api.md these endpoints follow (``/api/version``)."""
 
@@ -68,17 +78,13 @@ async def version(request: Request) -> Response:
     return JSONResponse({"version": OLLAMA_VERSION, "tierlm": tierlm.__version__})
 
 
-def _served(gateway: Gateway) -> list[str]:
-    served = list(gateway.model_ids)
-    if gateway.embedding_model is not None and gateway.embedding_model not in served:
-        served.append(gateway.embedding_model)
-    return served
-
-
 async def tags(request: Request) -> Response:
     gateway = gateway_of(request)
     gateway.keys.authenticate(request)
-    entries = [models.tags_entry(gateway, model) for model in _served(gateway)]
+    entries = [models.tags_entry(gateway, model) for model in served_names(gateway)]
+    # What an app's model picker offers for its background work (Open WebUI's
+    # task model): each chat model under the class alias (model_names).
+    entries += [models.tags_entry(gateway, m, background=True) for m in gateway.model_ids]
     return JSONResponse({"models": entries})
 
 
@@ -93,40 +99,59 @@ async def ps(request: Request) -> Response:
 
 async def show(request: Request) -> Response:
     gateway = gateway_of(request)
-    gateway.keys.authenticate(request)
+    principal = gateway.keys.authenticate(request)
     body = await read_json(request, gateway.settings.limits.max_body_bytes)
-    model = parse(OllamaShowRequest, body).model_name
+    model, _ = resolve(
+        gateway, principal, request.headers, parse(OllamaShowRequest, body).model_name
+    )
     if model != gateway.embedding_model:
         gateway.check_model(model)
-    return JSONResponse(models.show(gateway, model))
+    return JSONResponse(models.show(gateway, model, admin=principal.admin))
 
 
 def _keep_alive(principal: Principal, req: OllamaGeneration) -> float | None:
     """A generation's ``keep_alive`` in seconds (None: until a swap): how long
     its model stays loaded once idle. One model serves every producer, so
-    only an admin key (or no keys: loopback) may change it; 403 otherwise."""
+    only an admin key (or no keys: loopback) changes it; another key's is
+    ignored (and logged): many apps send one with every request, and the
+    request is served all the same."""
+    seconds = models.keep_alive_seconds(req.keep_alive)  # a 400 if it is not a duration
     if not principal.admin:
-        raise APIError(
-            403,
-            f"keep_alive: API key {principal.name!r} may not change how long models stay "
-            "loaded (an admin key's setting); leave keep_alive out",
-            param="keep_alive",
-            code="admin_required",
-            reason="admin_required",
+        logger.info(
+            "keep_alive %r of API key %r ignored: how long models stay loaded is an "
+            "admin key's setting",
+            req.keep_alive,
+            principal.name,
         )
-    return models.keep_alive_seconds(req.keep_alive)
+        raise _Ignored
+    return seconds
+
+
+class _Ignored(Exception):
+    """A non-admin key's keep_alive: served without it."""
 
 
 async def _run(
-    request: Request, principal: Principal, req: OllamaGeneration, params: Params, kind: Kind
+    request: Request,
+    principal: Principal,
+    headers: Headers,
+    req: OllamaGeneration,
+    params: Params,
+    kind: Kind,
 ) -> Response:
     """Queue the job as ``/v1`` does (``openai.routes._generate``); its answer."""
     gateway = gateway_of(request)
-    seconds = None if req.keep_alive is None else _keep_alive(principal, req)
-    [job] = await admit(gateway, principal, request.headers, ask_of(params))
+    apply = req.keep_alive is not None
+    seconds = None
+    if apply:
+        try:
+            seconds = _keep_alive(principal, req)
+        except _Ignored:
+            apply = False
+    [job] = await admit(gateway, principal, headers, ask_of(params))
     params = replace(params, request=job.request)
     keep_alive = models.keep_alive_of(request)
-    if req.keep_alive is not None and keep_alive is not None and keep_alive.can_unload:
+    if apply and keep_alive is not None and keep_alive.can_unload:
         # Set once the job is accepted (a refused request changes nothing):
         # from its end on, idle time counts against the model (KeepAlive.set_ttl).
         keep_alive.set_ttl(req.model, seconds)
@@ -146,27 +171,36 @@ async def _request(request: Request) -> tuple[Gateway, Principal, Any]:
 async def chat(request: Request) -> Response:
     gateway, principal, body = await _request(request)
     req = parse(OllamaChatRequest, body)
-    gateway.check_model(req.model)
+    model, headers = resolve(gateway, principal, request.headers, req.model)
+    gateway.check_model(model)
     if not req.messages:
-        loaded = await models.load_or_unload(request, gateway, req.model, req.keep_alive, "chat")
-        return JSONResponse(loaded)
+        loaded = await models.load_or_unload(
+            request, gateway, model, req.keep_alive, "chat", principal
+        )
+        return JSONResponse({**loaded, "model": req.model})
     settings = gateway.settings
-    params = chat_params(req, settings.limits, settings.backend.kind)
-    return await _run(request, principal, req, params, "chat")
+    params = chat_params(
+        req.model_copy(update={"model": model}), settings.limits, settings.backend.kind
+    )
+    return await _run(request, principal, headers, req, replace(params, model=req.model), "chat")
 
 
 async def generate(request: Request) -> Response:
     gateway, principal, body = await _request(request)
     req = parse(OllamaGenerateRequest, body)
-    gateway.check_model(req.model)
+    model, headers = resolve(gateway, principal, request.headers, req.model)
+    gateway.check_model(model)
     if not req.prompt and not req.suffix:
         loaded = await models.load_or_unload(
-            request, gateway, req.model, req.keep_alive, "generate"
+            request, gateway, model, req.keep_alive, "generate", principal
         )
-        return JSONResponse(loaded)
+        return JSONResponse({**loaded, "model": req.model})
     settings = gateway.settings
-    params = generate_params(req, settings.limits, settings.backend.kind)
-    return await _run(request, principal, req, params, "generate")
+    params = generate_params(
+        req.model_copy(update={"model": model}), settings.limits, settings.backend.kind
+    )
+    params = replace(params, model=req.model)
+    return await _run(request, principal, headers, req, params, "generate")
 
 
 async def _embed(
@@ -180,10 +214,11 @@ async def _embed(
 
 
 async def embed(request: Request) -> Response:
-    _, _, body = await _request(request)
+    gateway, principal, body = await _request(request)
     req = parse(OllamaEmbedRequest, body)
     more = {} if req.dimensions is None else {"dimensions": req.dimensions}
-    done, seconds = await _embed(request, req.model, req.input, **more)
+    model, _ = resolve(gateway, principal, request.headers, req.model)
+    done, seconds = await _embed(request, model, req.input, **more)
     if done is None:
         return Response(status_code=499)  # nobody reads it: the client is gone
     vectors = [
@@ -205,27 +240,16 @@ async def embed(request: Request) -> Response:
 
 
 async def embeddings(request: Request) -> Response:
-    _, _, body = await _request(request)
+    gateway, principal, body = await _request(request)
     req = parse(OllamaEmbeddingsRequest, body)
-    done, _ = await _embed(request, req.model, req.prompt)
+    model, _ = resolve(gateway, principal, request.headers, req.model)
+    done, _ = await _embed(request, model, req.prompt)
     if done is None:
         return Response(status_code=499)
     return JSONResponse({"embedding": list(done.vectors[0])})
 
 
-async def not_served(request: Request) -> Response:
-    name = request.url.path.rsplit("/", 1)[-1]
-    raise APIError(
-        404,
-        f"/api/{name}: not served by tierlm: the models are the gateway's configuration "
-        "([backend.models], docs/gateway.md); /api/tags lists them",
-        code="unsupported",
-        reason="unsupported",
-    )
-
-
 def routes() -> list[BaseRoute]:
-    managed = {"pull": "POST", "push": "POST", "create": "POST", "copy": "POST", "delete": "DELETE"}
     return [
         Route("/", root, methods=["GET", "HEAD"]),
         Route("/api/version", version, methods=["GET"]),
@@ -236,5 +260,5 @@ def routes() -> list[BaseRoute]:
         Route("/api/generate", generate, methods=["POST"]),
         Route("/api/embed", embed, methods=["POST"]),
         Route("/api/embeddings", embeddings, methods=["POST"]),
-        *(Route(f"/api/{name}", not_served, methods=[method]) for name, method in managed.items()),
+        *managed.routes(),
     ]

@@ -3,20 +3,26 @@
 
 Validated as every gateway request is (``openai.requests.parse``): a request
 that does not fit gets a 400 naming the field (``options.num_predict: ...``)
-and what it must be. Unknown fields are rejected, as on ``/v1``. What Ollama
-defines and tierlm cannot do is declared and refused when a value asks for it
-(``not_supported``): images, ``think``, a ``template`` or ``context`` of the
-caller's, log-probabilities. The load-time ``options`` (``num_gpu``,
-``num_thread``, ``use_mmap``...) are accepted and not applied: how a model is
-loaded is the operator's configuration (``[backend.models.ID]``), not a
-request's, since one model serves every producer (docs/design.md §2).
+and what it must be. Unknown top-level fields are rejected, as on ``/v1``.
+What Ollama defines and tierlm cannot do is declared and refused when a value
+asks for it (``not_supported``): images, ``think``, a ``template`` or
+``context`` of the caller's, log-probabilities. The load-time ``options``
+(``num_gpu``, ``num_thread``, ``use_mmap``...) are accepted and not applied:
+how a model is loaded is the operator's configuration (``[backend.models.ID]``),
+not a request's, since one model serves every producer (docs/design.md §2).
+
+``options`` is Ollama's bag of knobs, and Ollama ignores (and logs) the ones
+it does not use: ``num_gqa``, ``rope_frequency_base``, ``tfs_z``,
+``typical_p``... in its own documented examples. So do we
+(``OllamaOptions.ignored``, logged by ``translate``): a client's stale option
+must not fail its request. Those it knows are checked as on ``/v1``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from tierlm.server.openai.chat_schema import JsonSchema
 from tierlm.server.openai.requests import not_supported
@@ -46,7 +52,10 @@ _NOTHING = "not supported by this gateway"
 
 class OllamaOptions(Schema):
     """``options``: the sampling options tierlm honours (as on ``/v1``, through
-    the same checks of the configured backend), and the load options it accepts."""
+    the same checks of the configured backend), the load options it accepts,
+    and any other, ignored (module docstring)."""
+
+    model_config = ConfigDict(extra="allow")
 
     temperature: float | None = None
     top_p: float | None = None
@@ -80,13 +89,20 @@ class OllamaOptions(Schema):
     embedding_only: bool | None = None
     num_thread: int | None = None
     num_keep: int | None = None
-    # Sampling options no backend of tierlm has: refused when they ask for something.
-    tfs_z: Annotated[Any, not_supported(_NOTHING, lambda v: v is None or v == 1)] = None
-    typical_p: Annotated[Any, not_supported(_NOTHING, lambda v: v is None or v == 1)] = None
+    # Sampling options no backend of tierlm has (Ollama itself dropped tfs_z):
+    # ignored, as Ollama ignores what it does not use.
+    tfs_z: Any = None
+    typical_p: Any = None
     repeat_last_n: int | None = None
     """Accepted: llama.cpp's penalties look back over its own window (64 tokens)."""
     penalize_newline: bool | None = None
     """Accepted: ignored by Ollama itself since 0.5."""
+
+    def ignored(self) -> list[str]:
+        """The options sent that do nothing here: unknown ones, and those no
+        backend has."""
+        extra = sorted(self.model_extra or {})
+        return [*(n for n in ("tfs_z", "typical_p") if getattr(self, n) is not None), *extra]
 
 
 class OllamaToolFunction(Schema):
@@ -133,6 +149,12 @@ class OllamaGeneration(Schema):
     """Ollama streams by default: NDJSON, one object a line."""
     keep_alive: KeepAlive = None
     think: Annotated[Any, not_supported("no served model thinks apart from its answer")] = None
+    truncate: bool | None = None
+    """Accepted: a prompt longer than the model's context is a 400 either way
+    (Ollama's ``truncate: false``); nothing is cut from a conversation silently."""
+    shift: bool | None = None
+    """Accepted: an answer ends where the context does, ``done_reason: "length"``
+    (Ollama's ``shift: false``); the context is never shifted."""
     logprobs: Annotated[Any, not_supported(_NOTHING)] = None
     top_logprobs: Annotated[Any, not_supported(_NOTHING)] = None
 

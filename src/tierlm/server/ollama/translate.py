@@ -14,6 +14,7 @@ names the field as the Ollama client sent it (``options.num_predict``, not
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from tierlm.server.edge.errors import APIError
@@ -28,6 +29,8 @@ from tierlm.server.openai.pipeline import parse_chat, parse_completion
 from tierlm.server.settings.sections import LimitSettings
 
 __all__ = ["chat_params", "generate_params", "openai_messages"]
+
+logger = logging.getLogger("tierlm.server")
 
 # Ollama's option -> the OpenAI request field that does the same.
 _OPTIONS = {
@@ -73,6 +76,10 @@ def _sampling(req: OllamaGeneration) -> dict[str, Any]:
     body: dict[str, Any] = {}
     options = req.options
     if options is not None:
+        ignored = options.ignored()
+        if ignored:
+            # As Ollama does: "invalid option provided" in its log, and served.
+            logger.info("options ignored (not used by tierlm): %s", ", ".join(ignored))
         for ollama, openai in _OPTIONS.items():
             value = getattr(options, ollama)
             if value is not None:

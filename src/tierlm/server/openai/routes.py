@@ -3,7 +3,9 @@
 Requests are validated by their pydantic models (``requests``); an invalid one
 gets 400 in OpenAI's error format with ``param`` naming the field. Fields the
 configured backend cannot honour (``compat.py``'s table) and unknown fields
-are rejected rather than silently ignored. A runner that can count a prompt
+are rejected rather than silently ignored. A model named with a class
+(``smollm2-135m@gana``, ``gateway/model_names``) is that model in that class,
+as if ``X-Tierlm-Class`` were sent. A runner that can count a prompt
 exactly (``PromptCounter``) counts it before the request is queued: the
 answer's ``usage.prompt_tokens``, and a request its model cannot serve (a
 chat its template refuses, a schema its grammar cannot express) is a 400 at
@@ -25,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 from tierlm.server.edge.body import read_json
 from tierlm.server.gateway.gateway import GatewayJob
 from tierlm.server.gateway.intake import admit
+from tierlm.server.gateway.model_names import resolve
 from tierlm.server.openai import models, responses
 from tierlm.server.openai.answers import Answer, Endpoint, Params, merged, total_usage
 from tierlm.server.openai.job_errors import job_error
@@ -39,9 +42,14 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     principal = gateway.keys.authenticate(request)
     settings = gateway.settings
     body = await read_json(request, settings.limits.max_body_bytes)
+    headers = request.headers
+    if isinstance(body, dict) and isinstance(body.get("model"), str):
+        # "model@gana": the class an app can name without headers (model_names).
+        model, headers = resolve(gateway, principal, headers, body["model"])
+        body = {**body, "model": model}
     parse = parse_chat if endpoint == "chat" else parse_completion
     params = parse(body, settings.limits, settings.backend.kind)
-    jobs = await admit(gateway, principal, request.headers, ask_of(params))
+    jobs = await admit(gateway, principal, headers, ask_of(params))
     params = replace(params, request=jobs[0].request)  # as counted (intake.counted)
     return respond(params, jobs, settings.server.sse_heartbeat)
 

@@ -83,7 +83,10 @@ def _default(field: FieldInfo | None) -> str:
         return _value(value)
     if isinstance(value, Mapping):
         return f"`{list(value)}`" if value else "`{}`"
-    return "`[]`" if isinstance(value, tuple) else f"`{value!r}`"
+    if isinstance(value, tuple):
+        # A long list does not fit a table cell: the description names it.
+        return "`[]`" if not value else f"{len(value)} items (see what)"
+    return f"`{value!r}`"
 
 
 def _text(field: FieldInfo | None) -> str:

@@ -10,7 +10,8 @@ an unknown field is an error too, with a suggestion.
 ``ServerSettings()`` is ``tierlm serve``'s default. The file, all sections optional::
 
     [server]        host, port, ollama_port, log_level, log_format, default_class, sse_heartbeat,
-                    dashboard_window, allowed_hosts, cors_origins, shutdown_grace
+                    dashboard_window, allowed_hosts, cors_origins, ollama_origins,
+                    shutdown_grace
     [limits]        max_body_bytes, default_max_tokens, max_tokens_limit, queue_limit,
                     key_queue_limit, max_connections, header_timeout, body_timeout,
                     keep_alive_timeout, max_header_bytes
@@ -56,6 +57,7 @@ from tierlm.server.settings.people import PeopleSettings, program_class_of
 from tierlm.server.settings.schema import Expect, FieldError, Flag, Schema
 
 __all__ = [
+    "OLLAMA_DEFAULT_ORIGINS",
     "ConfigError",
     "LimitSettings",
     "MetricsSettings",
@@ -78,6 +80,21 @@ _SCHEDULER = SchedulerConfig()
 
 # The names a browser on this machine uses for a loopback gateway.
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _ollama_defaults() -> tuple[str, ...]:
+    """Ollama's ``envconfig.AllowedOrigins`` without ``OLLAMA_ORIGINS``: the
+    loopback names on any port, and the schemes of apps that run in a
+    browser engine (Electron's ``app://``, Tauri, VS Code's webviews)."""
+    found = []
+    for host in ("localhost", "127.0.0.1", "0.0.0.0"):
+        for scheme in ("http", "https"):
+            found += [f"{scheme}://{host}", f"{scheme}://{host}:*"]
+    schemes = ("app", "file", "tauri", "vscode-webview", "vscode-file")
+    return (*found, *(f"{scheme}://*" for scheme in schemes))
+
+
+OLLAMA_DEFAULT_ORIGINS = _ollama_defaults()
 
 DeadlineMode = Literal["after-people", "on-time"]  # core.config.DEADLINE_MODES
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -137,9 +154,18 @@ class ServerSection(Schema):
     ``host``; any name when ``host`` is a wildcard address (0.0.0.0, ::), which
     needs keys. ``*`` accepts any name."""
     cors_origins: Annotated[NameList, Flag("--cors-origins", "URL,...")] = ()
-    """Web origins (``http://localhost:3000``) whose pages may call the gateway
-    (CORS); a request from any other page's origin gets 403. Empty by default:
-    no browser page but the gateway's own dashboard."""
+    """Web origins (``http://localhost:3000``; ``*`` matches any characters:
+    ``chrome-extension://*``) whose pages may call the gateway (CORS); a
+    request from any other page's origin gets 403. Empty by default: no
+    browser page but the gateway's own dashboard (and ``ollama_origins`` on
+    Ollama's API)."""
+    ollama_origins: NameList = OLLAMA_DEFAULT_ORIGINS
+    """Web origins (wildcards as in ``cors_origins``) whose pages may call
+    Ollama's API (``/api/*``) but nothing else: Ollama's own defaults
+    (``localhost``, ``127.0.0.1`` and ``0.0.0.0`` on any port, ``app://``,
+    ``file://``, ``tauri://``, ``vscode-webview://``, ``vscode-file://``), so
+    apps that run in a browser engine and were written for Ollama work
+    unchanged; ``[]``: none."""
 
     def accepted_hosts(self) -> frozenset[str] | None:
         """The Host header names accepted (lower case, no brackets); None: any."""
