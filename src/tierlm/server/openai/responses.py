@@ -9,17 +9,17 @@ events (``response.created`` ... ``response.output_text.delta`` ...
 ``response.completed``), each with its ``sequence_number``.
 
 ``previous_response_id`` continues a stored conversation. The store
-(``ResponseStore``) keeps each response's whole conversation, up to
-``limits.responses_store_bytes`` of JSON over all of them; past it the oldest
-are forgotten (a 400 naming ``previous_response_id`` then), and a gateway
-restart forgets them all. ``store: false`` keeps nothing.
+(``response_store.ResponseStore``) keeps each response's whole conversation,
+owned by the key that made it (another key finds nothing), up to
+``limits.responses_store_bytes`` of JSON over all of them, shared fairly
+between keys; past it the largest holder's oldest are forgotten (a 400
+naming ``previous_response_id`` then), and a gateway restart forgets them
+all. ``store: false`` keeps nothing.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -36,40 +36,12 @@ from tierlm.server.openai.answers import Answer
 from tierlm.server.openai.job_errors import job_error
 from tierlm.server.openai.pipeline import ask_of, gateway_of, parse_chat
 from tierlm.server.openai.requests import parse
+from tierlm.server.openai.response_store import ResponseStore
 from tierlm.server.openai.responses_request import NamedTool, ResponsesRequest, chat_messages
 from tierlm.server.openai.streaming import JobResult, JobStream
 from tierlm.server.settings.schema import FieldError
 
-__all__ = ["ResponseStore", "routes"]
-
-
-class ResponseStore:
-    """Stored responses and their conversations, oldest forgotten first past
-    ``limit`` bytes of JSON."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.size = 0
-        self._items: OrderedDict[str, tuple[dict[str, Any], list[dict[str, Any]], int]] = (
-            OrderedDict()
-        )
-
-    def put(self, response: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-        size = len(json.dumps(response)) + len(json.dumps(messages))
-        if size > self.limit:
-            return
-        self._items[response["id"]] = (response, messages, size)
-        self.size += size
-        while self.size > self.limit:
-            _, (_, _, old) = self._items.popitem(last=False)
-            self.size -= old
-
-    def get(self, response_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        item = self._items.get(response_id)
-        return None if item is None else (item[0], item[1])
-
-    def __len__(self) -> int:
-        return len(self._items)
+__all__ = ["routes"]
 
 
 def store_of(request: Request) -> ResponseStore:
@@ -308,28 +280,31 @@ def _field_error(exc: FieldError) -> APIError:
 async def create_response(request: Request) -> Response:
     gateway = gateway_of(request)
     principal = gateway.keys.authenticate(request)
+    owner = principal.name or ""
     settings = gateway.settings
     body = await read_json(request, settings.limits.max_body_bytes)
     asked = parse(ResponsesRequest, body)
-    history, chat_body = _conversation(store_of(request), asked)
+    history, chat_body = _conversation(store_of(request), owner, asked)
     params = parse_chat(chat_body, settings.limits, settings.backend.kind)
     [job] = await admit(gateway, principal, request.headers, ask_of(params))
     params = replace(params, request=job.request, include_usage=False)
     answer = ResponseAnswer(Answer(params), asked, _echo(asked))
     if asked.store is not False:
-        answer.on_done = _keeper(store_of(request), [*history, *chat_messages(asked.input)])
+        conversation = [*history, *chat_messages(asked.input)]
+        answer.on_done = _keeper(store_of(request), owner, conversation)
     if params.stream:
         return JobStream(job, answer, job_error, settings.server.sse_heartbeat)
     return JobResult(job, answer.render, job_error)
 
 
 def _conversation(
-    store: ResponseStore, asked: ResponsesRequest
+    store: ResponseStore, owner: str, asked: ResponsesRequest
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The stored conversation ``asked`` continues, and the chat request it makes."""
+    """The stored conversation of ``owner`` that ``asked`` continues, and the
+    chat request it makes. Another key's id is as unknown as one never stored."""
     history: list[dict[str, Any]] = []
     if asked.previous_response_id is not None:
-        found = store.get(asked.previous_response_id)
+        found = store.get(owner, asked.previous_response_id)
         if found is None:
             raise APIError(
                 400,
@@ -346,20 +321,20 @@ def _conversation(
         raise _field_error(exc) from None
 
 
-def _keeper(store: ResponseStore, conversation: list[dict[str, Any]]) -> Any:
+def _keeper(store: ResponseStore, owner: str, conversation: list[dict[str, Any]]) -> Any:
     def keep(response: dict[str, Any], message: dict[str, Any]) -> None:
         said: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
         if message.get("tool_calls"):
             said["tool_calls"] = message["tool_calls"]
-        store.put(response, [*conversation, said])
+        store.put(owner, response, [*conversation, said])
 
     return keep
 
 
 async def get_response(request: Request) -> Response:
     gateway = gateway_of(request)
-    gateway.keys.authenticate(request)
-    found = store_of(request).get(request.path_params["response_id"])
+    principal = gateway.keys.authenticate(request)
+    found = store_of(request).get(principal.name or "", request.path_params["response_id"])
     if found is None:
         raise APIError(404, "no stored response with this id", code="not_found")
     return JSONResponse(found[0])
