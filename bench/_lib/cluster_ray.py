@@ -3,7 +3,9 @@
 Three ``TierlmReplica`` of the sim backend (simulated devices: 0.02 s a
 token, 2 s a swap, 40-token jobs, models m0..m2) behind the ingress, on Ray
 bound to 127.0.0.1, with tierlm's router and then, in the same run, the same
-deployments with Ray's default router (``_lib.ray_baseline.RayDefaultRouter``).
+deployments with Ray's default router as Ray ships it (``request_router =
+"ray-default"``: the operations the bench reads through the ingress do not
+go through the router, docs/distributed.md "Operations").
 For each:
 
 - **swaps**: background jobs at 60 % load over the 3 models for ``swaps_s``;
@@ -23,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import socket
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +50,7 @@ SETTINGS: dict[str, Any] = {
     "classes": {"extract": {"queue_limit": 30}, "chat": {"queue_limit": 30}},
     "server": {"sse_heartbeat": 60},
 }
-ROUTERS = {"tierlm": None, "ray_default": "_lib.ray_baseline.RayDefaultRouter"}
+ROUTERS = {"tierlm": None, "ray_default": "ray-default"}
 
 
 @dataclass
@@ -252,7 +256,8 @@ def run(scale: float, seed: int) -> dict[str, Any]:
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    start_local(port, num_cpus=2)
+    folder = tempfile.mkdtemp(prefix="tierlm-bench-ray-", dir="/tmp")  # Ray's session
+    start_local(port, num_cpus=2, temp_dir=folder)
     results: dict[str, Any] = {
         "device": {"token_interval_s": TOKEN_S, "swap_s": SWAP_S, "job_tokens": JOB_TOKENS},
         "replicas": REPLICAS,
@@ -276,4 +281,5 @@ def run(scale: float, seed: int) -> dict[str, Any]:
     finally:
         serve.shutdown()
         ray.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
     return results

@@ -9,7 +9,7 @@ YAML config under load (a rolling update).
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import json
 import os
 import socket
@@ -24,10 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
 from tierlm.ray.app import LOOPBACK_ENV
-
-for _key, _value in LOOPBACK_ENV.items():  # before ray is first imported
-    os.environ.setdefault(_key, _value)
 
 ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
 serve = pytest.importorskip("ray.serve")
@@ -82,26 +80,28 @@ def free_port() -> int:
 PORT = free_port()
 
 
+SESSIONS: list[Path] = []
+"""The Ray session folder's parent (``local_ray``), for Serve's logs."""
+
+
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    from tierlm.ray import build, start_local
+    from tierlm.ray import build
 
-    # A fault injection (named so): Serve's own wait for its HTTP proxy, a fixed
-    # 60 s, is cut to nothing, as a machine too busy for it makes it time out
-    # (every Ray test failed so at load 10 on two cores); ``start_local`` then
-    # waits for the proxy itself, and every test below runs on that Serve.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("ray.serve._private.api.HTTP_PROXY_TIMEOUT", 0.01)
-        start_local(PORT, num_cpus=2)
-    try:
+    with contextlib.ExitStack() as stack:
+        # A fault injection (named so): Serve's own wait for its HTTP proxy, a
+        # fixed 60 s, is cut to nothing, as a machine too busy for it makes it
+        # time out (every Ray test failed so at load 10 on two cores);
+        # ``start_local`` then waits for the proxy itself, and every test
+        # below runs on that Serve.
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("ray.serve._private.api.HTTP_PROXY_TIMEOUT", 0.01)
+            SESSIONS.append(stack.enter_context(local_ray(PORT)))
         serve.run(build(ARGS), route_prefix="/")
         base = f"http://127.0.0.1:{PORT}"
         wait_for_replicas(REPLICAS)
         wait_live(base, REPLICAS)
         yield base
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 def wait_live(url: str, count: int) -> dict[str, Any]:
@@ -231,9 +231,9 @@ def running_replicas() -> set[str]:
 def serve_logs(text: str) -> list[str]:
     """The Serve log files of this session holding ``text``."""
     found = []
-    for path in glob.glob("/tmp/ray/session_latest/logs/serve/*.log"):
-        if text in Path(path).read_text(errors="replace"):
-            found.append(path)
+    for path in SESSIONS[-1].glob("session_latest/logs/serve/*.log"):
+        if text in path.read_text(errors="replace"):
+            found.append(str(path))
     return found
 
 

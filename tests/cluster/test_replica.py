@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import asdict
 from typing import Any
 
@@ -70,6 +71,47 @@ def test_an_unhealthy_replica_ends_its_jobs_at_once_and_stays_unhealthy() -> Non
         assert items[-1]["failed"] == 503 and "shutting_down" in json.dumps(items[-1])
         with pytest.raises(RuntimeError, match="stalled"):
             await replica.check_health()  # for good
+        await replica.shutdown()
+
+    asyncio.run(main())
+
+
+def ops(replica: TierlmReplica, path: str, target: str = "") -> Any:
+    return replica.ops_call(replica=target, method="GET", path=path)
+
+
+def test_ops_answer_whole_and_a_stream_by_long_polls() -> None:
+    """The ingress reaches replicas by broadcast: a call for another replica
+    is answered by its name only; a whole answer comes at once; the
+    dashboard's events (a stream) by ``ops_more`` until closed."""
+
+    async def main() -> None:
+        replica = TierlmReplica(SETTINGS)
+        name = await replica.whoami()
+        assert await ops(replica, "/health", target="another") == {
+            "replica": name,
+            "pid": os.getpid(),
+        }
+        health = await ops(replica, "/health")
+        assert health["status"] == 200 and health["stream"] is None
+        assert json.loads(health["body"])["status"] == "ok"
+        events = await ops(replica, "/dashboard/events", target=name)
+        assert events["status"] == 200 and events["stream"] is not None
+        assert b"event: state" in events["body"]
+        stream = events["stream"]
+        # A job makes the dashboard push again.
+        running = call(replica, 5)
+        assert "accepted" in await running.__anext__()
+        more = await replica.ops_more(replica=name, stream=stream, wait_s=10)
+        assert more["end"] is False and b"event: state" in more["body"]
+        assert await replica.ops_more(replica="another", stream=stream, wait_s=10) == {
+            "replica": name
+        }
+        await read(running)
+        await replica.ops_close(replica=name, stream=stream)
+        assert len(replica.answers) == 0
+        gone = await replica.ops_more(replica=name, stream=stream, wait_s=10)
+        assert gone == {"replica": name, "body": b"", "end": True}
         await replica.shutdown()
 
     asyncio.run(main())

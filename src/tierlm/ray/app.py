@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tierlm.ray.fleet_health import DEFAULT_OPS_TIMEOUT_S
 from tierlm.ray.liveness import DEFAULT_STALL_AFTER_S
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ _log = logging.getLogger(__name__)
 # (ray_constants.ENABLE_RAY_CLUSTER, read when ray is imported); no usage
 # reports leave the machine.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+RAY_DEFAULT_ROUTER = "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter"
+"""Ray Serve's default request router (``FleetArgs.request_router = "ray-default"``)."""
 # Seconds Serve waits, when it stops a replica, beyond the gateway's own
 # shutdown_grace: a long generation in flight finishes (default 20 s in Serve).
 GENERATION_ALLOWANCE_S = 300.0
@@ -69,9 +72,14 @@ class FleetArgs(BaseModel):
     stall_after_s: float = Field(DEFAULT_STALL_AFTER_S, gt=0)
     """A replica with work waiting and no event nor token for this long is
     unhealthy (Serve replaces it)."""
+    ops_timeout_s: float = Field(DEFAULT_OPS_TIMEOUT_S, gt=0)
+    """Each replica's answer to the ingress's /health, /ready and /metrics is
+    waited for this long at most (a frozen replica costs this, and shows as
+    ``not_answering``): keep a load balancer's probe timeout above it."""
     request_router: str | None = None
-    """Another Serve ``RequestRouter`` (its import path), for comparisons
-    (bench/cluster.py --ray runs Ray's default); default: tierlm's."""
+    """Another Serve ``RequestRouter`` (its import path; ``"ray-default"``:
+    Ray's own, power of two choices); default: tierlm's. The operations
+    endpoints work with any (they do not go through it)."""
     graceful_shutdown_timeout_s: float | None = Field(None, gt=0)
     """How long Serve waits for a stopping replica's requests; default: the
     gateway's ``shutdown_grace`` plus 300 s for the longest generation."""
@@ -106,8 +114,11 @@ def build(args: FleetArgs | Mapping[str, Any]) -> Any:
     grace = fleet.graceful_shutdown_timeout_s
     if grace is None:
         grace = parsed.server.shutdown_grace + GENERATION_ALLOWANCE_S
+    chosen = fleet.request_router
     router: dict[str, Any] = {
-        "request_router_class": fleet.request_router or TierlmRequestRouter,
+        "request_router_class": (
+            RAY_DEFAULT_ROUTER if chosen == "ray-default" else chosen or TierlmRequestRouter
+        ),
         "request_routing_stats_period_s": fleet.stats_period_s,
         "request_routing_stats_timeout_s": max(1.0, fleet.stats_period_s),
     }
@@ -129,12 +140,14 @@ def build(args: FleetArgs | Mapping[str, Any]) -> Any:
         graceful_shutdown_timeout_s=grace,
     )(TierlmIngress)
     bound = replica.bind(fleet.settings, fleet.devices, fleet.stall_after_s)
-    return ingress.bind(bound, fleet.settings)
+    return ingress.bind(bound, fleet.settings, fleet.ops_timeout_s)
 
 
-def start_local(port: int, *, num_cpus: int = 2) -> None:
-    """A one-machine Ray on 127.0.0.1 and Serve's HTTP proxy on ``port`` there.
-    Set ``LOOPBACK_ENV`` before ray is first imported (this does, if it is not)."""
+def start_local(port: int, *, num_cpus: int = 2, temp_dir: str | None = None) -> None:
+    """A one-machine Ray on 127.0.0.1 and Serve's HTTP proxy on ``port`` there;
+    its session folder (logs, sockets) under ``temp_dir`` (Ray's default:
+    /tmp/ray). Set ``LOOPBACK_ENV`` before ray is first imported (this does,
+    if it is not)."""
     for key, value in LOOPBACK_ENV.items():
         os.environ.setdefault(key, value)
     # Serve's proxy must answer its readiness check within 5 s (Ray's default);
@@ -149,6 +162,7 @@ def start_local(port: int, *, num_cpus: int = 2) -> None:
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
         configure_logging=False,
+        _temp_dir=temp_dir,
     )
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -1,18 +1,25 @@
-"""The ingress's operations endpoints: each replica's, through one address.
+"""The ingress's operations endpoints: each replica's, through one address,
+whatever request router the deployment runs.
 
-- ``GET /metrics``: every replica's series, each sample labelled with its
-  ``replica`` (``relabel``, ``merge``: one family's samples together, its
-  ``HELP``/``TYPE`` once), so one scrape of the ingress sees the fleet;
-- ``GET /health``: 200 while some replica is live (``status`` ``degraded``
-  when some is not), with each replica's summary; 503 when none answers;
-- ``GET /ready``: 200 while some replica can serve a request now, else 503
-  with each replica's reason;
+Every call here reaches the replicas by broadcast (``tierlm.ray.reach``), not
+through the router: a fleet on Ray's default router (or any) answers them
+the same (docs/distributed.md "Operations"). Each replica's answer is
+waited for on its own, so a frozen replica costs its timeout and no more.
+
+- ``GET /health`` and ``GET /ready``: ``fleet_health``: 200 while one
+  replica is live (``degraded`` when not all are), 503 when none is; each
+  replica waited for ``timeout_s`` at most (``FleetArgs.ops_timeout_s``);
+- ``GET /metrics``: every replica's series, labelled ``replica``
+  (``exposition.merge``), with ``tierlm_fleet_replicas`` saying how many
+  answered: a silent replica's series are missing, the scrape does not fail;
 - the scheduler API, the models' admin API and the dashboard: to the replica
   named by the ``X-Tierlm-Replica`` header, a ``replica`` query parameter or
   (the dashboard's own requests) the ``tierlm_replica`` cookie; without one, a
   read of the scheduler API and every change (pause, foreground, load) goes to
-  every replica (``{"replicas": {name: answer}}``), the dashboard and a
-  model's card to the first replica.
+  every replica (``{"replicas": {name: answer}}``; one that did not answer
+  makes it 504), the dashboard and a model's card to the first replica by
+  name. A streamed answer (the dashboard's events) comes by long polls of
+  its replica (``ops_answers``).
 
 The keys are checked by each replica, with the gateway's code: the request's
 headers are forwarded as they came.
@@ -21,70 +28,32 @@ headers are forwarded as they came.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import re
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from tierlm.ray.exposition import fleet_lines, merge
+from tierlm.ray.fleet_health import DEFAULT_OPS_TIMEOUT_S, fleet_health
+from tierlm.ray.reach import Reach, each_replica, one_replica
+from tierlm.ray.roster import Roster
 from tierlm.server.edge.errors import APIError
 
-__all__ = ["FleetOps", "merge", "relabel"]
+__all__ = ["DEFAULT_OPS_TIMEOUT_S", "FleetOps"]
 
 REPLICA_COOKIE = "tierlm_replica"
 # Headers not passed back from a replica's answer (the ingress frames its own).
 _HOP = {"content-length", "transfer-encoding", "connection"}
-# Replicas enumerated at most, and how long a fan-out may take.
-MAX_REPLICAS = 256
 FANOUT_TIMEOUT_S = 10.0
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?(\s.*)$")
-
-
-def relabel(text: str, replica: str) -> list[tuple[str, str]]:
-    """The exposition's lines as (family, line), each sample with a
-    ``replica`` label; comment lines keep their family (``# TYPE name``)."""
-    out: list[tuple[str, str]] = []
-    family = ""
-    value = replica.replace("\\", "\\\\").replace('"', '\\"')
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if line.startswith("#"):
-            parts = line.split()
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
-                family = parts[2]
-            out.append((family, line))
-            continue
-        found = _SAMPLE.match(line)
-        if found is None:
-            continue
-        name, _, labels, rest = found.groups()
-        inner = f'replica="{value}"' + (f",{labels}" if labels else "")
-        out.append((family or name, f"{name}{{{inner}}}{rest}"))
-    return out
-
-
-def merge(texts: Mapping[str, str]) -> str:
-    """One exposition of every replica's (``relabel``): each family's HELP and
-    TYPE once, then its samples from every replica."""
-    heads: dict[str, list[str]] = {}
-    samples: dict[str, list[str]] = {}
-    for replica in sorted(texts):
-        for family, line in relabel(texts[replica], replica):
-            if line.startswith("#"):
-                head = heads.setdefault(family, [])
-                if line not in head:
-                    head.append(line)
-            else:
-                heads.setdefault(family, [])
-                samples.setdefault(family, []).append(line)
-    lines: list[str] = []
-    for family, head in heads.items():
-        lines += head
-        lines += samples.get(family, [])
-    return "\n".join(lines) + "\n"
+"""The scheduler API, the dashboard: each replica's answer at most this."""
+LOAD_TIMEOUT_S = 600.0
+"""A model's load or unload by the admin API: a real load takes a while."""
+POLL_S = 5.0
+"""A stream's long poll: its replica answers once it has a piece, or after this."""
 
 
 def _target(request: Request) -> str | None:
@@ -99,73 +68,65 @@ def _target(request: Request) -> str | None:
     )
 
 
-class FleetOps:
-    """The operations endpoints over the replica deployment's handle."""
+def _decoded(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")
 
-    def __init__(self, replicas: Any) -> None:
+
+def _with_pid(answer: Any, pid: Any) -> Any:
+    """A replica's /health answer with its process id: the operator's handle
+    on a replica that stops answering (the roster keeps it)."""
+    return {**answer, "pid": pid} if isinstance(answer, dict) and pid is not None else answer
+
+
+class FleetOps:
+    """The operations endpoints over the replica deployment's handle;
+    ``timeout_s`` bounds each replica's answer to /health, /ready, /metrics."""
+
+    def __init__(self, replicas: Any, timeout_s: float = DEFAULT_OPS_TIMEOUT_S) -> None:
         self.replicas = replicas
+        self.timeout_s = timeout_s
+        self.roster = Roster()
+
+    def _call(self, request: Request, body: bytes, replica: str = "") -> dict[str, Any]:
+        return {
+            "replica": replica,
+            "method": request.method,
+            "path": request.url.path,
+            "query": request.url.query,
+            "headers": list(request.headers.items()),
+            "body": body,
+        }
+
+    async def _every(self, request: Request, body: bytes, timeout_s: float) -> Reach:
+        reach = await each_replica(
+            self.replicas, "ops_call", timeout_s, **self._call(request, body)
+        )
+        now = time.monotonic()
+        for answer in reach.answers:
+            self.roster.heard(str(answer["replica"]), now, answer.get("pid"))
+        return reach
+
+    def _missing(self, reach: Reach, timeout_s: float) -> list[tuple[str, str]]:
+        """The replicas that gave no answer, named (``Roster``), with why."""
+        answered = [str(a["replica"]) for a in reach.answers]
+        names = self.roster.silent(answered, reach.silent + len(reach.failed))
+        silent = f"not_answering: no answer within {timeout_s:g} s (frozen, or its loop is blocked)"
+        whys = [silent] * reach.silent + [f"unreachable: {e}" for e in reach.failed]
+        return list(zip(names, whys, strict=True))
 
     async def names(self) -> list[str]:
-        """Every running replica, asked one by one: the router puts the ones
-        already named last, so a name seen again (twice) means all were."""
-        seen: list[str] = []
-        repeats = 0
-        for _ in range(MAX_REPLICAS):
-            name = await self.replicas.whoami.remote(exclude=tuple(seen))
-            if name not in seen:
-                seen.append(name)
-                repeats = 0
-                continue
-            # Serve skips a replica whose queue length it could not read in
-            # time: a second repeat in a row, and all were named.
-            repeats += 1
-            if repeats >= 2:
-                break
-        return sorted(seen)
-
-    async def _stream(
-        self, replica: str, request: Request, body: bytes
-    ) -> tuple[int, list[tuple[str, str]], AsyncIterator[dict[str, Any]], Any]:
-        call = self.replicas.options(stream=True).ops.remote(
-            replica=replica,
-            method=request.method,
-            path=request.url.path,
-            query=request.url.query,
-            headers=list(request.headers.items()),
-            body=body,
-        )
-        it = call.__aiter__()
-        first = await it.__anext__()
-        if first.get("replica") != replica:
-            call.cancel()
-            raise APIError(404, f"replica {replica!r} is not running", code="replica_not_found")
-        head = await it.__anext__()
-        return int(head["status"]), list(head["headers"]), it, call
-
-    async def _whole(self, replica: str, request: Request, body: bytes) -> tuple[int, bytes]:
-        status, _, it, _ = await self._stream(replica, request, body)
-        chunks = [item["body"] async for item in it if "body" in item]
-        return status, b"".join(chunks)
-
-    async def _each(self, request: Request, body: bytes) -> dict[str, tuple[int, bytes]]:
-        names = await asyncio.wait_for(self.names(), FANOUT_TIMEOUT_S)
-
-        async def each() -> dict[str, tuple[int, bytes]]:
-            # One after the other: the calls made while serving one request
-            # share its internal request id, and Serve's router matches the
-            # replica it chose to the pending call by that id: calls made at
-            # once all waited for the one that got it (Ray 2.60).
-            return {name: await self._whole(name, request, body) for name in names}
-
-        return await asyncio.wait_for(each(), FANOUT_TIMEOUT_S)
+        """The running replicas that answer, by name."""
+        reach = await each_replica(self.replicas, "whoami", self.timeout_s)
+        return sorted(str(name) for name in reach.answers)
 
     async def handle(self, request: Request) -> Response:
         try:
             return await self._handle(request)
         except TimeoutError:
-            raise APIError(
-                504, f"the replicas did not answer within {FANOUT_TIMEOUT_S:g} s"
-            ) from None
+            raise APIError(504, "the replicas did not answer in time") from None
 
     async def _handle(self, request: Request) -> Response:
         path = request.url.path.rstrip("/") or "/"
@@ -179,26 +140,35 @@ class FleetOps:
             path.startswith("/dashboard")
             or (request.method == "GET" and path.startswith("/v1/models/"))
         ):
-            names = await asyncio.wait_for(self.names(), FANOUT_TIMEOUT_S)
+            names = await self.names()
             target = names[0] if names else None
+            if target is None:
+                raise APIError(503, "no replica answers", code="no_replica")
+        timeout = LOAD_TIMEOUT_S if path.endswith(("/load", "/unload")) else FANOUT_TIMEOUT_S
         if target is not None:
-            return await self._proxy(target, request, body)
-        return self._all(await self._each(request, body))
+            return await self._proxy(target, request, body, timeout)
+        return self._all(await self._every(request, body, timeout), timeout)
 
-    async def _proxy(self, replica: str, request: Request, body: bytes) -> Response:
-        status, headers, it, call = await self._stream(replica, request, body)
+    async def _proxy(self, replica: str, request: Request, body: bytes, timeout: float) -> Response:
+        def mine(answer: dict[str, Any]) -> bool:
+            return answer.get("replica") == replica and "status" in answer
+
+        call = self._call(request, body, replica)
+        first = await one_replica(self.replicas, "ops_call", timeout, mine, **call)
+        if first is None:
+            raise APIError(
+                404,
+                f"replica {replica!r} is not running (or did not answer within {timeout:g} s)",
+                code="replica_not_found",
+            )
+        headers: list[tuple[str, str]] = list(first["headers"])
         kept = {k: v for k, v in headers if k.lower() not in _HOP and k.lower() != "set-cookie"}
         kept["X-Tierlm-Replica"] = replica
-
-        async def content() -> AsyncIterator[bytes]:
-            try:
-                async for item in it:
-                    if "body" in item:
-                        yield item["body"]
-            finally:
-                call.cancel()
-
-        response = StreamingResponse(content(), status_code=status, headers=kept)
+        if first.get("stream") is None:
+            response: Response = Response(first["body"], first["status"], headers=kept)
+        else:
+            stream = self._rest(replica, str(first["stream"]), first["body"])
+            response = StreamingResponse(stream, first["status"], headers=kept)
         for key, value in headers:
             if key.lower() == "set-cookie":
                 response.raw_headers.append((b"set-cookie", value.encode("latin-1")))
@@ -207,51 +177,74 @@ class FleetOps:
             response.set_cookie(REPLICA_COOKIE, replica, httponly=True, samesite="strict")
         return response
 
-    @staticmethod
-    def _all(answers: Mapping[str, tuple[int, bytes]]) -> Response:
-        worst = max((status for status, _ in answers.values()), default=503)
+    async def _rest(self, replica: str, stream: str, first: bytes) -> AsyncIterator[bytes]:
+        """A streamed answer's pieces, by long polls of its replica."""
+
+        def mine(answer: dict[str, Any]) -> bool:
+            return answer.get("replica") == replica and "end" in answer
+
+        try:
+            if first:
+                yield first
+            while True:
+                more = await one_replica(
+                    self.replicas,
+                    "ops_more",
+                    POLL_S + FANOUT_TIMEOUT_S,
+                    mine,
+                    replica=replica,
+                    stream=stream,
+                    wait_s=POLL_S,
+                )
+                if more is None:
+                    return  # its replica is gone, or silent: the stream ends
+                if more["body"]:
+                    yield more["body"]
+                if more["end"]:
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    each_replica(
+                        self.replicas, "ops_close", self.timeout_s, replica=replica, stream=stream
+                    )
+                )
+
+    def _all(self, reach: Reach, timeout_s: float) -> Response:
+        answers: dict[str, Any] = {}
+        worst = 0
+        for answer in reach.answers:
+            if "status" in answer:
+                answers[str(answer["replica"])] = _decoded(answer["body"])
+                worst = max(worst, int(answer["status"]))
+        for name, why in self._missing(reach, timeout_s):
+            answers[name] = {"status": why.split(":", 1)[0], "reason": why}
+            worst = max(worst, 504)
+        if not answers:
+            worst = 503
         status = 200 if worst < 400 else worst
-        return JSONResponse(
-            {"replicas": {name: _decoded(body) for name, (_, body) in answers.items()}},
-            status_code=status,
-        )
+        return JSONResponse({"replicas": answers}, status_code=status)
 
     async def _metrics(self, request: Request, body: bytes) -> Response:
-        answers = await self._each(request, body)
-        refused = [(s, b) for s, b in answers.values() if s != 200]
+        reach = await self._every(request, body, self.timeout_s)
+        refused = [a for a in reach.answers if a.get("status") != 200]
         if refused:  # a key problem answers the same on every replica
-            status, text = refused[0]
-            return Response(text, status_code=status, media_type="application/json")
-        texts = {name: text.decode("utf-8") for name, (_, text) in answers.items()}
-        return Response(merge(texts), media_type="text/plain; version=0.0.4; charset=utf-8")
+            first = refused[0]
+            return Response(first["body"], first["status"], media_type="application/json")
+        texts = {str(a["replica"]): bytes(a["body"]).decode("utf-8") for a in reach.answers}
+        self._missing(reach, self.timeout_s)  # the roster forgets replicas that left
+        text = merge(texts) + fleet_lines(len(texts), reach.silent + len(reach.failed))
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _health(self, request: Request, body: bytes, path: str) -> Response:
         try:
-            answers = await self._each(request, body)
-        except (TimeoutError, APIError) as exc:
-            return JSONResponse({"status": "unavailable", "reason": str(exc)}, status_code=503)
-        replicas = {name: _decoded(text) for name, (_, text) in answers.items()}
-        good = [name for name, (status, _) in answers.items() if status == 200]
-        if not good:
-            reason = (
-                "no replica runs"
-                if not answers
-                else "no replica is " + ("live" if path == "/health" else "ready")
-            )
-            return JSONResponse(
-                {"status": "unavailable", "reason": reason, "replicas": replicas}, status_code=503
-            )
-        degraded = len(good) < len(answers) or any(
-            isinstance(r, dict) and r.get("status") == "degraded" for r in replicas.values()
-        )
-        word, count = ("ok", "live_replicas") if path == "/health" else ("ready", "ready_replicas")
-        return JSONResponse(
-            {"status": "degraded" if degraded else word, count: len(good), "replicas": replicas}
-        )
-
-
-def _decoded(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", "replace")
+            reach = await self._every(request, body, self.timeout_s)
+        except TimeoutError:  # Serve's router did not hand over its replicas
+            reach = Reach()
+        answers: Mapping[str, tuple[int, Any]] = {
+            str(a["replica"]): (int(a["status"]), _with_pid(_decoded(a["body"]), a.get("pid")))
+            for a in reach.answers
+        }
+        missing = self._missing(reach, self.timeout_s)
+        status, answer = fleet_health(path, answers, missing, self.roster.seen, time.monotonic())
+        return JSONResponse(answer, status_code=status)

@@ -18,7 +18,7 @@ replica's stream.
   resumes, docs/design.md §4.9), and the client's stream goes on.
 - The operations endpoints (``/metrics``, ``/health``, ``/ready``, the
   scheduler API, the models' admin API, the dashboard) are the replicas',
-  through ``FleetOps``.
+  through ``FleetOps``, which reaches them without the router.
 - Its log lines (``tierlm.*``) go to Serve's log of the replica, as Serve's own.
 """
 
@@ -38,7 +38,7 @@ from ray.serve.exceptions import RayServeException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tierlm.ray.fleet_ops import FleetOps
+from tierlm.ray.fleet_ops import DEFAULT_OPS_TIMEOUT_S, FleetOps
 from tierlm.ray.ops import is_ops_path
 from tierlm.ray.serve_log import join_serve_log
 from tierlm.runners.requests import GenerationRequest
@@ -142,7 +142,12 @@ class TierlmIngress:
     replica deployment's handle; ``settings`` the gateway's (keys, limits,
     classes, models)."""
 
-    def __init__(self, replicas: Any, settings: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        replicas: Any,
+        settings: Mapping[str, Any],
+        ops_timeout_s: float = DEFAULT_OPS_TIMEOUT_S,
+    ) -> None:
         self.replicas = replicas
         self.settings = settings_from_dict(dict(settings))
         s = self.settings
@@ -153,7 +158,7 @@ class TierlmIngress:
         # (docs/design.md §4.11).
         self.people = People(s.people, s.program_class, s.classes)
         self.models = s.backend.model_ids()
-        self.fleet = FleetOps(replicas)
+        self.fleet = FleetOps(replicas, ops_timeout_s)
         self.name = "local"
         with contextlib.suppress(Exception):  # outside Ray Serve
             self.name = str(serve.get_replica_context().replica_id.unique_id)

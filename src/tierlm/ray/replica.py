@@ -15,11 +15,13 @@ the ingress can try the next replica before it answers anything; then the
 pieces (``{"pieces": [...]}``) as they come, then ``{"done": True}`` or
 ``{"failed": status, "error": body, "headers": {...}}``.
 
-``ops`` answers the replica's operations endpoints for the ingress
-(``tierlm.ray.ops``). ``check_health`` raises when the tierlm should be
-replaced (``tierlm.ray.liveness``). Serve stops a replica by waiting for its
-requests (up to the deployment's ``graceful_shutdown_timeout_s``), then
-calling ``__del__``: the gateway drains (``draining``, no new job) and closes.
+``ops_call`` (and ``ops_more``, ``ops_close`` for a stream) answers the
+replica's operations endpoints for the ingress (``tierlm.ray.ops``), which
+calls every replica at once (``tierlm.ray.reach``), not through the router.
+``check_health`` raises when the tierlm should be replaced
+(``tierlm.ray.liveness``). Serve stops a replica by waiting for its requests
+(up to the deployment's ``graceful_shutdown_timeout_s``), then calling
+``__del__``: the gateway drains (``draining``, no new job) and closes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -37,6 +40,7 @@ from starlette.applications import Starlette
 
 from tierlm.ray.liveness import DEFAULT_STALL_AFTER_S, Liveness
 from tierlm.ray.ops import call, ops_app
+from tierlm.ray.ops_answers import OpenAnswers
 from tierlm.ray.router import replica_name
 from tierlm.ray.serve_log import join_serve_log
 from tierlm.runners.requests import GenerationRequest
@@ -53,6 +57,21 @@ from tierlm.shell.events import SchedulerEvent
 __all__ = ["TierlmReplica", "device_settings"]
 
 logger = logging.getLogger("tierlm.ray")
+
+STARTING_WAIT_S = 0.5
+"""A /health of a replica whose gateway is starting waits this for it, then
+answers "starting" (a model's preload takes longer than a probe)."""
+
+
+def _json(status: int, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """An operations answer made here (``OpenAnswers.start``'s shape)."""
+    headers = [("content-type", "application/json")]
+    return {
+        "status": status,
+        "headers": headers,
+        "body": json.dumps(answer).encode(),
+        "stream": None,
+    }
 
 
 def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,6 +123,8 @@ class TierlmReplica:
         self.failed: str | None = None
         """Why the health check failed, once it did (the replica is done)."""
         self.ops_app: Starlette | None = None
+        self.answers = OpenAnswers()
+        """The operations answers still streaming to the ingress."""
 
     async def _ready(self) -> Gateway:
         if self._start is None:
@@ -138,9 +159,8 @@ class TierlmReplica:
         assert self.stats is not None
         return {**self.stats.read(), "replica": self.name, "rank": self.rank}
 
-    async def whoami(self, *, exclude: tuple[str, ...] = ()) -> str:
-        """This replica's name (the ingress enumerates the replicas with it;
-        ``exclude`` is for the router: the names already seen)."""
+    async def whoami(self) -> str:
+        """This replica's name (the ingress enumerates the replicas with it)."""
         await self._ready()
         return self.name
 
@@ -232,7 +252,7 @@ class TierlmReplica:
                 with contextlib.suppress(Exception):
                     job.disconnect()
 
-    async def ops(
+    async def ops_call(
         self,
         *,
         replica: str,
@@ -241,27 +261,48 @@ class TierlmReplica:
         query: str = "",
         headers: Sequence[tuple[str, str]] = (),
         body: bytes = b"",
-    ) -> AsyncIterator[dict[str, Any]]:
-        """One operations request (``tierlm.ray.ops``), streamed: its first item
-        names this replica (``replica`` is the one the ingress asked for: the
-        router sends it there while it runs)."""
+    ) -> dict[str, Any]:
+        """One operations request (``tierlm.ray.ops``) for the ingress, which
+        sends it to every replica (``tierlm.ray.reach``): answered by the one
+        named ``replica`` (every one for ""), the others say only who they
+        are. A stream (the dashboard's events) continues by ``ops_more``."""
+        me: dict[str, Any] = {"replica": self.name, "pid": os.getpid()}
+        if self.gateway is None and path in ("/health", "/ready"):
+            # Starting (a model preloads): say so now, not after the start.
+            ready = asyncio.ensure_future(self._ready())
+            await asyncio.wait([ready], timeout=STARTING_WAIT_S)
+            if not ready.done():
+                answer = {"status": "starting", "reason": "the gateway is starting"}
+                return {**me, **_json(503, answer)}
         await self._ready()
-        yield {"replica": self.name}
+        me["replica"] = self.name
         if replica not in ("", self.name) or self.ops_app is None:
-            return
+            return me
         problem = self.unwell() if path in ("/health", "/ready") else None
         if problem is not None:  # what Serve's health check is told, the ingress too
-            yield {"status": 503, "headers": [("content-type", "application/json")]}
-            answer = {"status": "unhealthy", "reason": problem}
-            yield {"body": json.dumps(answer).encode()}
-            return
-        async for item in call(self.ops_app, method, path, query, headers, body):
-            yield item
+            return {**me, **_json(503, {"status": "unhealthy", "reason": problem})}
+        answered = call(self.ops_app, method, path, query, headers, body)
+        return {**me, **await self.answers.start(answered)}
+
+    async def ops_more(self, *, replica: str, stream: str, wait_s: float) -> dict[str, Any]:
+        """The next pieces of a streamed operations answer (``ops_call``)."""
+        await self._ready()
+        if replica != self.name:
+            return {"replica": self.name}
+        return {"replica": self.name, **await self.answers.more(stream, wait_s)}
+
+    async def ops_close(self, *, replica: str, stream: str) -> dict[str, Any]:
+        """The ingress's client of a streamed answer went away."""
+        await self._ready()
+        if replica == self.name:
+            self.answers.close(stream)
+        return {"replica": self.name}
 
     async def shutdown(self, *, drain: bool = True) -> None:
         """Drain (no new job; the accepted ones get ``shutdown_grace``), then
         close. Serve calls it through ``__del__``; a replica Serve stops for
         failing its health check is closed at once."""
+        self.answers.close_all()
         gateway = self.gateway
         if gateway is None:
             return

@@ -18,8 +18,8 @@ The request's model and class come from the replica call's keyword arguments
 died): they come last, so that a repeat tells the ingress every replica was
 tried. Replicas the ranking leaves out (full or draining at the last poll)
 come after the ranked ones: they may have room now, and answer 429 if not.
-A call with ``replica=<name>`` (the ingress's operations calls: ``/metrics``,
-the scheduler API) goes to that replica alone, if it runs.
+The ingress's operations calls do not come here: they reach the replicas
+by broadcast (``tierlm.ray.reach``), so any router serves the fleet.
 
 No FIFO mixin: each routing task fulfils the request it ranked for.
 """
@@ -76,13 +76,6 @@ class TierlmRequestRouter(RequestRouter):
             # queue-length probes it waited for (seconds per request).
             pending_request.routing_context.should_backoff = True
         by_name = {replica_name(r.replica_id): r for r in candidate_replicas}
-        target = pending_request.kwargs.get("replica") if pending_request is not None else None
-        if target:  # an operations call for one replica
-            if target in by_name:
-                return [[by_name[target]]]
-            # Gone: any replica answers, with its own name (the ingress then
-            # says 404); an empty answer would keep Serve retrying forever.
-            return [[by_name[name]] for name in sorted(by_name)]
         stats = {name: (r.routing_stats or None) for name, r in by_name.items()}
         model, class_name, exclude = _request_fields(pending_request)
         now = time.time()
@@ -105,7 +98,7 @@ class TierlmRequestRouter(RequestRouter):
         result: Any,
     ) -> None:
         request_id = _request_id(pending_request)
-        if request_id is None or pending_request.kwargs.get("replica"):
+        if request_id is None:
             return
         self.placements.confirm(request_id, replica_name(replica_id), time.time())
 
