@@ -26,7 +26,7 @@ def test_demo_prints_the_table_and_writes_both_pngs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "demo"
-    assert main(["demo", "--duration", "240", "--out", str(out)]) == 0
+    assert main(["demo", "--duration", "240", "--out", str(out), "--details"]) == 0
     for name in ("timeline.png", "chat_ttft_cdf.png"):
         data = (out / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 20_000, name
@@ -38,14 +38,58 @@ def test_demo_prints_the_table_and_writes_both_pngs(
     printed = " ".join(captured.out.split())  # rich wraps lines at 80 columns
     for name in DEFAULT_COLUMNS:
         assert name in printed
+    # --details: every table, the device, and the words of the project's history explained.
     assert "chat time to first token" in printed
     assert "resuming a preempted job: restore" in printed
+    assert '"The seed" is the design of the app tierlm was built for' in printed
+    assert "the random seed of the workload" in printed
     # The fair pool's cases and the frequent-chat waste, one line each.
     for case in CASES:
         assert case in printed
     assert "Frequent chats" in printed
     # Not a terminal: no progress bar anywhere.
     assert "simulated s" not in captured.err
+
+
+def test_demo_leads_with_the_headline_in_plain_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 59: 152 lines of five dense tables, the headline in the first,
+    among the project's own words. Now: the headline first, a short screen."""
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) <= 50, out
+    results = json.loads((tmp_path / "results.json").read_text())["metrics"]
+    # The person's p99 first word under tierlm, two-lane and FIFO, in the first ten lines.
+    top = "\n".join(lines[:10])
+    for name in ("tierlm", "two-lane", "fifo"):
+        p99 = results[name]["chat"]["ttft_p99"]
+        shown = f"{p99:.0f} s" if p99 >= 100 else f"{p99:.1f} s"
+        assert any(line.split()[:2] == [name, *shown.split()[:1]] for line in top.splitlines()), (
+            name,
+            shown,
+            top,
+        )
+    assert "slowest 1 in 100 (p99)" in " ".join(top.split())
+    # No word of the project's history without its meaning.
+    for jargon in ("issue118", "Nataraj", "nataraj", "Gana", "gana", "seed 1", "TTFT", "EDF"):
+        assert jargon not in out, jargon
+    assert "tierlm demo --details" in out
+
+
+def test_the_chat_cdf_legends_do_not_cover_the_curves() -> None:
+    """Inside the axes, the legend covered two-lane's and FIFO's curves."""
+    from tierlm.sim.charts import chat_cdf_figure
+
+    ttfts = {name: [1.0 + i, 30.0 + i, 600.0 + i] for i, name in enumerate(DEFAULT_COLUMNS)}
+    figure = chat_cdf_figure(ttfts, ttfts, workload="w", token_interval=0.067)
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    for axes in figure.axes:
+        legend = axes.get_legend()
+        assert legend is not None
+        box = legend.get_window_extent(renderer)
+        assert not box.overlaps(axes.get_window_extent(renderer)), axes.get_title()
 
 
 def test_simulate_same_seed_gives_identical_results_json(tmp_path: Path) -> None:
@@ -190,7 +234,10 @@ def test_demo_tables_fit_80_columns_in_a_pipe(tmp_path: Path) -> None:
     from rich.cells import cell_len
 
     done = subprocess.run(
-        [sys.executable, "-m", "tierlm.cli", "demo", "--duration", "240", "--out", str(tmp_path)],
+        [
+            *(sys.executable, "-m", "tierlm.cli", "demo", "--details", "--no-cases"),
+            *("--duration", "240", "--out", str(tmp_path)),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -199,15 +246,23 @@ def test_demo_tables_fit_80_columns_in_a_pipe(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert [line for line in lines if cell_len(line) > 80] == []
     assert [line for line in lines if "…" in line] == []
-    two_lane = [line.split() for line in lines if line.split()[:1] == ["two-lane"]]
-    assert two_lane, done.stdout
-    chats, *times = two_lane[0][1:8]
-    assert chats.isdigit() and all(t.replace(".", "").isdigit() for t in times), two_lane[0]
+    # The first screen's row and the details' chat table's: whole.
+    two_lane = [
+        line.split()
+        for line in lines
+        if line.split()[:1] == ["two-lane"] and line.split()[1].isdigit()
+    ]
+    assert len(two_lane) == 2, done.stdout
+    sent, median, _, p99, _, thrown, share = two_lane[0][1:]
+    assert sent.isdigit() and thrown.endswith("%") and share.endswith("%"), two_lane[0]
+    assert all(t.replace(".", "").isdigit() for t in (median, p99)), two_lane[0]
+    chats, *times = two_lane[1][1:8]
+    assert chats.isdigit() and all(t.replace(".", "").isdigit() for t in times), two_lane[1]
     # The words of the table are explained where it is shown.
     printed = " ".join(done.stdout.split())
-    assert "The 7 rows: 5 schedulers" in printed
-    assert "seed-literal: the seed's pseudocode" in printed
-    assert "Nataraj, which fills a deck of cards, and Gana, cron agents" in printed
+    assert "The 7 schedulers (rows)" in printed
+    assert "seed-literal the app's own scheduler design, coded line by line" in printed
+    assert "thrown away: device time spent on work interrupted and done again" in printed
 
 
 def test_demo_real_without_the_model_names_the_extra(

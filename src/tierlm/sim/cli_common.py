@@ -7,6 +7,7 @@ import argparse
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -35,6 +36,7 @@ __all__ = [
     "positive_int",
     "run_comparison",
     "sim_progress",
+    "simulate_and_write",
 ]
 
 
@@ -189,6 +191,48 @@ def run_comparison(
     target_seeds: Sequence[int] = (),
 ) -> Comparison:
     """Simulate with a progress bar, print the tables, write results and charts."""
+    run = simulate_and_write(
+        workload,
+        policies,
+        seed=seed,
+        duration=duration,
+        device=device,
+        out=out,
+        quiet=quiet,
+        target_seeds=target_seeds,
+    )
+    print_report(run.comparison, console)
+    console.print(
+        f"Simulated {len(policies)} policies x {run.comparison.duration:.0f} s in "
+        f"{run.elapsed:.1f} s of wall time. Wrote {', '.join(map(str, run.files))}."
+    )
+    return run.comparison
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenRun:
+    comparison: Comparison
+    elapsed: float
+    """Wall-clock seconds the simulation took."""
+    files: tuple[Path, ...]
+    """results.json, the timeline, the chat CDF."""
+
+
+def simulate_and_write(
+    workload: Workload,
+    policies: Sequence[str],
+    *,
+    seed: int,
+    duration: float | None,
+    device: DeviceModel,
+    out: Path,
+    quiet: bool = False,
+    target_seeds: Sequence[int] = (),
+    title: str | None = None,
+) -> WrittenRun:
+    """Simulate with a progress bar and write results.json and the charts,
+    printing nothing: ``tierlm demo`` and ``tierlm simulate`` say it their own
+    way. ``title`` names the workload on the charts (default: its name)."""
     horizon = float(duration if duration is not None else workload.default_duration)
     started = time.perf_counter()
     with sim_progress(quiet) as bars:
@@ -202,18 +246,13 @@ def run_comparison(
             target_seeds=target_seeds,
         )
     elapsed = time.perf_counter() - started
-    print_report(comparison, console)
     results = write_results(comparison, out)
-    timeline_png = timeline(comparison.records, out / TIMELINE_FILE)
+    timeline_png = timeline(comparison.records, out / TIMELINE_FILE, title=title)
     cdf_png = chat_cdf(
         {name: m["chat"]["ttfts"] for name, m in comparison.metrics.items()},
         {name: m["chat"]["waits"] for name, m in comparison.metrics.items()},
         out / CDF_FILE,
-        workload=workload.name,
+        workload=title or workload.name,
         token_interval=device.token_interval,
     )
-    console.print(
-        f"Simulated {len(policies)} policies x {horizon:.0f} s in {elapsed:.1f} s of wall time. "
-        f"Wrote {results}, {timeline_png}, {cdf_png}."
-    )
-    return comparison
+    return WrittenRun(comparison, elapsed, (results, timeline_png, cdf_png))

@@ -1,11 +1,12 @@
 """``tierlm demo``: the README's main job.
 
-Replays issue #118 (``issue118`` workload) under every policy in one run,
-prints the table and its targets, and writes the device timeline and the chat
-waiting-time CDF (plus results.json) to ``./tierlm-demo/``; then the fair
-pool's adversarial cases and the frequent-chat waste, one line each
-(``tierlm.sim.demo_summary``). Simulated time: 20 minutes of a busy phone take
-a few seconds.
+Replays the case tierlm was built for (the ``issue118`` workload: a person's
+chat among background work) under every scheduler in one run, in simulated
+time, and writes the device timeline, the chat waiting-time CDF and
+results.json to ``./tierlm-demo/``. The first screen is the headline in plain
+words and one table (``tierlm.sim.demo_headline``); ``--details`` adds every
+table, each target, a batched device and the fair pool's hostile-user cases
+(``tierlm.sim.demo_summary``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,20 @@ from tierlm.sim.cli_common import (
     add_quiet_argument,
     device_from_args,
     positive_float,
-    run_comparison,
     sim_progress,
+    simulate_and_write,
+)
+from tierlm.sim.demo_headline import (
+    INTRO,
+    OVERVIEW_NOTE,
+    ROWS,
+    headline,
+    overview_table,
+    targets_line,
 )
 from tierlm.sim.demo_summary import run_summary
 from tierlm.sim.policies import DEFAULT_COLUMNS, POLICIES, RESUME
+from tierlm.sim.report import print_report
 from tierlm.sim.seeds import DEMO_SEEDS
 from tierlm.sim.workloads.issue118 import Issue118
 
@@ -35,9 +45,10 @@ __all__ = ["LEGEND", "add_arguments", "run"]
 
 DEFAULT_OUT = Path("tierlm-demo")
 LEGEND = (
-    '"The seed" is the Flutter app\'s design tierlm started from (docs/design.md); its '
-    "background producers are Nataraj, which fills a deck of cards, and Gana, cron "
-    "agents with deadlines, beside the person's chat and a note-extraction backfill."
+    '"The seed" is the design of the app tierlm was built for (docs/design.md): '
+    "seed-literal codes it line by line. That app's background producers: nataraj "
+    "writes cards for a deck, gana runs cron agents with deadlines, extract backfills "
+    'notes. "seed 1" in a title is something else: the random seed of the workload.'
 )
 
 
@@ -46,6 +57,12 @@ def policies_legend() -> list[str]:
     lines = [f"  {name}: {spec.summary}" for name, spec in POLICIES.items()]
     lines.append(f"  {RESUME}: the same, a preempted job resumes instead of starting over")
     return lines
+
+
+def rows_legend() -> list[str]:
+    """The rows of the first screen, in plain words."""
+    width = max(len(name) for name in ROWS)
+    return [f"  {name:<{width}}  {what}" for name, what in ROWS.items()]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,9 +81,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"simulated seconds of issue118 (default {Issue118.default_duration:.0f})",
     )
     parser.add_argument(
+        "--details",
+        action="store_true",
+        help="after the first screen, every table: the device, fairness, deadlines, "
+        "each target, a batched device, and the fair pool's hostile-user cases",
+    )
+    parser.add_argument(
         "--no-cases",
         action="store_true",
-        help="only issue118, without the fair-pool cases and the frequent-chat waste",
+        help="with --details: without the batched device, the hostile-user cases and "
+        "the frequent-chat waste",
     )
     add_quiet_argument(parser)
     add_device_arguments(parser)
@@ -96,31 +120,53 @@ def run(args: argparse.Namespace) -> int:
         return run_real(args, console)
     workload = Issue118()
     device = device_from_args(args)
-    console.print(
-        "[bold]tierlm demo[/]: the case tierlm was built for, where a person's chat waited "
-        f"30-110 s behind background work -- {workload.description}.\n"
-        f"The same workload and random seed under every scheduler, the real tierlm Scheduler "
-        f"on a simulated phone in virtual time."
-    )
-    console.print(LEGEND, highlight=False)
-    console.print(
-        f"The {len(DEFAULT_COLUMNS)} rows: {len(POLICIES)} schedulers, two of them also "
-        "resuming preempted work:",
-        highlight=False,
-    )
-    for line in policies_legend():
-        console.print(line, highlight=False, markup=False)
-    run_comparison(
+    out = DEFAULT_OUT if args.out is None else args.out
+    console.print(f"[bold]tierlm demo[/]: {INTRO}", highlight=False)
+    written = simulate_and_write(
         workload,
         list(DEFAULT_COLUMNS),
         seed=args.seed,
         duration=args.duration,
         device=device,
-        out=DEFAULT_OUT if args.out is None else args.out,
-        console=console,
+        out=out,
         quiet=args.quiet,
         target_seeds=DEMO_SEEDS,
+        title="a person's chat among background work",
     )
+    comparison = written.comparison
+    console.print()
+    said, grid = headline(comparison, device, written.elapsed)
+    console.print(said, highlight=False)
+    console.print(grid, highlight=False)
+    console.print()
+    console.print(
+        f"The {len(DEFAULT_COLUMNS)} schedulers (rows), the same "
+        f"{comparison.duration / 60:.0f} minutes each:",
+        highlight=False,
+    )
+    for line in rows_legend():
+        console.print(line, highlight=False, markup=False)
+    console.print(overview_table(comparison))
+    console.print(OVERVIEW_NOTE, highlight=False)
+    console.print(targets_line(comparison, len(DEMO_SEEDS)), highlight=False)
+    results, timeline_png, cdf_png = written.files
+    console.print(
+        f"Charts: {timeline_png} (who used the device when) and {cdf_png} (every "
+        f"chat's wait); every number: {results}.",
+        highlight=False,
+    )
+    if not args.details:
+        console.print(
+            "More: tierlm demo --details (every table and target); tierlm demo --real "
+            "(the same story on a real model).",
+            highlight=False,
+        )
+        return 0
+    console.print("\n[bold]The details[/]")
+    console.print(LEGEND, highlight=False)
+    for line in policies_legend():
+        console.print(line, highlight=False, markup=False)
+    print_report(comparison, console)
     console.print(
         f"The targets are tierlm's on seeds {DEMO_SEEDS[0]}-{DEMO_SEEDS[-1]} (each its "
         f"worst seed); the tables are seed {args.seed}'s.",
