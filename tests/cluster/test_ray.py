@@ -164,6 +164,7 @@ def stream(
     on_replica: Callable[[str], None] | None = None,
     on_piece: Callable[[int], None] | None = None,
     prompt: str = "hi",
+    headers: dict[str, str] | None = None,
 ) -> tuple[str | None, str, int]:
     """A streamed chat read raw: (the replica it queued on, the SSE text,
     status). The replica is in the ``X-Tierlm-Replica`` header; ``on_replica``
@@ -180,7 +181,7 @@ def stream(
         "POST",
         f"{url}/v1/chat/completions",
         json=body,
-        headers={"X-Tierlm-Class": class_name},
+        headers={"X-Tierlm-Class": class_name, **(headers or {})},
         timeout=WAIT,
     ) as response:
         if response.status_code != 200:
@@ -381,6 +382,40 @@ def test_stats_reach_the_router(url: str) -> None:
         time.sleep(3 * STATS_PERIOD)
     assert len(where["sim-a"]) == 1 and len(where["sim-b"]) == 1, where
     assert where["sim-a"] != where["sim-b"], where
+
+
+def test_a_persons_turns_keep_to_their_replica_while_it_is_worth_it(url: str) -> None:
+    """A person's next turn goes to the replica of their last one (their KV
+    is there), even where the ranking alone would not send it: their home
+    now holds another model, a 0.2 s swap, under the 2 s affinity slack (a
+    chat of someone else goes to a replica holding the model). Once the home
+    cannot serve (dispatch paused: its stats count as stale), the turn falls
+    back to another replica, the person's home from then on."""
+    wait_for_replicas(REPLICAS)
+
+    def turn(person: str) -> str:
+        replica, text, status = stream(
+            url, "sim-a", "chat", 3, headers={"X-Tierlm-Session": person}
+        )
+        assert status == 200 and replica is not None, text
+        return replica
+
+    def admin(path: str, replica: str) -> None:
+        answer = httpx.post(f"{url}{path}", headers={"X-Tierlm-Replica": replica}, timeout=WAIT)
+        assert answer.status_code == 200, answer.text
+        time.sleep(3 * STATS_PERIOD)  # the router reads the stats again
+
+    home = turn("ann")
+    admin("/v1/models/sim-b/load", home)
+    assert turn("bob") != home  # the ranking alone: a replica holding sim-a
+    assert turn("ann") == home  # the person: home, worth a 0.2 s swap
+    admin("/v1/scheduler/pause", home)
+    try:
+        fallback = turn("ann")
+        assert fallback != home
+    finally:
+        admin("/v1/scheduler/resume", home)
+    assert turn("ann") == fallback  # her new home
 
 
 def test_a_stalled_replica_turns_unhealthy_and_is_replaced(url: str) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tierlm.ray.affinity import DEFAULT_AFFINITY_SLACK_S
 from tierlm.ray.fleet_health import DEFAULT_OPS_TIMEOUT_S
 from tierlm.ray.liveness import DEFAULT_STALL_AFTER_S
 
@@ -72,6 +73,11 @@ class FleetArgs(BaseModel):
     stall_after_s: float = Field(DEFAULT_STALL_AFTER_S, gt=0)
     """A replica with work waiting and no event nor token for this long is
     unhealthy (Serve replaces it)."""
+    affinity_slack_s: float = Field(DEFAULT_AFFINITY_SLACK_S, ge=0)
+    """A person's turn goes to the replica of their last turn (their KV is
+    there) unless it would wait more than this longer there than on the best
+    replica: about what evaluating their history again costs
+    (``tierlm.ray.affinity``). 0: only when it is as good as the best."""
     ops_timeout_s: float = Field(DEFAULT_OPS_TIMEOUT_S, gt=0)
     """Each replica's answer to the ingress's /health, /ready and /metrics is
     waited for this long at most (a frozen replica costs this, and shows as
@@ -122,6 +128,8 @@ def build(args: FleetArgs | Mapping[str, Any]) -> Any:
         "request_routing_stats_period_s": fleet.stats_period_s,
         "request_routing_stats_timeout_s": max(1.0, fleet.stats_period_s),
     }
+    if chosen is None:
+        router["request_router_kwargs"] = {"affinity_slack_s": fleet.affinity_slack_s}
     replica = serve.deployment(
         name="tierlm-replica",
         num_replicas=fleet.replicas,

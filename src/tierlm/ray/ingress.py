@@ -8,6 +8,10 @@ placed by ``TierlmRequestRouter``) and answers with the gateway's SSE and JSON
 (``JobStream``, ``JobResult``, ``Answer``) over a ``RemoteJob`` fed by the
 replica's stream.
 
+- A person's turn (served as a person's, docs/design.md §4.11) names their
+  home replica, the one their last turn ran on, where their KV is
+  (``Homes``); the router puts it first while it is worth it
+  (``tierlm.ray.affinity``).
 - A replica that refuses (429: its class is full; 503: it drains) sends the
   request to the next; when the router offers one already tried, every replica was: 429 with
   the smallest Retry-After.
@@ -39,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tierlm.ray.fleet_ops import DEFAULT_OPS_TIMEOUT_S, FleetOps
+from tierlm.ray.homes import Homes
 from tierlm.ray.ops import is_ops_path
 from tierlm.ray.serve_log import join_serve_log
 from tierlm.runners.requests import GenerationRequest
@@ -49,7 +54,7 @@ from tierlm.server.gateway.auth import KeyRing
 from tierlm.server.gateway.gateway import GatewayJob, check_served
 from tierlm.server.gateway.intake import classify
 from tierlm.server.gateway.metadata import JobMeta
-from tierlm.server.gateway.people import People
+from tierlm.server.gateway.people import People, identity_of
 from tierlm.server.openai.answers import Answer, Params
 from tierlm.server.openai.pipeline import ask_of, parse_chat, parse_completion
 from tierlm.server.openai.streaming import JobResult, JobStream
@@ -114,6 +119,8 @@ class RemoteJob:
         self.feeding: asyncio.Task[None] | None = None
         self.on_end: Callable[[], None] | None = None
         """Told once when it ends (the ingress's judge of persons)."""
+        self.person: str | None = None
+        """Whose turn it is, when it is served as a person's (``Homes``)."""
 
     def note(self) -> str | None:
         if not self.produced and self.replica is not None:
@@ -157,6 +164,8 @@ class TierlmIngress:
         # One judge for the fleet: every request passes this ingress
         # (docs/design.md §4.11).
         self.people = People(s.people, s.program_class, s.classes)
+        self.homes = Homes()
+        """Each person's home replica, where their KV is (``tierlm.ray.affinity``)."""
         self.models = s.backend.model_ids()
         self.fleet = FleetOps(replicas, ops_timeout_s)
         self.name = "local"
@@ -207,6 +216,8 @@ class TierlmIngress:
         now = time.monotonic()
         served = classify(principal, request.headers, ask, self.settings.classes, self.people, now)
         job = RemoteJob(served.meta, ask.default_max_tokens)
+        if served.meta.served_as == "person":
+            job.person = identity_of(principal, request.headers, ask.user)
         if served.identity is not None:
             identity = served.identity
             job.on_end = lambda: self.people.ended(identity, time.monotonic())
@@ -233,6 +244,7 @@ class TierlmIngress:
             meta=asdict(job.meta),
             request=request,
             exclude=tuple(sorted(exclude)),
+            home=self.homes.of(job.person, time.monotonic()),
             # Continued elsewhere after a failover, the request's max_tokens
             # is what is left: the gateway chose it once (intake.counted).
             default_max_tokens=job.default_max_tokens and not job.produced,
@@ -255,6 +267,7 @@ class TierlmIngress:
             replica = first.get("accepted") or first.get("refused")
             if "accepted" in first:
                 job.replica, job.id = replica, int(first["job"])
+                self.homes.set(job.person, replica, time.monotonic())
                 return cast(AsyncIterator[dict[str, Any]], stream)
             if replica in tried:
                 break  # the router offered one already tried: all were

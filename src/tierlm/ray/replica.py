@@ -205,10 +205,11 @@ class TierlmReplica:
         meta: Mapping[str, Any],
         request: GenerationRequest,
         exclude: tuple[str, ...] = (),
+        home: str | None = None,
         default_max_tokens: bool = False,
     ) -> AsyncIterator[dict[str, Any]]:
         """Queue the request here and stream it (module docstring). ``model``,
-        ``class_name`` and ``exclude`` are for the router."""
+        ``class_name``, ``exclude`` and ``home`` are for the router."""
         gateway = await self._ready()
         try:
             # The second half of the gateway's own admission (intake.enqueue):

@@ -13,7 +13,9 @@ seeing the one that looked idle; ``on_request_routed`` confirms it on the
 replica that took the request, ``on_request_completed`` before that releases
 it (refused, failed), and it lapses on its own after ``RESERVATION_HOLD_S``.
 The request's model and class come from the replica call's keyword arguments
-(``model``, ``class_name``), and
+(``model``, ``class_name``); ``home`` names the replica that served a
+person's last turn, put first while it holds their KV and is not overloaded
+(``tierlm.ray.affinity``); and
 ``exclude`` lists replicas the ingress already tried (a 429, a replica that
 died): they come last, so that a repeat tells the ingress every replica was
 tried. Replicas the ranking leaves out (full or draining at the last poll)
@@ -32,7 +34,8 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
-from tierlm.cluster import PlacementLog, rank
+from tierlm.cluster import PlacementLog, rank, views
+from tierlm.ray.affinity import DEFAULT_AFFINITY_SLACK_S, with_home
 
 __all__ = ["TierlmRequestRouter", "replica_name"]
 
@@ -42,12 +45,16 @@ def replica_name(replica_id: ReplicaID) -> str:
     return str(replica_id.unique_id)
 
 
-def _request_fields(pending: PendingRequest | None) -> tuple[str, str, Sequence[str]]:
+def _request_fields(
+    pending: PendingRequest | None,
+) -> tuple[str, str, Sequence[str], str | None]:
     kwargs: dict[str, Any] = dict(pending.kwargs) if pending is not None else {}
+    home = kwargs.get("home")
     return (
         str(kwargs.get("model", "")),
         str(kwargs.get("class_name", "")),
         tuple(kwargs.get("exclude", ()) or ()),
+        str(home) if home else None,
     )
 
 
@@ -60,8 +67,11 @@ def _request_id(pending: PendingRequest | None) -> str | None:
 class TierlmRequestRouter(RequestRouter):
     """Ranks replicas with ``tierlm.cluster.rank`` (module docstring)."""
 
-    def initialize_state(self, **kwargs: Any) -> None:
+    def initialize_state(
+        self, affinity_slack_s: float = DEFAULT_AFFINITY_SLACK_S, **kwargs: Any
+    ) -> None:
         self.placements = PlacementLog()
+        self.affinity_slack_s = affinity_slack_s
 
     async def choose_replicas(
         self,
@@ -77,7 +87,7 @@ class TierlmRequestRouter(RequestRouter):
             pending_request.routing_context.should_backoff = True
         by_name = {replica_name(r.replica_id): r for r in candidate_replicas}
         stats = {name: (r.routing_stats or None) for name, r in by_name.items()}
-        model, class_name, exclude = _request_fields(pending_request)
+        model, class_name, exclude, home = _request_fields(pending_request)
         now = time.time()
         request_id = _request_id(pending_request)
         if request_id is not None:  # ranked again (its replica was full): not counted twice
@@ -85,8 +95,19 @@ class TierlmRequestRouter(RequestRouter):
         placed = self.placements.since(stats, now)
         order = rank(stats, model, class_name, now, placed=placed)
         order += sorted(set(by_name) - set(order))
-        tried = set(exclude)
+        tried = frozenset(exclude)
         order = [n for n in order if n not in tried] + [n for n in order if n in tried]
+        if home is not None:  # a person's next turn: where their KV is, if worth it
+            order = with_home(
+                order,
+                views(stats, placed),
+                home,
+                model,
+                class_name,
+                now,
+                tried=tried,
+                slack_s=self.affinity_slack_s,
+            )
         if order and request_id is not None and model:
             self.placements.reserve(request_id, order[0], model, class_name, now)
         return [[by_name[name]] for name in order]
