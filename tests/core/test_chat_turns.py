@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from tierlm import Scheduler
 from tierlm.core.classes import default_classes
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import Job
 from tierlm.core.tiered import TieredPolicy
-from tierlm.runners import SimulatedRunner
-from tierlm.testing import next_start
+from tierlm.runners import GenerationRequest, SimulatedRunner
+from tierlm.shell.events import JobStarted, SchedulerEvent
+from tierlm.testing import next_start, run_virtual
 
 CLASSES = default_classes()
 
@@ -95,3 +98,44 @@ def test_a_keys_named_persons_share_its_turn() -> None:
     assert started == expected
     assert started[:3] == [named[0].id, other.id, named[1].id]
     assert started[2:] == [*(job.id for job in named[1:]), unnamed.id]
+
+
+@pytest.mark.parametrize("slots", [1, 8])
+def test_ten_people_sending_five_chats_at_once_are_served_round_by_round(slots: int) -> None:
+    """docs/design.md §4.7 persons in turn on slots: every person's r-th chat
+    starts before anyone's (r+1)-th, on one slot and on eight, though the
+    first person's five arrive while eight slots are free."""
+
+    async def main() -> list[str]:
+        runner = SimulatedRunner(token_interval=0.05, initial_model="m1", slots=slots)
+        firsts: list[str] = []
+        seen: set[int] = set()
+
+        def on_event(event: SchedulerEvent) -> None:
+            if isinstance(event, JobStarted) and event.job.id not in seen:
+                seen.add(event.job.id)  # a chat that yielded to a person resumes: once
+                firsts.append(event.job.producer)
+
+        async with Scheduler(runner) as sched:
+            sched.add_listener(on_event)
+            handles = [
+                sched.submit_generation(
+                    "chat",
+                    GenerationRequest(model_id="m1", prompt=f"{p}:{r}", max_tokens=40),
+                    lambda _: None,
+                    producer=f"person{p}",
+                )
+                for p in range(10)
+                for r in range(5)
+            ]
+            await asyncio.gather(*handles)
+        return firsts
+
+    firsts = run_virtual(main())
+    rounds: dict[str, int] = {}
+    started_rounds = []
+    for person in firsts:
+        rounds[person] = rounds.get(person, 0) + 1
+        started_rounds.append(rounds[person])
+    assert len(firsts) == 50
+    assert started_rounds == sorted(started_rounds)  # round 1 of all, then round 2...

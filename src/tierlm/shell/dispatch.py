@@ -23,6 +23,7 @@ from tierlm.core.policy import Policy
 from tierlm.runners.cancellation import Cancelled, CancelReason, CancelToken
 from tierlm.runners.errors import DeviceCrashed, RunnerError
 from tierlm.runners.protocol import Runner, Unloadable, abilities_of
+from tierlm.shell.decision_clock import DecisionClock
 from tierlm.shell.device_view import describe
 from tierlm.shell.entries import Entry, Outcome, Raised, Returned, Stopped, transition
 from tierlm.shell.events import (
@@ -87,12 +88,11 @@ class Dispatcher:
         """Bumped at every event and decision: caches of derived views key on it."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self._idle: asyncio.Event | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_when: float | None = None
+        self.clock = DecisionClock(self.reschedule)
         self._returning: asyncio.Task[None] | None = None  # a swap back (Decision.load)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        self.loop = self.clock.loop = loop
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -114,12 +114,12 @@ class Dispatcher:
     # -- what the API asks ------------------------------------------------------
 
     def add(self, entry: Entry[Any], now: float) -> None:
-        """A new job: into the queue, then decide."""
+        """A new job: into the queue, then decide (``_decide_this_instant``)."""
         self.entries[entry.job.id] = entry
         self.stats.submitted += 1
         self.policy.submit(entry.job, now)
         self.emit(JobSubmitted(now, entry.job))
-        self.reschedule()
+        self._decide_this_instant()
 
     def cancel(self, handle: JobHandle[Any], reason: CancelReason) -> bool:
         """``JobHandle.cancel``: queued, removed at once; running, stopped."""
@@ -140,7 +140,7 @@ class Dispatcher:
     def close(self) -> None:
         """Queued jobs end with ``Cancelled(SHUTDOWN)``; the running one is stopped."""
         self.closed = True
-        self._cancel_timer()
+        self.clock.cancel()
         now = self.now()
         for entry in list(self.entries.values()):
             if entry.job.id not in self.running:
@@ -152,7 +152,7 @@ class Dispatcher:
     def hold(self) -> None:
         """``pause()``: dispatch nothing; preempt a running re-queueable job."""
         self.paused = True
-        self._cancel_timer()
+        self.clock.cancel()
         self.emit(Paused(self.now()))
         for entry in list(self.running.values()):
             if entry.job.task_class.requeue:
@@ -233,35 +233,7 @@ class Dispatcher:
             self._start(self.entries[job.id], now)
         if decision.load is not None and not self.running and self.swapping_to is None:
             self._return_to(decision.load)
-        self._arm_timer(now, None if self.paused else decision.wake_at)
-
-    def _arm_timer(self, now: float, when: float | None) -> None:
-        if when is not None and when <= now:
-            # A policy must report future times only; waking at `now` again would
-            # spin forever at one instant (a livelock on a virtual clock).
-            when = None
-        if when == self._timer_when:
-            return
-        self._cancel_timer()
-        if when is not None:
-            assert self.loop is not None
-            self._timer_when = when
-            self._timer = self.loop.call_at(when, self._on_timer)
-
-    def _soon_reschedule(self) -> None:
-        """Decide again once the current callback returns (not inside a
-        runner's stream)."""
-        if self.loop is not None:
-            self.loop.call_soon(self.reschedule)
-
-    def _on_timer(self) -> None:
-        self._timer = self._timer_when = None
-        self.reschedule()
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._timer_when = None
+        self.clock.arm(now, None if self.paused else decision.wake_at)
 
     # -- running a job ----------------------------------------------------------
 
@@ -303,7 +275,7 @@ class Dispatcher:
             if self.slots > 1:
                 # docs/design.md §4.7: a person's first token ends the prompt
                 # guard, and the sequences it cut may rejoin: decide again.
-                ctx.on_first_token = self._soon_reschedule
+                ctx.on_first_token = self.clock.soon
             outcome = Returned(await entry.work(ctx))
         except Cancelled as exc:
             outcome = Stopped(token.reason or exc.reason)
@@ -460,7 +432,18 @@ class Dispatcher:
             self._resolve(entry, outcome)
         if not self.running:
             self._idle.set()
-        self.reschedule()
+        self._decide_this_instant()
+
+    def _decide_this_instant(self) -> None:
+        """Decide now on one slot; on k, once the events of this instant are
+        all in (docs/design.md §4.7 persons in turn on slots: decided per
+        event, the first person's five chats sent at once took five free
+        slots before nine others' first chats were queued, and chats ending
+        together were refilled one by one, each end a person's turn)."""
+        if self.slots == 1:
+            self.reschedule()
+        else:
+            self.clock.this_instant()
 
     def _resolve(self, entry: Entry[Any], outcome: Outcome) -> None:
         """End a job for good: exactly once (docs/design.md §7 invariant)."""
