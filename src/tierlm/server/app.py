@@ -45,6 +45,7 @@ from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive, keep_alive_seconds
 from tierlm.server.gateway.loop_lag import LoopLagProbe
+from tierlm.server.gateway.resources import device_figures
 from tierlm.server.ollama import routes as ollama
 from tierlm.server.openai import embeddings, routes
 from tierlm.server.openai.batch import routes as batch_routes
@@ -140,6 +141,8 @@ def create_app(
     service = EmbeddingService.from_settings(settings, embedder)
     gateway = Gateway(settings, runner)
     routing.mount(gateway)  # the routing stats, and the series routers read on /metrics
+    vllm_compat = settings.metrics.vllm_compat
+    gateway.metrics.serve_device(lambda: device_figures(gateway), vllm_compat=vllm_compat)
     if service is not None:
         service.mount(gateway)
     batches = BatchService(settings.batches, gateway)

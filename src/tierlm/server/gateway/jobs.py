@@ -75,6 +75,8 @@ class GatewayJob:
         """"queued" or "running" if the client went away before the end."""
         self._ended = False
         self._on_end: list[Callable[[], None]] = []
+        self._last_piece_at: float | None = None
+        """When the last piece reached the job (the inter-token latency)."""
         self.runs: list[GenerationRun] = []
         """Its runs so far, each told when it ends (a preempted job has several):
         its wait, prompt evaluation and decode times (Ollama's durations, the
@@ -124,12 +126,19 @@ class GatewayJob:
         return self.handle.first_token_at
 
     def _on_piece(self, piece: str) -> None:
-        self.gateway.throughput.add(self.gateway.scheduler.now())
+        now = self.gateway.scheduler.now()
+        self.gateway.throughput.add(now)
+        metrics = self.gateway.metrics
         if len(self.handle.pieces) == 1:
             first = self.handle.first_token_at
             assert first is not None
             waited = first - self.handle.job.submitted_at
-            self.gateway.metrics.first_token(self.meta.class_name, waited)
+            metrics.first_token(self.meta.class_name, waited, self.request.model_id)
+        elif self._last_piece_at is not None:
+            metrics.requests.token_gap(
+                self.meta.class_name, self.request.model_id, now - self._last_piece_at
+            )
+        self._last_piece_at = now
         self.wake.set()
 
     def _on_run(self, run: GenerationRun) -> None:
@@ -140,12 +149,18 @@ class GatewayJob:
 
     def _on_done(self, _: JobHandle[str]) -> None:
         self._ended = True
+        now = self.gateway.scheduler.now()
+        completed = self.handle.state is JobState.DONE
+        self.gateway.metrics.requests.ended(
+            self.meta.class_name,
+            self.request.model_id,
+            self.request.approx_prompt_tokens(),
+            now - self.handle.job.submitted_at if completed else None,
+        )
         for hook in self._on_end:
             hook()
         self.wake.set()
-        self.gateway.recent.ended(
-            self.handle, self.gateway.scheduler.now(), self.disconnected, self.runs
-        )
+        self.gateway.recent.ended(self.handle, now, self.disconnected, self.runs)
 
     def disconnect(self) -> None:
         """The client went away: cancel the job now (queued: removed at once;

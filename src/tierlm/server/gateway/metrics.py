@@ -10,8 +10,10 @@ Series (all prefixed ``tierlm_``):
 - ``queue_depth{tier}``, ``queued_jobs{class}``, ``running{class}``;
 - ``wait_seconds{class}`` (submit to first start) and
   ``time_to_first_token_seconds{class}`` histograms;
-- ``generated_tokens_total{class,model}`` and ``tokens_per_second{model}``
-  (decode rate of the last finished generation run on that model);
+- ``generated_tokens_total{class,model}``; the per-request series
+  (``prompt_tokens_total``, ``e2e_request_latency_seconds``,
+  ``inter_token_latency_seconds``: ``request_metrics``) and the device's
+  (``tokens_per_second`` over 10 s, the KV cache in use: ``device_metrics``);
 - ``preemptions_total{class}`` (the preempted job's class);
 - ``swaps_total{model}``, ``swap_seconds_total{model}`` (the model swapped to);
 - ``budget_share{class}`` and ``budget_cap{class}`` for budgeted classes;
@@ -40,8 +42,8 @@ scrape every 50 ms (counters and one pass over the queue, no snapshot):
   showed, as vLLM's ``lora_requests_info`` (the router reads the newest);
 - with ``vllm_compat``, the same under vLLM's names too
   (``vllm:num_requests_waiting``, ``vllm:num_requests_running``,
-  ``vllm:lora_requests_info``) and ``vllm:kv_cache_usage_perc`` = 0 (tierlm
-  reports no KV pressure: a router's KV scorer then sees every replica alike).
+  ``vllm:lora_requests_info``), and the KV usage and per-request series
+  under vLLM's names (``device_metrics``, ``request_metrics``).
 
 With embeddings on, the embedding lane's ``embedding_*`` series too
 (``LaneMetrics``): its queue and counts read from ``lane.stats()`` at scrape
@@ -54,11 +56,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tierlm.embedding import LaneStats
+from tierlm.server.gateway.device_metrics import DeviceCollector
+from tierlm.server.gateway.request_metrics import RequestMetrics
 from tierlm.shell.events import (
     JobCancelled,
     JobCompleted,
@@ -138,12 +142,7 @@ class Metrics:
         self.tokens = Counter(
             "tierlm_generated_tokens", "Tokens generated", ["class", "model"], registry=r
         )
-        self.decode_rate = Gauge(
-            "tierlm_tokens_per_second",
-            "Decode rate (tokens/s) of the last finished generation run, per model",
-            ["model"],
-            registry=r,
-        )
+        self.requests = RequestMetrics(r, classes)
         self.preemptions = Counter(
             "tierlm_preemptions", "Running jobs preempted, by their class", ["class"], registry=r
         )
@@ -200,16 +199,15 @@ class Metrics:
     def rejected(self, reason: str) -> None:
         self.rejected_requests.labels(reason).inc()
 
-    def first_token(self, class_name: str, seconds: float) -> None:
+    def first_token(self, class_name: str, seconds: float, model: str = "") -> None:
         self.ttft.labels(class_name).observe(max(0.0, seconds))
+        self.requests.first_token(model, seconds)
 
     def generation(self, class_name: str, model: str, tokens: int, decode_seconds: float) -> None:
         """One run of a generation ended (completed, preempted or cancelled)."""
         if tokens:
             self.tokens.labels(class_name, model).inc(tokens)
-        if tokens > 1 and decode_seconds > 0:
-            # Between the first and the last token: tokens - 1 intervals.
-            self.decode_rate.labels(model).set((tokens - 1) / decode_seconds)
+            self.requests.generated(model, tokens)
 
     def disconnected(self, class_name: str, state: str) -> None:
         self.disconnects.labels(class_name, state).inc()
@@ -223,6 +221,14 @@ class Metrics:
         """Register the series routers read (module docstring); ``routing``
         returns the routing stats (``tierlm.server.ops.routing``)."""
         self.registry.register(_RouterCollector(routing, vllm_compat))
+        if vllm_compat:
+            self.requests.vllm_names()
+
+    def serve_device(
+        self, figures: Callable[[], Mapping[str, Any]], *, vllm_compat: bool = False
+    ) -> None:
+        """Register the device's series (``device_metrics``), read from ``figures``."""
+        self.registry.register(DeviceCollector(figures, vllm_compat))
 
     def embedding_lane(self, stats: Callable[[], LaneStats | None], max_batch: int) -> LaneMetrics:
         """Register an embedding lane's series; the result is its ``BatchObserver``."""
@@ -480,7 +486,3 @@ class _RouterCollector(Collector):
             )
             info.add_metric([labels[0], labels[1], "1"], since)
             yield info
-        if self._vllm:
-            yield GaugeMetricFamily(
-                "vllm:kv_cache_usage_perc", "Not measured by tierlm: always 0", value=0.0
-            )

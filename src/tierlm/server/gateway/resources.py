@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "context_of",
+    "device_figures",
     "kv_bytes_per_token",
     "model_file",
     "model_options",
@@ -83,30 +84,56 @@ def kv_bytes_per_token(gateway: Gateway, path: str | None) -> int | None:
     return simulated if isinstance(simulated, int) else None
 
 
-def resources(gateway: Gateway, keep_alive: KeepAlive | None) -> dict[str, Any]:
-    """The device's resources now (module docstring); None where unknown."""
+def device_figures(gateway: Gateway) -> dict[str, Any]:
+    """What ``/metrics`` reads of the device at each scrape, cheaply (no
+    snapshot: a router may scrape every 50 ms): the loaded model, its
+    tokens a second over the last 10 s (``throughput``, as the dashboard),
+    the KV cache allocated for its slots and in use by the running jobs, and
+    their ratio (vLLM's ``kv_cache_usage_perc``: 1 is full). The ratio is in
+    tokens (the running jobs' prompts and answers over context x slots), so
+    it is known wherever the context is, bytes or not."""
     scheduler = gateway.scheduler
     model = scheduler.loaded_model
-    slots = scheduler.snapshot().slots
+    slots = scheduler.slots
     options = model_options(gateway, model) if model is not None else {}
-    path, stat = model_file(options)
+    path, _ = model_file(options)
     context = context_of(options)
     per_token = kv_bytes_per_token(gateway, path) if model is not None else None
     running = [job for job in gateway.live.values() if job.state is JobState.RUNNING]
     in_context = sum(job.request.approx_prompt_tokens() + len(job.produced) for job in running)
-    expires = None if keep_alive is None or model is None else keep_alive.expires_in(model)
     return {
         "model": model,
-        "model_bytes": None if stat is None else stat.st_size,
-        "context": context,
         "slots": slots,
+        "context": context,
+        "tokens_in_context": in_context,
         "kv_bytes_per_token": per_token,
         "kv_allocated_bytes": (
             None if per_token is None or context is None else per_token * context * slots
         ),
         "kv_in_use_bytes": None if per_token is None else per_token * in_context,
-        "tokens_in_context": in_context,
+        "kv_usage": None if not context else min(1.0, in_context / (context * slots)),
         "tokens_per_s": gateway.throughput.rate(scheduler.now()),
+    }
+
+
+def resources(gateway: Gateway, keep_alive: KeepAlive | None) -> dict[str, Any]:
+    """The device's resources now (module docstring); None where unknown."""
+    figures = device_figures(gateway)
+    model = figures["model"]
+    options = model_options(gateway, model) if model is not None else {}
+    _, stat = model_file(options)
+    expires = None if keep_alive is None or model is None else keep_alive.expires_in(model)
+    return {
+        "model": model,
+        "model_bytes": None if stat is None else stat.st_size,
+        "context": figures["context"],
+        "slots": figures["slots"],
+        "kv_bytes_per_token": figures["kv_bytes_per_token"],
+        "kv_allocated_bytes": figures["kv_allocated_bytes"],
+        "kv_in_use_bytes": figures["kv_in_use_bytes"],
+        "kv_usage": figures["kv_usage"],
+        "tokens_in_context": figures["tokens_in_context"],
+        "tokens_per_s": figures["tokens_per_s"],
         "keep_alive": None if keep_alive is None or model is None else keep_alive.ttls.get(model),
         "expires_in": expires,
     }
