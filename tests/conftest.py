@@ -153,6 +153,20 @@ def _dropped_runners_are_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
             asyncio.run(runner.aclose())  # its own loop ended with the test
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every gateway the tests start without a data directory of its own
+    (``tierlm serve`` subprocesses included) keeps its state in a temporary
+    ``XDG_DATA_HOME``, never in the user's ``~/.local/share/tierlm``."""
+    previous = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("data-home"))
+    yield
+    if previous is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = previous
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     pytest.importorskip("gguf", reason="needs the gguf package to write test models")

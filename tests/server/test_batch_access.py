@@ -51,7 +51,8 @@ def test_each_limit_is_a_4xx_naming_its_setting(limited: Gateway) -> None:
 
     with pytest.raises(openai.BadRequestError) as bad:
         start(client, [chat_line(i) for i in range(4)])
-    assert "4 requests, more than the limit of 3 (batches.max_requests)" in str(bad.value)
+    assert "more than the limit of 3 requests (batches.max_requests)" in str(bad.value)
+    assert "reading stopped at line 4" in str(bad.value)
 
     with pytest.raises(openai.BadRequestError) as purpose:
         client.files.create(file=("x.jsonl", io.BytesIO(b"{}")), purpose="fine-tune")

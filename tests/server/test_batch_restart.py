@@ -124,7 +124,8 @@ def stored_batch(store: SqliteStore, batch_id: str, status: BatchStatus, **times
         times=times,
     )
     pending = [PendingRequest(n, f"note-{n}", chat_line(n)["body"]) for n in (1, 2, 3)]
-    store.add_batch(record, pending, [])
+    store.add_requests(batch_id, pending, [])
+    store.add_batch(record, 100)
     answer = output_line("note-1", 200, {"answered": "before the stop"}, "req_1")
     assert store.finish_request(batch_id, RequestResult(1, "note-1", answer, False))
 

@@ -27,6 +27,7 @@ from tierlm.server.app import create_app
 from tierlm.server.edge.http_server import uvicorn_config
 from tierlm.server.edge.logs import configure_logging
 from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.openai.batch.store_errors import StoreError
 from tierlm.server.settings.backends import LlamaCppBackend, serve_candidates
 from tierlm.server.settings.embedders import off_summary
 from tierlm.server.settings.flags import add_setting_flags, setting_overrides
@@ -258,6 +259,16 @@ def run(args: argparse.Namespace) -> int:
         logger.log(logging.WARNING if simulated else logging.INFO, "tierlm serve: %s", note)
     app = create_app(settings)
     gateway: Gateway = app.state.gateway
+    try:
+        # The data directory claimed and its store opened before listening: in
+        # use by another gateway, read-only or corrupt is one line naming the
+        # path (docs/design.md §9), not a traceback or a gateway of 500s.
+        app.state.batches.open()
+    except StoreError as exc:
+        for listener in listeners:
+            listener.close()
+        print(f"tierlm serve: {exc}", file=sys.stderr)
+        return 2
     config = uvicorn_config(
         app,
         settings,

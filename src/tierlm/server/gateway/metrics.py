@@ -111,6 +111,8 @@ REJECT_REASONS = (
     "embeddings_disabled",
     "unknown_url",
     "method_not_allowed",
+    "storage_full",
+    "store_unavailable",
 )
 
 _OUTCOMES = tuple(end.outcome for end in (JobCompleted, JobFailed, JobCancelled, Requeued))

@@ -2,7 +2,8 @@
 
 Files, batches and each request's state live in one SQLite file,
 ``<data_dir>/batches.sqlite3``: one file a user can back up, written before
-the API answers, so a restarted gateway resumes every unfinished batch.
+the API answers, so a restarted gateway resumes every unfinished batch. The
+directory is one gateway's (a lock, docs/design.md §9).
 """
 
 from __future__ import annotations
@@ -32,16 +33,23 @@ class BatchSettings(Schema):
     data_dir: Annotated[PathField | None, Flag("--data-dir", "DIR")] = None
     """Where the gateway keeps its durable state: the Batch API's SQLite file
     ``batches.sqlite3`` (unset: ``$XDG_DATA_HOME/tierlm``, else
-    ``~/.local/share/tierlm``). The file is created on the first upload."""
+    ``~/.local/share/tierlm``). One gateway per directory: a second one on it
+    does not start (``gateway.lock`` names the holder's pid)."""
     max_file_bytes: Annotated[int, Field(ge=1)] = 100 << 20
     """Largest file ``POST /v1/files`` takes, in bytes (OpenAI's own limit is 200 MB)."""
+    max_bytes_per_key: Annotated[int, Field(ge=1)] = 1 << 30
+    """Bytes of files (uploads and batch outputs) one API key (the gateway,
+    without keys) may hold in the store; an upload past it is a 413 until the
+    key deletes some. Each key its own share: one key cannot fill the disk
+    for the others."""
     max_requests: Annotated[int, Field(ge=1)] = 50_000
     """Requests (lines) per batch at most (OpenAI's limit)."""
     max_batches_per_key: Annotated[int, Field(ge=1)] = 100
     """Unfinished batches per API key (per gateway without keys) at most."""
     in_flight: Annotated[int, Field(ge=1, le=1000)] = 4
-    """A batch's requests in the scheduler at once; the rest wait in the store
-    and are fed as those finish, so 50 000 lines never flood the queue."""
+    """A batch's jobs in the scheduler at once (a line with ``n`` choices is
+    ``n`` jobs); the rest wait in the store and are fed as those finish, so
+    50 000 lines never flood the queue."""
     max_completion_window: Annotated[float, Field(gt=0)] = 7 * 86400.0
     """Longest ``completion_window`` accepted, in seconds (default 7 days)."""
     promote_fraction: Annotated[float, Field(ge=0, le=1)] = 0.25
@@ -49,6 +57,10 @@ class BatchSettings(Schema):
     fraction of its window before it expires: with ``24h``, overdue work for the
     last 6 h. Only for keys allowed deadlines (``allow_deadline``); 0: never."""
 
+    def directory(self) -> Path:
+        """The data directory."""
+        return self.data_dir or default_data_dir()
+
     def database(self) -> Path:
         """The SQLite file."""
-        return (self.data_dir or default_data_dir()) / DB_NAME
+        return self.directory() / DB_NAME

@@ -29,10 +29,13 @@ from starlette.requests import Request
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.auth import Principal
 from tierlm.server.gateway.metadata import CLASS_HEADER, MAX_NAME, PRODUCER_HEADER
-from tierlm.server.openai.batch.lines import read_lines
+from tierlm.server.openai.batch.build import TooManyRequests, build_requests
+from tierlm.server.openai.batch.lines import LineRules
 from tierlm.server.openai.batch.service import BatchService
-from tierlm.server.openai.batch.store import BatchRecord
+from tierlm.server.openai.batch.store import BatchLimitReached, BatchRecord
+from tierlm.server.openai.embeddings import _embedding_request
 from tierlm.server.openai.requests import parse
+from tierlm.server.settings.embedders import off_message
 from tierlm.server.settings.schema import Expect, Schema
 
 __all__ = ["BatchCreate", "create_batch", "window_seconds"]
@@ -138,6 +141,65 @@ def _producer(request: Request, principal: Principal, meta: dict[str, str], batc
     return path
 
 
+def _batch_limit(running: int, most: int) -> APIError:
+    return APIError(
+        429,
+        f"input_file_id: {running} batches of this key are unfinished, the limit is "
+        f"{most} (batches.max_batches_per_key); wait for one to end",
+        param="input_file_id",
+        code="batch_limit_reached",
+        reason="queue_full",
+    )
+
+
+def _rules(
+    service: BatchService, principal: Principal, class_name: str, endpoint: str
+) -> LineRules:
+    """What each line is checked against; 400 for an endpoint this gateway
+    does not serve (embeddings off: refused now, not line by line later)."""
+    gateway = service.gateway
+    settings = gateway.settings
+    embeddings = None
+    if endpoint == "/v1/embeddings":
+        lane = service.embeddings
+        if lane is None:
+            raise APIError(
+                400,
+                f"endpoint: {endpoint} is off on this gateway, so every line would fail; "
+                f"{off_message()}",
+                param="endpoint",
+                code="embeddings_disabled",
+                reason="embeddings_disabled",
+            )
+
+        def embeddings(body: dict[str, Any]) -> None:
+            _embedding_request(body, lane)
+
+    return LineRules(
+        endpoint,
+        settings.limits,
+        settings.backend.kind,
+        gateway.check_model,
+        _most_choices(service, principal, class_name),
+        embeddings,
+    )
+
+
+def _most_choices(service: BatchService, principal: Principal, class_name: str) -> tuple[int, str]:
+    """The most ``n`` a line may ask (docs/design.md §9): each choice is a job,
+    so a line never asks more places than the batch feeds at once
+    (``batches.in_flight``), the key may queue (its ``queue_limit``), or the
+    class holds (its ``queue_limit``); more would wait for ever."""
+    settings = service.gateway.settings
+    limits = [
+        (service.settings.in_flight, "batches.in_flight"),
+        (settings.queue_limit(class_name), f"the queue_limit of class {class_name!r}"),
+    ]
+    if principal.queue_limit is not None:
+        limits.append((principal.queue_limit, f"the queue_limit of key {principal.name!r}"))
+    return min(limits, key=lambda limit: limit[0])
+
+
 async def create_batch(
     service: BatchService, request: Request, principal: Principal, owner: str, body: Any
 ) -> BatchRecord:
@@ -166,35 +228,24 @@ async def create_batch(
             param="input_file_id",
         )
     running = await service.call(store.count_unfinished, owner)
-    if running >= settings.max_batches_per_key:
-        raise APIError(
-            429,
-            f"input_file_id: {running} batches of this key are unfinished, the limit is "
-            f"{settings.max_batches_per_key} (batches.max_batches_per_key); wait for one to end",
-            param="input_file_id",
-            code="batch_limit_reached",
-            reason="queue_full",
+    if running >= settings.max_batches_per_key:  # early; add_batch decides (no race)
+        raise _batch_limit(running, settings.max_batches_per_key)
+    rules = _rules(service, principal, class_name, create.endpoint)
+    try:
+        built = await service.call(
+            build_requests, store, batch_id, file, rules, settings.max_requests
         )
-    content = await service.call(store.file_content, file.id, owner)
-    gateway = service.gateway
-    lines = await service.call(
-        read_lines,
-        content or b"",
-        create.endpoint,
-        gateway.settings.limits,
-        gateway.settings.backend.kind,
-        gateway.check_model,
-    )
-    if lines.total > settings.max_requests:
+    except TooManyRequests as exc:
         raise APIError(
             400,
-            f"input_file_id: {lines.total} requests, more than the limit of "
-            f"{settings.max_requests} (batches.max_requests)",
+            f"input_file_id: more than the limit of {settings.max_requests} requests "
+            f"(batches.max_requests); reading stopped at line {exc.line}",
             param="input_file_id",
             code="too_many_requests",
-        )
-    if not lines.pending:
-        why = lines.first_error or "the file holds no request"
+        ) from None
+    if built.failed == built.total:
+        await service.call(store.drop_requests, batch_id)
+        why = built.first_error or "the file holds no request"
         raise APIError(400, f"input_file_id: no valid request line ({why})", param="input_file_id")
     now = int(time.time())
     expires = now + window
@@ -214,10 +265,14 @@ async def create_batch(
         producer=producer,
         deadline=deadline,
         metadata=create.metadata,
-        model=lines.model,
-        total=lines.total,
-        failed=len(lines.bad),
+        model=built.model,
+        total=built.total,
+        failed=built.failed,
     )
-    await service.call(store.add_batch, record, lines.pending, lines.bad)
-    service.metrics.invalid_lines(len(lines.bad))
+    try:
+        await service.call(store.add_batch, record, settings.max_batches_per_key)
+    except BatchLimitReached as exc:
+        await service.call(store.drop_requests, batch_id)
+        raise _batch_limit(exc.count, settings.max_batches_per_key) from None
+    service.metrics.invalid_lines(built.failed)
     return record

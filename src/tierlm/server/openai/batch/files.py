@@ -7,22 +7,34 @@
   /v1/files/{id}``, ``GET /v1/files/{id}/content``, ``DELETE /v1/files/{id}``.
 
 Each file belongs to the API key that uploaded it (the batch's key for output
-files): another key gets 404, as for a file that does not exist.
+files): another key gets 404, as for a file that does not exist. A key holds
+at most ``batches.max_bytes_per_key`` of files, its own share of the disk.
+
+Memory stays bounded whatever the size (docs/design.md §9): the multipart
+parser spools an upload to a temporary file, which is copied into the store a
+chunk at a time, and a download is streamed a chunk at a time (8 concurrent
+downloads of a 90 MB file grew the gateway by 950 MiB when each was read
+whole). A full disk is a 507 saying so (``store_errors``), on an upload as
+on any write; a DELETE works on a full disk (``data_dir.Reserve``).
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from tierlm.server.edge.errors import APIError
 from tierlm.server.openai.batch.lines import new_file
 from tierlm.server.openai.batch.service import BatchService
-from tierlm.server.openai.batch.store import FileRecord
+from tierlm.server.openai.batch.store import CHUNK, FileRecord, KeyStorageFull
+from tierlm.server.openai.batch.store_errors import store_error
 
 __all__ = ["file_object", "listing", "not_found", "owner_of", "page", "routes", "service_of"]
 
@@ -87,7 +99,7 @@ def listing(data: list[dict[str, Any]], limit: int) -> dict[str, Any]:
 async def upload(request: Request) -> Response:
     service, owner = service_of(request)
     limit = service.settings.max_file_bytes
-    form = await request.form(max_files=1, max_fields=4)
+    form = await _form(request)
     try:
         unknown = sorted(set(form) - {"purpose", "file"})
         if unknown:
@@ -106,8 +118,8 @@ async def upload(request: Request) -> Response:
             raise APIError(
                 400, "file: missing; send the JSONL file as a multipart part", param="file"
             )
-        content = await upload.read(limit + 1)
-        if len(content) > limit:
+        size = upload.size if upload.size is not None else _spooled_size(upload)
+        if size > limit:
             raise APIError(
                 413,
                 f"file: larger than the limit of {limit} bytes (batches.max_file_bytes)",
@@ -115,12 +127,38 @@ async def upload(request: Request) -> Response:
                 code="file_too_large",
             )
         name = (upload.filename or "upload.jsonl")[:MAX_FILENAME]
+        record = new_file(owner, name, str(purpose), size)
+        store = await service.store()
+        upload.file.seek(0)
+        most = service.settings.max_bytes_per_key
+        try:
+            await service.call(store.add_file, record, upload.file.read, most)
+        except KeyStorageFull as exc:
+            raise APIError(
+                413,
+                f"file: this key's files hold {exc.held} bytes; with these {size} the key "
+                f"would pass its share of {most} bytes (batches.max_bytes_per_key); delete "
+                "files it no longer needs",
+                param="file",
+                code="key_storage_full",
+            ) from None
     finally:
         await form.close()
-    record = new_file(owner, name, str(purpose), len(content))
-    store = await service.store()
-    await service.call(store.add_file, record, content)
     return JSONResponse(file_object(record))
+
+
+async def _form(request: Request) -> FormData:
+    """The multipart form, its file spooled to a temporary file; a full
+    temporary disk is a 507 saying so, not a 500."""
+    try:
+        return await request.form(max_files=1, max_fields=4)
+    except OSError as exc:
+        raise store_error(exc, Path(tempfile.gettempdir())) from None
+
+
+def _spooled_size(upload: UploadFile) -> int:
+    upload.file.seek(0, 2)
+    return upload.file.tell()
 
 
 async def list_files(request: Request) -> Response:
@@ -153,10 +191,21 @@ async def get_file(request: Request) -> Response:
 async def file_content(request: Request) -> Response:
     service, owner, record = await _record(request)
     store = await service.store()
-    content = await service.call(store.file_content, record.id, owner)
-    if content is None:  # deleted meanwhile
-        raise not_found("file", record.id, "file_id")
-    return Response(content, media_type="application/jsonl")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        offset = 0
+        while offset < record.bytes:
+            chunk = await service.call(store.read_file, record.id, owner, offset, CHUNK)
+            if not chunk:  # deleted meanwhile: the response ends short
+                return
+            offset += len(chunk)
+            yield chunk
+
+    return StreamingResponse(
+        chunks(),
+        media_type="application/jsonl",
+        headers={"Content-Length": str(record.bytes)},
+    )
 
 
 async def delete_file(request: Request) -> Response:

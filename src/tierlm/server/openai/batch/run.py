@@ -12,6 +12,18 @@ batch's deadline on they are overdue work on a loan (§4.5).
 A request the gateway could not run now (a full queue, a shutdown) stays
 pending and runs again; one that ran is answered once (``finish_request``
 changes a pending row only), whatever crashes between the two.
+
+The places are jobs, not requests: a line with ``n: 16`` is 16 jobs, so it
+takes ``n`` of the batch's ``in_flight`` places (docs/design.md §9; ``create``
+refuses a line asking more than there are). One batch held 63 queue places
+where the docs said four.
+
+**A result the store cannot take is kept, not re-run** (§9). A full disk
+made each answered request pending again, and the device re-ran it every
+second (150-190 runs in 15 s for 20 requests, none stored). Now the task that
+ran it holds the answer and retries the write (``_stored``, backing off to
+``WRITE_RETRY_MAX``) while it keeps its place, so no new request is fed
+either: the device stops until the store takes writes again.
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from tierlm.server.edge.errors import internal_error
 from tierlm.server.gateway.embedding_lane import EmbeddingService
@@ -38,13 +50,19 @@ from tierlm.server.openai.batch.store import (
     PendingRequest,
     RequestResult,
 )
+from tierlm.server.openai.batch.store_errors import StoreError
 
-__all__ = ["BatchRun", "Call"]
+__all__ = ["BatchRun", "Call", "places"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("tierlm.server")
 
-# Seconds before a request whose result could not be stored runs again.
+# Seconds before a request whose task failed (not a store fault) is fed again.
 RETRY_FAILED = 1.0
+# A write the store refused (a full disk) is tried again after 1 s, then
+# twice as long each time, up to this.
+WRITE_RETRY_MAX = 30.0
 
 Call = Callable[..., Awaitable[Any]]
 """Runs a store method off the event loop: ``await call(store.method, *args)``."""
@@ -72,6 +90,8 @@ class BatchRun:
         self.on_result = on_result
         """Told each answered request's outcome (the metrics)."""
         self.running: dict[int, asyncio.Task[None]] = {}
+        self.places: dict[int, int] = {}
+        """The jobs (``n``) each running line holds (module docstring)."""
         self.cancelling = asyncio.Event()
         self.expired = False
         """Its window ended while it ran (the loop's clock said so)."""
@@ -127,9 +147,31 @@ class BatchRun:
     async def _pending_left(self) -> bool:
         return bool(await self.call(self.store.pending, self.record.id, (), 1))
 
+    async def _stored(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the store, retried while the store refuses writes
+        (a full disk, a read-only remount): what was done is kept meanwhile,
+        never done again (module docstring). Until the gateway stops: what
+        is still unwritten then runs again at the next start."""
+        wait = 1.0
+        while True:
+            try:
+                done: T = await self.call(fn, *args)
+                return done
+            except StoreError as exc:
+                if self.gateway.shutdown.draining:
+                    raise  # not written: the request runs again at the next start
+                logger.warning(
+                    "batch %s: %s; holding what is done, writing again in %.0f s",
+                    self.record.id,
+                    exc,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+                wait = min(WRITE_RETRY_MAX, wait * 2)
+
     async def _status(self, status: BatchStatus, mark: str | None = None) -> None:
         at = int(time.time())
-        await self.call(self.store.set_status, self.record.id, status, at, mark)
+        await self._stored(self.store.set_status, self.record.id, status, at, mark)
         self.record.status = status
         self.record.times[f"{status}_at"] = at
         if mark is not None:
@@ -149,12 +191,18 @@ class BatchRun:
         exhausted = False
         while not self.cancelling.is_set() and loop.time() < expiry:
             draining = self.gateway.shutdown.draining
-            free = self.in_flight - len(self.running)
+            free = self.in_flight - sum(self.places.values())
             if free > 0 and not exhausted and not draining:
                 skip = tuple(self.running)
                 batch = await self.call(self.store.pending, self.record.id, skip, free)
                 exhausted = len(batch) < free
                 for pending in batch:
+                    need = places(self.record.endpoint, pending)
+                    if need > free and self.running:
+                        exhausted = False  # fed in line order: it waits for places
+                        break
+                    free -= need
+                    self.places[pending.line] = need
                     self.running[pending.line] = asyncio.ensure_future(self._one(pending))
                     self.running[pending.line].add_done_callback(self._done)
             if not self.running:
@@ -177,6 +225,7 @@ class BatchRun:
         for line, each in list(self.running.items()):
             if each is task:
                 del self.running[line]
+                self.places.pop(line, None)
         self._changed.set()
         if not task.cancelled() and task.exception() is not None:
             logger.error(
@@ -212,7 +261,7 @@ class BatchRun:
         line = output_line(pending.custom_id, status, body, f"req_{secrets.token_hex(12)}")
         result = RequestResult(pending.line, pending.custom_id, line, status != 200)
         # Shielded: a cancel arriving now must not lose a result the device produced.
-        if await asyncio.shield(self.call(self.store.finish_request, r.id, result)):
+        if await asyncio.shield(self._stored(self.store.finish_request, r.id, result)):
             if result.error:
                 r.failed += 1
             else:
@@ -233,7 +282,7 @@ class BatchRun:
                 RequestResult(p.line, p.custom_id, error_line(p.custom_id, code, message), True)
                 for p in pending
             ]
-            await self.call(self.store.finish_all_pending, r.id, results)
+            await self._stored(self.store.finish_all_pending, r.id, results)
             r.failed += len(results)
             for _ in results:
                 self.on_result(r, final)
@@ -243,19 +292,10 @@ class BatchRun:
         r = self.record
         if r.status != "finalizing":
             await self._status("finalizing")
-        made: list[tuple[Any, bytes]] = []
-        ids: list[str | None] = []
-        for error, name in ((False, "output"), (True, "error")):
-            lines = await self.call(self.store.results, r.id, error)
-            if not lines:
-                ids.append(None)
-                continue
-            content = ("\n".join(lines) + "\n").encode()
-            record = new_file(r.owner, f"{r.id}_{name}.jsonl", "batch_output", len(content))
-            made.append((record, content))
-            ids.append(record.id)
+        output = new_file(r.owner, f"{r.id}_output.jsonl", "batch_output", 0)
+        errors = new_file(r.owner, f"{r.id}_error.jsonl", "batch_output", 0)
         at = int(time.time())
-        await self.call(self.store.finalize, r.id, final, at, made, ids[0], ids[1])
+        ids = await self._stored(self.store.finalize, r.id, final, at, output, errors)
         r.status, r.output_file_id, r.error_file_id = final, ids[0], ids[1]
         r.times[f"{final}_at"] = at
         stored = await self.call(self.store.get_batch, r.id, None)
@@ -269,6 +309,13 @@ class BatchRun:
             r.failed,
             r.total,
         )
+
+
+def places(endpoint: str, pending: PendingRequest) -> int:
+    """The queue places a request takes: its choices (``n``); an embedding
+    request goes to the embedding lane, one place of the batch."""
+    n = pending.body.get("n") if endpoint != "/v1/embeddings" else None
+    return n if isinstance(n, int) and n > 1 else 1
 
 
 def _final(record: BatchRecord) -> BatchStatus:

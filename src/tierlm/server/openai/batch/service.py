@@ -2,10 +2,16 @@
 
 ``create_app`` makes one ``BatchService``; its lifespan starts it (every
 unfinished batch in the store resumes: docs/gateway.md "Batches") and closes
-it (the runs stop; what they did not answer stays pending in the store). The
-store is opened on the first upload, or at start when its file exists, so a
-gateway that never sees a batch creates no file. Every store call runs off
-the event loop (``asyncio.to_thread``): the loop runs the scheduler.
+it (the runs stop; what they did not answer stays pending in the store).
+Every store call runs off the event loop (``asyncio.to_thread``): the loop
+runs the scheduler.
+
+``open`` claims the data directory (one gateway per directory: a lock,
+``data_dir``) and opens the store, creating it if missing, at start-up:
+``tierlm serve`` calls it before it listens, so a directory in use, read-only
+or holding a corrupt file is one line naming the path and the gateway does
+not start (docs/design.md §9), instead of starting and answering every Batch
+call with a 500.
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ import asyncio
 import collections
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway
+from tierlm.server.openai.batch.data_dir import DataDirLock
 from tierlm.server.openai.batch.metrics import BatchMetrics
 from tierlm.server.openai.batch.run import BatchRun
 from tierlm.server.openai.batch.sqlite_store import SqliteStore
@@ -45,7 +53,8 @@ class BatchService:
         self.gateway = gateway
         self.embeddings: EmbeddingService | None = None
         self._store: BatchStore | None = None
-        self._opening = asyncio.Lock()
+        self._lock = DataDirLock(settings.directory())
+        self._opening = threading.Lock()
         self.runs: dict[str, BatchRun] = {}
         self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT)
         self.metrics = BatchMetrics(gateway.metrics.registry, self._counts)
@@ -56,19 +65,29 @@ class BatchService:
         """``fn(*args)`` in a worker thread (a store method)."""
         return await asyncio.to_thread(functools.partial(fn, *args))
 
-    async def store(self) -> BatchStore:
-        """The store, opened (and its file created) on first use."""
-        async with self._opening:
+    def open(self) -> BatchStore:
+        """Claim the data directory and open the store (module docstring);
+        ``StoreError`` with a one-line message naming the path otherwise."""
+        with self._opening:
             if self._store is None:
+                self._lock.claim()
                 path = self.settings.database()
-                self._store = await self.call(SqliteStore, path)
+                try:
+                    self._store = SqliteStore(path)
+                except BaseException:
+                    self._lock.release()
+                    raise
                 logger.info("batches: stored in %s", path)
             return self._store
 
+    async def store(self) -> BatchStore:
+        """The store, opened at start."""
+        if self._store is None:
+            return await self.call(self.open)
+        return self._store
+
     async def start(self) -> None:
-        """Resume every unfinished batch, if the store exists."""
-        if not self.settings.database().exists():
-            return
+        """Open the store (if ``tierlm serve`` has not) and resume every unfinished batch."""
         store = await self.store()
         unfinished = await self.call(store.unfinished)
         for record in unfinished:
@@ -85,6 +104,8 @@ class BatchService:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._store is not None:
             await self.call(self._store.close)
+            self._store = None
+        self._lock.release()
 
     def launch(self, record: BatchRecord, *, resumed: bool = False) -> None:
         """Run ``record`` (new, or ``resumed`` after a restart) until its final status."""

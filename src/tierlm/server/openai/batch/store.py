@@ -8,6 +8,13 @@ where they stopped; a request's result is written once (``finish_request``
 changes a pending request only), and the output files are made from the
 requests' rows, so no result is lost or written twice.
 
+Every object has an owner (the API key's name) and a read by another owner
+finds nothing (docs/design.md §9). What the API reads or writes whole is
+bounded: file contents move in chunks (``add_file`` reads its content,
+``read_file`` returns a piece), a batch's requests are added a chunk at a
+time (``add_requests``) before the batch itself, whose per-key limit is
+checked in the transaction that records it (``add_batch``).
+
 ``SqliteStore`` (``sqlite_store.py``) is the one implementation; a Postgres
 store for a team's shared deployment would implement the same Protocol. The
 methods are synchronous: the service calls them off the event loop.
@@ -15,16 +22,19 @@ methods are synchronous: the service calls them off the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 __all__ = [
     "ACTIVE",
+    "CHUNK",
+    "BatchLimitReached",
     "BatchRecord",
     "BatchStatus",
     "BatchStore",
     "FileRecord",
+    "KeyStorageFull",
     "PendingRequest",
     "RequestResult",
 ]
@@ -39,6 +49,9 @@ BatchStatus = Literal[
     "cancelling",
     "cancelled",
 ]
+CHUNK = 64 << 10
+"""Bytes a file's content is read or written by at a time."""
+
 ACTIVE: tuple[BatchStatus, ...] = ("validating", "in_progress", "finalizing", "cancelling")
 """Unfinished: a restarted gateway resumes them."""
 
@@ -102,29 +115,65 @@ class RequestResult:
     error: bool
 
 
+class BatchLimitReached(Exception):
+    """``add_batch``: the owner has ``count`` unfinished batches, its limit."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.count = count
+
+
+class KeyStorageFull(Exception):
+    """``add_file``: the owner's files hold ``held`` bytes; this one would pass its share."""
+
+    def __init__(self, held: int) -> None:
+        super().__init__(held)
+        self.held = held
+
+
+Reader = Callable[[int], bytes]
+"""Reads up to n bytes of a file's content (``b""`` at its end)."""
+
+
 class BatchStore(Protocol):
     """Files, batches and their requests, durable (module docstring)."""
 
     def close(self) -> None: ...
 
     # -- files ---------------------------------------------------------------------
-    def add_file(self, record: FileRecord, content: bytes) -> None: ...
+    def add_file(self, record: FileRecord, read: Reader, most_per_owner: int | None) -> None:
+        """Store ``record.bytes`` bytes from ``read``; ``KeyStorageFull`` if the
+        owner's files would then hold more than ``most_per_owner`` bytes."""
+
+    def owner_bytes(self, owner: str) -> int: ...
 
     def get_file(self, file_id: str, owner: str) -> FileRecord | None: ...
 
-    def file_content(self, file_id: str, owner: str) -> bytes | None: ...
+    def read_file(self, file_id: str, owner: str, offset: int, size: int) -> bytes | None:
+        """Up to ``size`` bytes from ``offset`` (``b""`` past the end; None: no such file)."""
 
     def list_files(
         self, owner: str, purpose: str | None, after: str | None, limit: int, newest_first: bool
     ) -> list[FileRecord]: ...
 
-    def delete_file(self, file_id: str, owner: str) -> bool: ...
+    def delete_file(self, file_id: str, owner: str) -> bool:
+        """Works on a full disk too (``data_dir.Reserve``)."""
 
     # -- batches -------------------------------------------------------------------
-    def add_batch(
-        self, record: BatchRecord, pending: Sequence[PendingRequest], bad: Sequence[RequestResult]
+    def add_requests(
+        self, batch_id: str, pending: Sequence[PendingRequest], bad: Sequence[RequestResult]
     ) -> None:
-        """The batch, its requests to run and its bad lines (already answered), at once."""
+        """Some of a batch's requests to run and its bad lines (already answered),
+        before the batch is recorded; a crash before ``add_batch`` leaves
+        nothing (they are dropped at the next open)."""
+
+    def drop_requests(self, batch_id: str) -> None:
+        """Forget the requests of a batch that will not be recorded."""
+
+    def add_batch(self, record: BatchRecord, most_unfinished: int) -> None:
+        """Record the batch, whose requests were added; ``BatchLimitReached`` if
+        its owner already has ``most_unfinished`` unfinished batches (checked
+        in the same transaction: concurrent creates cannot pass it together)."""
 
     def get_batch(self, batch_id: str, owner: str | None) -> BatchRecord | None:
         """``owner`` None: whoever owns it (the service's own reads)."""
@@ -151,18 +200,17 @@ class BatchStore(Protocol):
         was answered already."""
 
     def finish_all_pending(self, batch_id: str, results: Sequence[RequestResult]) -> None:
-        """Answer these (the unrun requests of an expired or cancelled batch)."""
-
-    def results(self, batch_id: str, error: bool) -> list[str]:
-        """The output (or error) file's lines, in input order."""
+        """Answer these (the unrun requests of an expired or cancelled batch),
+        in one transaction."""
 
     def finalize(
         self,
         batch_id: str,
         status: BatchStatus,
         at: int,
-        files: Sequence[tuple[FileRecord, bytes]],
-        output_file_id: str | None,
-        error_file_id: str | None,
-    ) -> None:
-        """The output and error files, and the final status, at once."""
+        output: FileRecord,
+        errors: FileRecord,
+    ) -> tuple[str | None, str | None]:
+        """The output and error files, made from the requests' rows (``output``
+        and ``errors`` give their ids and names; their sizes are counted), and
+        the final status, at once; the ids of the files made (None: no line)."""
