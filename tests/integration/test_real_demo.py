@@ -5,6 +5,7 @@ Asserts what it prints and writes, never how fast (bench/real_model.py does)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -31,6 +32,9 @@ def test_demo_real_short_run(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     for text in ("fifo", "tierlm", "chat's first tokens", "background tokens/s"):
         assert text in printed
     assert "tierlm: chat's first token after" in printed
+    # How long it took, said: a window is not all of a scheduler's run.
+    said = " ".join(printed.split())  # rich wraps at 80 columns
+    assert re.search(r"; \d+ s in all \(two 3 s windows and the work queued", said), said
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads((out / "results.json").read_text())
     assert list(results["runs"]) == ["fifo", "tierlm"]

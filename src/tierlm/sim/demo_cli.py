@@ -105,7 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seconds",
         type=positive_float,
         default=None,
-        help="--real: seconds per scheduler (default 30)",
+        help="--real: each scheduler's window, in which rounds start and chats are sent "
+        "(default 30); each then finishes the work queued at its end",
     )
     real.add_argument(
         "--threads", type=int, default=None, help="--real: decode threads (default: physical cores)"

