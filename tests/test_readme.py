@@ -5,7 +5,8 @@
   with a reason: ``<!-- fragment: why -->`` on the line before the fence. The
   README's example runs in virtual time (``asyncio.run`` is ``run_virtual``
   here); docs/gateway.md's client code talks to a real sim gateway, started
-  for them, at its address instead of 127.0.0.1:8000.
+  for them, at its address instead of 127.0.0.1:8000; docs/library.md's are
+  run, each against the output shown under it, by tests/test_library_guide.py.
 - ``toml`` and ``json``: parse.
 - ``sh``: every ``tierlm`` command parses with that command's own arguments
   (a renamed or misspelt flag fails here), and every ``pip install`` of
@@ -135,7 +136,8 @@ def test_the_gateway_docs_client_code_runs_against_a_gateway(docs_gateway: str) 
 
 
 def test_every_other_python_block_is_a_marked_fragment() -> None:
-    tried = {ROOT / "README.md", ROOT / "docs" / "gateway.md"}
+    # docs/library.md's: tests/test_library_guide.py runs each and compares its output.
+    tried = {ROOT / "README.md", ROOT / "docs" / "gateway.md", ROOT / "docs" / "library.md"}
     assert [b.where for b in of("python") if b.fragment is None and b.path not in tried] == []
 
 
