@@ -186,7 +186,9 @@ class Metrics:
     def on_event(self, event: SchedulerEvent) -> None:
         match event:
             case JobStarted(job=job, attempt=1):
-                self.wait.labels(job.class_name).observe(max(0.0, event.time - job.submitted_at))
+                waited = max(0.0, event.time - job.submitted_at)
+                self.wait.labels(job.class_name).observe(waited)
+                self.requests.waited(job.class_name, waited)
             case Preempting(job=job):
                 self.preemptions.labels(job.class_name).inc()
             case SwapFinished(job=job, seconds=seconds):
@@ -203,7 +205,7 @@ class Metrics:
 
     def first_token(self, class_name: str, seconds: float, model: str = "") -> None:
         self.ttft.labels(class_name).observe(max(0.0, seconds))
-        self.requests.first_token(model, seconds)
+        self.requests.first_token(class_name, model, seconds)
 
     def generation(self, class_name: str, model: str, tokens: int, decode_seconds: float) -> None:
         """One run of a generation ended (completed, preempted or cancelled)."""

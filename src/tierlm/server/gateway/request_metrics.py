@@ -16,7 +16,9 @@ a Grafana board or a router built for vLLM reads tierlm unchanged:
   (``tierlm_generated_tokens_total``, ``tierlm_time_to_first_token_seconds``).
 
 Per class, because a class is who waits (docs/design.md §4): a chat's
-latency and a backfill's are different questions.
+latency and a backfill's are different questions. The wait and the time to
+first token are also kept over the last minutes for the dashboard
+(``latency_window``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from tierlm.server.gateway.latency_window import LatencyWindow
 
 __all__ = ["ITL_BUCKETS", "RequestMetrics"]
 
@@ -97,6 +101,8 @@ class RequestMetrics:
             self.e2e.labels(name)
             self.itl.labels(name)
         self.vllm: _Vllm | None = None
+        self.window = LatencyWindow()
+        """The wait and time to first token over the dashboard's window."""
 
     def vllm_names(self) -> None:
         """Also under vLLM's names (module docstring); once."""
@@ -120,7 +126,12 @@ class RequestMetrics:
         if self.vllm is not None:
             self.vllm.itl.labels(model).observe(max(0.0, seconds))
 
-    def first_token(self, model: str, seconds: float) -> None:
+    def waited(self, class_name: str, seconds: float) -> None:
+        """A job's first start, ``seconds`` after its submission."""
+        self.window.observe("wait", class_name, seconds)
+
+    def first_token(self, class_name: str, model: str, seconds: float) -> None:
+        self.window.observe("ttft", class_name, seconds)
         if self.vllm is not None:
             self.vllm.ttft.labels(model).observe(max(0.0, seconds))
 

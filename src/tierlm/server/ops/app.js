@@ -33,10 +33,12 @@ function clock(t, st) {
   return new Date((t + st.wall_offset) * 1000).toLocaleTimeString();
 }
 // A producer's own colour (fairness bars): its hue from a hash of its name.
+// FNV-1a, so that names differing in one letter ("gana:1", "gana:2") land far
+// apart; lightness varies too, so 24 hues give more than 24 colours.
 function producerColor(name) {
-  let h = 0;
-  for (const c of name) h = (h * 31 + c.charCodeAt(0)) >>> 0;
-  return `hsl(${(h * 137) % 360} 60% 42%)`;
+  let h = 0x811c9dc5;
+  for (const c of name) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0;
+  return `hsl(${h % 360} 62% ${36 + ((h >>> 9) % 3) * 8}%)`;
 }
 function bytes(n) {
   if (n == null) return "–";
@@ -76,6 +78,54 @@ function renderRunning(st) {
     batch.append(`batch ${st.batch.length} of ${st.slots} slots`);
     for (const j of st.batch.slice(1)) batch.append(" · ", badge(j.class), ` #${j.id} ${j.producer}`);
   }
+}
+
+// Why slots sit idle (ops/idle.py): the first reason that holds, in words.
+function renderIdle(st) {
+  const box = document.getElementById("idle");
+  const idle = st.idle || {};
+  box.hidden = !idle.idle;
+  box.dataset.why = idle.why || "";
+  if (!idle.idle) return;
+  document.getElementById("idle-head").textContent =
+    `${idle.idle} of ${idle.slots} slot${idle.slots > 1 ? "s" : ""} idle · ${idle.text}` +
+    (idle.detail ? ":" : "");
+  document.getElementById("idle-detail").textContent = idle.detail || "";
+}
+
+// Who is a person (docs/design.md §4.11): each identity, its verdict and why.
+const WHY = {
+  "first-request": "first request: a person until its pacing says otherwise",
+  "reads-between-requests": "reads between answers",
+  "back-to-back": "sends the next request as the last ends",
+  "alongside-another": "sends while another is in flight",
+  "paces-like-a-program": "paces like a program",
+  "key-says-person": "its key says person",
+  "key-says-program": "its key says program",
+  "class-named": "names its class",
+};
+function renderPeople(st) {
+  const people = st.people || { identities: [] };
+  const rule = document.getElementById("people-rule");
+  rule.textContent = `A request that names no class is a person's or a program's by its pacing: ` +
+    `a person reads at least ${secs(people.reading_gap)} between an answer and the next request. ` +
+    `Programs are served in ${people.program_class ?? "the fair pool"}, beside the other ` +
+    `background work. ${people.remembered ?? 0} identities remembered.`;
+  const box = document.getElementById("people");
+  const list = people.identities || [];
+  if (!list.length) { box.replaceChildren(el("div", { class: "empty" }, "no request judged yet")); return; }
+  const nums = ["in flight", "short gaps", "idle"];
+  const head = el("tr", {}, ...["key", "client", "name", "served as", "why", ...nums]
+    .map(h => el("th", nums.includes(h) ? { class: "num" } : {}, h)));
+  const rows = list.map(p => el("tr", { "data-served": p.served_as, "data-client": p.client },
+    el("td", {}, p.key ?? "–"), el("td", {}, p.client),
+    el("td", {}, (p.name ?? "–") + (p.session ? " · session" : "")),
+    el("td", {}, el("span", { class: `verdict ${p.served_as}` }, p.served_as)),
+    el("td", { title: p.why }, WHY[p.why] ?? p.why),
+    el("td", { class: "num" }, p.in_flight),
+    el("td", { class: "num" }, `${p.short_gaps} of ${p.gaps}`),
+    el("td", { class: "num" }, p.idle_s == null ? "busy" : secs(p.idle_s))));
+  box.replaceChildren(el("table", {}, head, ...rows));
 }
 
 function renderCounters(st) {
@@ -164,6 +214,8 @@ function renderResources(st) {
 
 function renderPercentiles(st) {
   const box = document.getElementById("percentiles-body");
+  document.getElementById("percentiles-title").textContent =
+    `Wait and time to first token · per class · last ${secs(st.timeline.window)}`;
   const classes = Object.entries(st.percentiles || {});
   if (!classes.length) { box.replaceChildren(el("div", { class: "empty" }, "no job yet")); return; }
   const cols = ["wait p50", "wait p95", "wait p99", "first token p50", "first token p95", "first token p99"];
@@ -222,7 +274,7 @@ function render(st) {
   document.getElementById("foreground").textContent =
     fg ? fg.class + (fg.subject != null ? ` / ${fg.subject}` : "") : "none";
   document.getElementById("paused").hidden = !st.paused;
-  renderRunning(st); renderCounters(st); renderTiers(st); renderBars(st);
+  renderRunning(st); renderIdle(st); renderPeople(st); renderCounters(st); renderTiers(st); renderBars(st);
   renderTimeline(st); renderResources(st); renderPercentiles(st); renderRecent(st);
   renderRejected(st); renderExtensions(st);
 }

@@ -35,9 +35,9 @@ from tierlm.server.edge.rejections import rejections_of
 from tierlm.server.gateway.auth import DASHBOARD_COOKIE
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive
-from tierlm.server.gateway.percentiles import class_percentiles
 from tierlm.server.gateway.resources import resources
 from tierlm.server.openai.streaming import EventStream
+from tierlm.server.ops.idle import idle_slots
 from tierlm.shell.snapshot import JobInfo
 
 __all__ = ["LOGIN_PATH", "dashboard_state", "routes"]
@@ -135,10 +135,15 @@ def dashboard_state(
             "open_swap": timeline.open_swap,
         },
         "resources": resources(gateway, keep_alive),
-        # The same histograms as /metrics: a Grafana panel shows the same figures.
-        "percentiles": class_percentiles(
-            {"wait": gateway.metrics.wait, "ttft": gateway.metrics.ttft}
-        ),
+        # Why slots sit idle (docs/design.md §4.7), from this snapshot.
+        "idle": idle_slots(snap, gateway.settings.scheduler.chat_slowdown),
+        # Who is a person (docs/design.md §4.11): each identity and its verdict.
+        "people": gateway.people.state(snap.now),
+        # Tokens a second, second by second over the window (throughput over time).
+        "throughput": gateway.throughput.history(snap.now, timeline.window),
+        # Over the window, not since the start: an incident an hour ago is gone
+        # (/metrics keeps the all-time histograms: latency_window).
+        "percentiles": gateway.metrics.requests.window.percentiles(timeline.window),
         "recent": list(gateway.recent)[:RECENT],
         "rejected": list(rejected)[:RECENT],
         "extensions": {name: dict(fn()) for name, fn in gateway.extensions.items()},

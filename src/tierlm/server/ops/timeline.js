@@ -1,7 +1,9 @@
 "use strict";
 // The dashboard's timeline: a lane per slot of the device, each run (a job on the
-// device, start to end) on the lane it held; under them the batch size over time
-// (how many jobs ran at once), then the model swaps, preemptions and marks.
+// device, start to end) on the lane it held, coloured by its producer (who held
+// the slot) with a stripe of its class; under them the batch size over time (how
+// many jobs ran at once), the tokens a second, then the model swaps, preemptions
+// and marks.
 // Items arrive once each (by sequence number) and are kept here; open runs are
 // sent whole every push. Uses color(), secs(), el() of app.js.
 const timeline = new Map();
@@ -61,17 +63,22 @@ function renderTimeline(st) {
   const runs = [...timeline.values()].filter(i => i.kind === "run");
   for (const r of tl.open_runs || []) runs.push({ ...r, end: st.now, open: true });
   const classes = new Set(Object.keys(st.classes));
+  const held = new Map();  // producer -> seconds on the device in the window
   for (const r of runs) {
     classes.add(r.class);
+    held.set(r.producer, (held.get(r.producer) || 0) + (r.end - Math.max(r.start, from)));
     const x0 = x(r.start), x1 = Math.max(x0 + 1.5, x(r.end));
     const lane = Math.min(r.lane ?? 0, lanes - 1);
+    const faded = r.how === "cancelled" || r.how === "failed" ? 0.45 : 1;
     const rect = svg("rect", {
-      x: x0, y: laneY(lane), width: x1 - x0, height: laneH, fill: color(r.class),
+      x: x0, y: laneY(lane), width: x1 - x0, height: laneH, fill: producerColor(r.producer),
       class: "run", "data-job": r.job, "data-lane": lane, "data-open": r.open ? "1" : "0",
-      opacity: r.how === "cancelled" || r.how === "failed" ? 0.45 : 1,
+      "data-producer": r.producer, opacity: faded,
     });
     parts.push(titled(rect, `#${r.job} ${r.class} ${r.producer} on ${r.model}, slot ${lane}: ` +
       `${secs(r.end - r.start)}${r.open ? " (running)" : ", " + r.how}`));
+    parts.push(svg("rect", { x: x0, y: laneY(lane), width: x1 - x0, height: 3,
+                             fill: color(r.class), opacity: faded, class: "class-stripe" }));
   }
   // The batch size over time: a step line over its own band.
   const batchTop = laneY(lanes) + 4, batchH = 30;
@@ -86,8 +93,30 @@ function renderTimeline(st) {
   parts.push(titled(svg("path", { d, fill: "none", stroke: "#1d2125", "stroke-width": 1.5,
     id: "batch-size", "data-now": now, "data-max": Math.max(...steps.map(s => s[1])) }),
     `batch size: ${now} now`));
+  // Tokens a second, second by second (the server's counts: throughput.py).
+  const rateTop = batchTop + batchH + 4, rateH = 36;
+  band(rateTop, rateH);
+  label(rateTop + 14, "tok/s");
+  const points = (st.throughput || []).filter(p => p[0] + 1 >= from);
+  const peak = Math.max(1, ...points.map(p => p[1]));
+  const ry = n => rateTop + rateH - (n / peak) * (rateH - 4);
+  let area = `M ${x(from)} ${ry(0)}`;
+  let prev = null;
+  for (const [t, n] of points) {
+    if (prev !== null && t > prev + 1) area += ` H ${x(prev + 1)} V ${ry(0)}`;  // a gap: zero
+    area += ` H ${x(t)} V ${ry(n)} H ${x(Math.min(t + 1, st.now))}`;
+    prev = t;
+  }
+  area += ` V ${ry(0)} H ${x(st.now)} Z`;
+  const last = points.length ? points[points.length - 1][1] : 0;
+  parts.push(titled(svg("path", { d: area, fill: "#74c0fc", stroke: "#1971c2", "stroke-width": 1,
+    id: "throughput", "data-peak": peak, "data-points": points.length }),
+    `tokens a second: up to ${peak} in the window`));
+  const peakLabel = svg("text", { x: left + plot - 4, y: rateTop + 12, "text-anchor": "end" });
+  peakLabel.textContent = `peak ${peak}/s · last ${last}/s`;
+  parts.push(peakLabel);
   // Swaps.
-  const swapTop = batchTop + batchH + 4;
+  const swapTop = rateTop + rateH + 4;
   band(swapTop, 16);
   label(swapTop + 13, "swaps");
   const swaps = [...timeline.values()].filter(i => i.kind === "swap");
@@ -120,8 +149,14 @@ function renderTimeline(st) {
   box.style.height = `${bottom + 28}px`;
   box.replaceChildren(...parts);
   document.getElementById("timeline-title").textContent =
-    `Timeline · who held each slot, last ${secs(tl.window)}`;
-  const legend = [...classes].map(c => el("span", {}, el("i", { style: `background:${color(c)}` }), c));
+    `Timeline · who held each slot, and tokens a second, last ${secs(tl.window)}`;
+  // Producers by their time on the device in the window (the lanes' colours),
+  // then the classes (the stripe on each run).
+  const top = [...held.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12);
+  const legend = top.map(([p, t]) => el("span", { "data-producer": p, title: `${secs(t)} held` },
+    el("i", { style: `background:${producerColor(p)}` }), p));
+  legend.push(...[...classes].map(c => el("span", {},
+    el("i", { style: `background:${color(c)};height:4px;vertical-align:2px` }), `${c} (stripe)`)));
   legend.push(el("span", {}, el("i", { style: "background:var(--swap)" }), "model swap"));
   legend.push(el("span", {}, el("i", { style: "background:var(--preempt)" }), "preemption"));
   legend.push(el("span", {}, el("i", { style: "background:#495057" }), "foreground / pause"));
