@@ -47,7 +47,7 @@ from tierlm.server.gateway.keep_alive import KeepAlive, keep_alive_seconds
 from tierlm.server.gateway.loop_lag import LoopLagProbe
 from tierlm.server.gateway.resources import device_figures
 from tierlm.server.ollama import routes as ollama
-from tierlm.server.openai import embeddings, routes
+from tierlm.server.openai import embeddings, llama_server, routes
 from tierlm.server.openai.batch import routes as batch_routes
 from tierlm.server.openai.batch.files import MULTIPART_OVERHEAD
 from tierlm.server.openai.batch.service import BatchService
@@ -80,6 +80,7 @@ async def metrics_endpoint(request: Request) -> Response:
 def _routes() -> list[BaseRoute]:
     return [
         *routes.routes(),
+        *llama_server.routes(),
         *health.routes(),
         *embeddings.routes(),
         *ollama.routes(),
