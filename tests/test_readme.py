@@ -35,6 +35,7 @@ from tierlm.testing import run_virtual
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README_TEXT = (ROOT / "README.md").read_text(encoding="utf-8")
 FENCE = re.compile(r"^```(\w*)\s*$")
 FRAGMENT = re.compile(r"<!-- fragment: (.+?) -->")
 NOT_RUN = {"", "ini"}  # layouts and outputs; docs/deploy.md's systemd unit (tested there)
@@ -225,3 +226,25 @@ def test_pip_installs_in_shell_blocks_name_extras_that_exist() -> None:
     for where, word in named:
         wanted = set(word.removeprefix(".[").removesuffix("]").split(","))
         assert wanted <= extras, (where, word)
+
+
+# -- claims about the checkout -------------------------------------------------------
+
+
+def test_the_fast_tier_is_as_big_as_the_readme_says() -> None:
+    """The README said ~250 when `scripts/test --fast` ran 290 (issue 59): its
+    count is checked against what the fast tier collects, within 20 %."""
+    import os
+    import subprocess
+
+    (claimed,) = re.findall(r"~(\d+) tests in \d+ s", README_TEXT)
+    done = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "test"), "--fast", "--collect-only", "-q"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "TIERLM_SKIP_INSTALL": "1"},
+    )
+    collected = int(re.findall(r"(\d+)(?:/\d+)? tests? collected", done.stdout)[-1])
+    assert abs(collected - int(claimed)) <= 0.2 * collected, (claimed, collected)

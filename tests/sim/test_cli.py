@@ -72,6 +72,13 @@ def test_demo_leads_with_the_headline_in_plain_words(
             top,
         )
     assert "slowest 1 in 100 (p99)" in " ".join(top.split())
+    # The README quotes the headline: as the demo prints it.
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    quoted = [
+        f"{results[name]['chat']['ttft_p99']:.{0 if name == 'fifo' else 1}f} s under {label}"
+        for name, label in (("tierlm", "tierlm"), ("two-lane", "the old two-lane"), ("fifo", "one"))
+    ]
+    assert all(q in readme for q in quoted), quoted
     # No word of the project's history without its meaning.
     for jargon in ("issue118", "Nataraj", "nataraj", "Gana", "gana", "seed 1", "TTFT", "EDF"):
         assert jargon not in out, jargon
