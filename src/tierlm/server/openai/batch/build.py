@@ -95,13 +95,14 @@ def build_requests(
 
 
 def _chunks(store: BatchStore, file: FileRecord) -> Iterator[bytes]:
-    offset = 0
-    while True:
-        chunk = store.read_file(file.id, file.owner, offset, CHUNK)
-        if not chunk:
-            return
-        offset += len(chunk)
-        yield chunk
+    reader = store.open_file(file.id, file.owner)
+    if reader is None:  # deleted meanwhile: no line
+        return
+    try:
+        while chunk := reader.read(CHUNK):
+            yield chunk
+    finally:
+        reader.close()
 
 
 def _message(result: RequestResult) -> str:

@@ -33,7 +33,7 @@ from starlette.routing import BaseRoute, Route
 from tierlm.server.edge.errors import APIError
 from tierlm.server.openai.batch.lines import new_file
 from tierlm.server.openai.batch.service import BatchService
-from tierlm.server.openai.batch.store import CHUNK, FileRecord, KeyStorageFull
+from tierlm.server.openai.batch.store import FileRecord, KeyStorageFull
 from tierlm.server.openai.batch.store_errors import store_error
 
 __all__ = ["file_object", "listing", "not_found", "owner_of", "page", "routes", "service_of"]
@@ -42,6 +42,8 @@ UPLOAD_PURPOSES = ("batch",)
 # The room a multipart body takes around its file (boundaries, part headers).
 MULTIPART_OVERHEAD = 64 << 10
 MAX_FILENAME = 255
+DOWNLOAD_CHUNK = 256 << 10
+"""Bytes a download reads and sends at a time: 8 downloads hold 2 MiB."""
 
 
 def file_object(record: FileRecord) -> dict[str, Any]:
@@ -191,15 +193,16 @@ async def get_file(request: Request) -> Response:
 async def file_content(request: Request) -> Response:
     service, owner, record = await _record(request)
     store = await service.store()
+    reader = await service.call(store.open_file, record.id, owner)
+    if reader is None:  # deleted meanwhile
+        raise not_found("file", record.id, "file_id")
 
     async def chunks() -> AsyncIterator[bytes]:
-        offset = 0
-        while offset < record.bytes:
-            chunk = await service.call(store.read_file, record.id, owner, offset, CHUNK)
-            if not chunk:  # deleted meanwhile: the response ends short
-                return
-            offset += len(chunk)
-            yield chunk
+        try:
+            while chunk := await service.call(reader.read, DOWNLOAD_CHUNK):
+                yield chunk
+        finally:
+            await service.call(reader.close)
 
     return StreamingResponse(
         chunks(),

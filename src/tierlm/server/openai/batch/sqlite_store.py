@@ -6,8 +6,9 @@ Every statement goes through ``sqlite_db.Database`` (one transaction helper,
 ``PRAGMA user_version`` migrations). A file's content is a BLOB moved in
 chunks through SQLite's incremental blob I/O (``blobopen``): an upload is
 copied from the spooled request body, a download and a batch's parse read
-pieces, and an output file is written from the requests' rows as they are
-read, so no file is ever whole in memory (docs/design.md §9). Many rows are
+the file through one handle (``sqlite_db.BlobReader``), and an output file
+is written from the requests' rows as they are read, so no file is ever
+whole in memory (docs/design.md §9). Many rows are
 one transaction (a batch's requests, a cancel's 50 000 answers): one fsync,
 not one each.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tierlm.server.openai.batch.data_dir import Reserve
-from tierlm.server.openai.batch.sqlite_db import Database
+from tierlm.server.openai.batch.sqlite_db import BlobReader, Database
 from tierlm.server.openai.batch.store import (
     ACTIVE,
     CHUNK,
@@ -157,18 +158,9 @@ class SqliteStore:
         )
         return FileRecord(*rows[0]) if rows else None
 
-    def read_file(self, file_id: str, owner: str, offset: int, size: int) -> bytes | None:
-        with self.db.reading() as db:
-            row = db.execute(
-                "SELECT seq FROM files WHERE id = ? AND owner = ?", (file_id, owner)
-            ).fetchone()
-            if row is None:
-                return None
-            with db.blobopen("files", "content", row[0], readonly=True) as blob:
-                if offset >= len(blob):
-                    return b""
-                blob.seek(offset)
-                return blob.read(size)
+    def open_file(self, file_id: str, owner: str) -> BlobReader | None:
+        sql = "SELECT seq FROM files WHERE id = ? AND owner = ?"
+        return BlobReader.open(self.path, "files", "content", sql, (file_id, owner))
 
     def list_files(
         self, owner: str, purpose: str | None, after: str | None, limit: int, newest_first: bool

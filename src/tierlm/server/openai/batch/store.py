@@ -11,7 +11,7 @@ requests' rows, so no result is lost or written twice.
 Every object has an owner (the API key's name) and a read by another owner
 finds nothing (docs/design.md §9). What the API reads or writes whole is
 bounded: file contents move in chunks (``add_file`` reads its content,
-``read_file`` returns a piece), a batch's requests are added a chunk at a
+``open_file`` gives a reader), a batch's requests are added a chunk at a
 time (``add_requests``) before the batch itself, whose per-key limit is
 checked in the transaction that records it (``add_batch``).
 
@@ -33,6 +33,7 @@ __all__ = [
     "BatchRecord",
     "BatchStatus",
     "BatchStore",
+    "FileReader",
     "FileRecord",
     "KeyStorageFull",
     "PendingRequest",
@@ -135,6 +136,15 @@ Reader = Callable[[int], bytes]
 """Reads up to n bytes of a file's content (``b""`` at its end)."""
 
 
+class FileReader(Protocol):
+    """A file's content, read a chunk at a time (``BatchStore.open_file``)."""
+
+    def read(self, size: int) -> bytes:
+        """The next ``size`` bytes at most; ``b""`` at the end."""
+
+    def close(self) -> None: ...
+
+
 class BatchStore(Protocol):
     """Files, batches and their requests, durable (module docstring)."""
 
@@ -149,8 +159,9 @@ class BatchStore(Protocol):
 
     def get_file(self, file_id: str, owner: str) -> FileRecord | None: ...
 
-    def read_file(self, file_id: str, owner: str, offset: int, size: int) -> bytes | None:
-        """Up to ``size`` bytes from ``offset`` (``b""`` past the end; None: no such file)."""
+    def open_file(self, file_id: str, owner: str) -> FileReader | None:
+        """The file's content to read from its start (None: no such file);
+        read whole as it was when opened, whatever changes meanwhile."""
 
     def list_files(
         self, owner: str, purpose: str | None, after: str | None, limit: int, newest_first: bool
