@@ -215,8 +215,13 @@ def serve(
     embedder: Embedder | None = None,
 ) -> Iterator[Gateway]:
     """Run ``create_app(settings)`` under uvicorn on 127.0.0.1 in a thread; a
-    ``runner`` passed in is closed after it."""
-    app = create_app(settings or sim_settings(), runner=runner, embedder=embedder)
+    ``runner`` passed in is closed after it. Settings without a data
+    directory get a fresh one: a data directory is one gateway's."""
+    settings = settings or sim_settings()
+    if settings.batches.data_dir is None:
+        batches = settings.batches.model_copy(update={"data_dir": fresh_data_dir()})
+        settings = settings.model_copy(update={"batches": batches})
+    app = create_app(settings, runner=runner, embedder=embedder)
     try:
         # Ends open streams first, as `tierlm serve` does on a signal.
         with run_app(app, on_stop=app.state.gateway.shutdown_soon) as url:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 
 from tests.runners.helpers import free_port
-from tests.server.helpers import WAIT
+from tests.server.helpers import WAIT, fresh_data_dir
 
 
 @contextlib.contextmanager
@@ -21,8 +21,12 @@ def tierlm_serve(
     *argv: str, start_timeout: float = WAIT, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Start ``tierlm serve --port <free> *argv``; its URL and process once
-    ``/health`` answers. Killed at the end if still running."""
+    ``/health`` answers. Killed at the end if still running. Without
+    ``--data-dir`` in ``argv``, a fresh one (a data directory is one
+    gateway's: two at once on one, the second would not start)."""
     port = free_port()
+    if "--data-dir" not in argv:  # one gateway per data directory: its own
+        argv = (*argv, "--data-dir", str(fresh_data_dir()))
     process = subprocess.Popen(
         [sys.executable, "-m", "tierlm.cli", "serve", "--port", str(port), *argv],
         stdout=subprocess.PIPE,

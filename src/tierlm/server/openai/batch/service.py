@@ -77,7 +77,7 @@ class BatchService:
                 except BaseException:
                     self._lock.release()
                     raise
-                logger.info("batches: stored in %s", path)
+                logger.debug("batches: stored in %s", path)
             return self._store
 
     async def store(self) -> BatchStore:
