@@ -1,6 +1,6 @@
 """A batch's requests, written to the store from its input file as they are read.
 
-The file is read a chunk at a time from the store (``read_file``), cut into
+The file is read a chunk at a time from the store (``open_file``), cut into
 lines no longer than the body limit (``lines.split_lines``), each line checked
 on its own (``lines.LineChecker``), and the requests written a few hundred
 rows a transaction (``add_requests``). Reading stops at line

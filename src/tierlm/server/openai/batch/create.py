@@ -14,6 +14,15 @@ jobs of one task class and producer, chosen once, when it is created:
   ``promote_fraction`` of the window before it (a quarter: the last 6 h of
   24 h) its requests are overdue, promoted as cron work is, on a loan of the
   producer's share (§4.5). Only for keys allowed deadlines (``allow_deadline``).
+
+The limits hold as for requests (docs/design.md §9): each line is checked as
+its endpoint checks a request (``lines``; its size capped at
+``limits.max_body_bytes``, its ``n`` at the places it can ever get), the file
+is read until line
+``max_requests + 1`` (``build``), an endpoint the gateway does not serve
+(embeddings off) is refused here, and ``max_batches_per_key`` is checked in
+the transaction that records the batch (``BatchStore.add_batch``): twelve
+concurrent creates against a limit of two all passed an earlier count.
 """
 
 from __future__ import annotations
