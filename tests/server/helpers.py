@@ -284,10 +284,12 @@ def module_gateway(raw: Mapping[str, Any] | None = None, *, key: str | None = No
 
 
 @contextlib.contextmanager
-def serve_default_model(n_ctx: int | None = None) -> Iterator[Gateway]:
+def serve_default_model(n_ctx: int | None = None, keyless: str = "person") -> Iterator[Gateway]:
     """A gateway on the embedded SmolLM2-135M-Instruct (llama-cpp, one thread,
     the worker process), as plain ``tierlm serve`` runs it (``n_ctx``: its
-    context, else the default); skips the test without ``tierlm[local]``."""
+    context, else the default); skips the test without ``tierlm[local]``.
+    ``keyless``: ``[people] keyless`` (pinned ``person`` by default: most
+    tests stand for one person chatting back to back; docs/design.md §4.11)."""
     from dataclasses import replace
 
     from tierlm.runners.llama_cpp import DEFAULT_CHAT_MODEL_ID, LlamaCppRunner, default_chat_spec
@@ -303,7 +305,7 @@ def serve_default_model(n_ctx: int | None = None) -> Iterator[Gateway]:
     settings = settings_from_dict(
         {
             "backend": backend,
-            "people": {"keyless": "person"},
+            "people": {"keyless": keyless},
             "batches": {"data_dir": str(fresh_data_dir())},
         }
     )

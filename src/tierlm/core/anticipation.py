@@ -22,6 +22,7 @@ wait for, or one that did not come back within its last hold gets none.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["MAX_PRODUCERS", "MIN_HOLD", "SWAP_SHARE", "Anticipation"]
@@ -101,6 +102,22 @@ class Anticipation:
             return None
         end = ended.at + MIN_HOLD
         return (ended.producer, end) if now < end else None
+
+    def holds_turn(
+        self, producer: str, now: float, turn_left: Callable[[str, float], bool]
+    ) -> float | None:
+        """Until when a free slot waits for the pool producer whose job ended
+        mid-turn rather than go to ``producer`` (docs/design.md §4.4 turns):
+        one that sends its next within a round trip keeps its slot that long,
+        rather than lose the rest of its turn in the instant between (an
+        agent sending one job at a time lost it at every job). None: no hold."""
+        found = self.turn_hold(now)
+        if found is None:
+            return None
+        holder, until = found
+        if holder == producer or not turn_left(holder, now):
+            return None
+        return until
 
     def hold_end(self, now: float, loaded_model: str, swap_estimate: float) -> float | None:
         """Until when to keep ``loaded_model`` for the producer whose job just

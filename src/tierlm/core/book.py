@@ -30,6 +30,7 @@ class JobBook:
     __slots__ = (
         "_pending",
         "_version",
+        "chats",
         "fair",
         "fresh",
         "jobs",
@@ -52,6 +53,8 @@ class JobBook:
         """Queued fair jobs past their deadline (loans, if their producer may borrow)."""
         self.fresh = 0
         """Queued fair jobs not overdue: the pool proper, which the floor protects."""
+        self.chats = 0
+        """Queued persons' jobs (T0), counted: O(1) for the guard's relief (§4.7)."""
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -70,6 +73,7 @@ class JobBook:
             model = self.models[job.model_id] = ModelQueue(self.live, self.turns)
         model.queue_for(job.task_class).add(job, version)
         model.count += 1
+        self.chats += job.task_class.tier == Tier.T0
         if job.task_class.fair:
             overdue = job.deadline is not None and now >= job.deadline
             self.fair.enqueue(job, now, overdue)
@@ -87,6 +91,7 @@ class JobBook:
         model = self.models[job.model_id]
         model.by_class[job.class_name].removed(job)
         model.count -= 1
+        self.chats -= job.task_class.tier == Tier.T0
         if model.count == 0:
             del self.models[job.model_id]
         if job.task_class.fair:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-__all__ = ["RESUME_SHARE", "SliceClocks"]
+from tierlm.core.jobs import Job
+
+__all__ = ["RESUME_SHARE", "SliceClocks", "turn_of"]
 
 RESUME_SHARE = 0.25
 """docs/design.md §4.6 a slice worth its resume: a fair slice never cuts a job
@@ -32,6 +34,11 @@ re-evaluation to at most a quarter of each of the job's turns, while prompts of
 up to 0.75 s (most of them) still rotate at the default 3 s slice."""
 
 _EPSILON = 1e-9  # float slack on timer instants (a boundary must be hit, not missed)
+
+
+def turn_of(job: Job) -> str | None:
+    """Whose turn a job's slice is part of: its producer's, in the pool."""
+    return job.producer if job.task_class.fair else None
 
 
 class SliceClocks:

@@ -92,12 +92,15 @@ def plan(
     chat_slowdown: float | None = None,
     people_waiting: Callable[[], Collection[Person]] | None = None,
     shielded: Callable[[Job, float], bool] | None = None,
+    relieved: bool = False,
 ) -> Decision:
     """The k-slot plan of the module docstring, from ``rules``' answers;
     ``people_waiting``: the persons (``Job.chat_person``) with a chat queued, for
     persons in turn on a full device (tierlm's rule, docs/design.md §4.7);
     ``shielded``: background the chat latency guard neither cuts nor keeps
-    out (pressing deadline work, with deadlines on time: docs/design.md §4.8)."""
+    out (pressing deadline work, with deadlines on time: docs/design.md §4.8);
+    ``relieved``: people have held the device long enough that the guard
+    keeps one background sequence (docs/design.md §4.7 guard relief)."""
     loaded = device.loaded_model
     staying = [j for j in device.running if j.id not in device.stopping]
     starts: list[Job] = []
@@ -129,6 +132,8 @@ def plan(
             # background, never from each other nor a page from its own work
             # (nor, with deadlines on time, from pressing work: §4.8).
             return True
+        if relieved and not any(guarded(j) for j in (*staying, *starts)):
+            return True  # guard relief: one background sequence stays
         return len(staying) + len(starts) < limit_now()
 
     draining = False
@@ -187,6 +192,8 @@ def plan(
         if over > 0:
             background = [j for j in reversed(staying) if guarded(j)]
             background.sort(key=lambda j: -rules.tier(j, now))
+            if relieved and not any(guarded(j) for j in starts):
+                over = min(over, len(background) - 1)  # guard relief: one stays
             # While the person's prompt evaluates, a person waits: the cut
             # sequences stop at once, a prompt evaluation of theirs too (§4.6).
             waiting = person_evaluating(staying) or person_evaluating(starts)

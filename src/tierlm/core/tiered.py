@@ -21,6 +21,7 @@ from tierlm.core.device import Decision, Device
 from tierlm.core.fairness import FairPool
 from tierlm.core.flapping import Flapping
 from tierlm.core.floor import PoolFloor
+from tierlm.core.guard_relief import GuardRelief
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.model_scan import scan_models
@@ -29,7 +30,7 @@ from tierlm.core.order import policy_order
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.preemption import preemption
 from tierlm.core.queues import T3_AFTER_POOL, running_candidate
-from tierlm.core.slices import SliceClocks
+from tierlm.core.slices import SliceClocks, turn_of
 from tierlm.core.slots import plan
 from tierlm.core.stop_reasons import CancelReason
 from tierlm.core.turns import chat_order
@@ -91,6 +92,7 @@ class TieredPolicy:
         # The surface the person just left, and until when its running
         # evaluation is not cut for the new one (docs/design.md §4.6).
         self._flapping = Flapping(config.slice)
+        self.relief = GuardRelief()  # docs/design.md §4.7 guard relief
 
     # -- events ---------------------------------------------------------------
 
@@ -132,18 +134,13 @@ class TieredPolicy:
             self._book.turns.served(job.chat_person)  # docs/design.md §4.2 persons in turn
         # A job that needs a swap starts its slice when the swap ends (swapped).
         begun = job.model_id == self._loaded_at_pick
-        self._slices.start(job.id, now, begun=begun, turn=self._turn_of(job))
+        self._slices.start(job.id, now, begun=begun, turn=turn_of(job))
         self.holds.busy()
         if job.task_class.fair:
             self.fair.start(job, now)
             if self._rank(job, now) == T4:
                 self._pool_running.add(job.id)
         self._remix(now)
-
-    @staticmethod
-    def _turn_of(job: Job) -> str | None:
-        """Whose turn a job's slice is part of: its producer's, in the pool."""
-        return job.producer if job.task_class.fair else None
 
     def _remix(self, now: float) -> None:
         """The running set changed: the budgets and the floor count each class's
@@ -160,7 +157,7 @@ class TieredPolicy:
         if self._running.pop(job.id, None) is None:
             return
         self._flapping.ended(job)
-        self._slices.stop(job.id, now, turn=self._turn_of(job))
+        self._slices.stop(job.id, now, turn=turn_of(job))
         self._pool_running.discard(job.id)
         if job.task_class.fair:
             # docs/design.md §4 fair pool: "you ran, you pay", cancelled or not, swap included.
@@ -333,17 +330,14 @@ class TieredPolicy:
     ) -> int | None:
         skip = self._over_budget(now, joining=extra is None) if self._budgets else _NO_SKIP
         choice = self._choose(now, loaded_model, skip, extra, t4)
-        if choice is None and skip and (extra is not None or self._only_running(skip)):
+        only_skipped = all(job.class_name in skip for job in self._running.values())
+        if choice is None and skip and (extra is not None or only_skipped):
             # Work-conserving budget (docs/design.md §6.4): the device never
             # idles for it. A free slot beside other classes' sequences may stay
             # free: the device is busy, and each sequence more slows every other
             # one's step (docs/design.md §4.7 budgets in a batch).
             choice = self._choose(now, loaded_model, _NO_SKIP, extra, t4)
         return choice
-
-    def _only_running(self, classes: frozenset[str]) -> bool:
-        """Whether every running sequence is of ``classes`` (none running: True)."""
-        return all(job.class_name in classes for job in self._running.values())
 
     def decide(self, now: float, device: Device) -> Decision:
         """docs/design.md §2 decide: this step's plan, by the k-slot rules of
@@ -354,9 +348,18 @@ class TieredPolicy:
         self._slices.evaluations = device.evaluations
         shielded = self._on_time.shielded if self._on_time is not None else None
         waiting = self._book.people_waiting
-        decision = plan(self, now, device, self.config.chat_slowdown, waiting, shielded)
+        relieved = self._guard_relief(now, device)
+        decision = plan(self, now, device, self.config.chat_slowdown, waiting, shielded, relieved)
         self._wake = []
         return self._go_back(decision, device)
+
+    def _guard_relief(self, now: float, device: Device) -> bool:
+        """docs/design.md §4.7 guard relief (``GuardRelief``); woken for it only
+        when it would change the batch: background queued, none running."""
+        tiers = [self.tier(j, now) for j in device.running]
+        busy = self._book.chats > 0 or any(t <= T1 for t in tiers)
+        gains = len(self._book) > self._book.chats and all(t <= T1 for t in tiers)
+        return self.relief.step(now, busy, device.slots, self._wake if gains else [])
 
     def _go_back(self, decision: Decision, device: Device) -> Decision:
         """docs/design.md §4.8 excursions: an empty device with nothing to
@@ -385,19 +388,15 @@ class TieredPolicy:
         return best
 
     def _held_for_turn(self, best: Job, now: float) -> bool:
-        """docs/design.md §4.4 turns: a pool producer whose job ended mid-turn
-        and that sends its next within a round trip keeps its slot that long,
-        rather than lose the rest of its turn in the instant between (an
-        agent sending one job at a time lost it at every job). Only against
-        the pool's own order: never against a person, a budget or a deadline."""
-        found = self.anticipation.turn_hold(now)
-        if found is None or self._rank(best, now) != T4:
+        """docs/design.md §4.4 turns (``Anticipation.holds_turn``), only
+        against the pool's own order: never against a person, a budget or a
+        deadline."""
+        if self._rank(best, now) != T4:
             return False
-        producer, until = found
-        if producer == best.producer or not self._slices.turn_left(producer, now):
-            return False
-        self._wake.append(until)
-        return True
+        until = self.anticipation.holds_turn(best.producer, now, self._slices.turn_left)
+        if until is not None:
+            self._wake.append(until)
+        return until is not None
 
     def take(self, job: Job, now: float) -> None:
         self._book.remove(job, now, to_run=True)
