@@ -166,3 +166,22 @@ def test_a_file_past_max_requests_stops_at_the_next_line() -> None:
         with pytest.raises(openai.BadRequestError) as info:
             create(client, file_id)
         assert "reading stopped at line 6" in str(info.value)
+
+
+def test_each_key_has_its_own_share_of_the_store() -> None:
+    """A key's files are capped (``batches.max_bytes_per_key``): past it the
+    key's upload is a 413 naming the setting, and another key still uploads."""
+    keys = [*KEYS, {"key": "sk-bob", "name": "bob", "classes": ["gana", "nataraj"]}]
+    raw = {"keys": keys, "batches": {"max_bytes_per_key": 100_000}}
+    with serve(sim_settings(raw), key="sk-admin") as gw:
+        ann, bob = gw.openai("sk-ann"), gw.openai("sk-bob")
+        content = b"{}\n" * 20_000  # 60 kB
+        kept = ann.files.create(file=("a.jsonl", io.BytesIO(content)), purpose="batch")
+        with pytest.raises(openai.APIStatusError) as info:
+            ann.files.create(file=("b.jsonl", io.BytesIO(content)), purpose="batch")
+        assert info.value.status_code == 413
+        assert info.value.code == "key_storage_full"
+        assert "batches.max_bytes_per_key" in str(info.value)
+        bob.files.create(file=("c.jsonl", io.BytesIO(content)), purpose="batch")
+        ann.files.delete(kept.id)  # room again
+        ann.files.create(file=("b.jsonl", io.BytesIO(content)), purpose="batch")
