@@ -58,6 +58,13 @@ class FleetArgs(BaseModel):
     """The gateway's configuration (the TOML file's structure): every replica's."""
     replicas: int = Field(1, ge=1)
     """Replicas of tierlm: one per device."""
+    autoscaling: dict[str, Any] | None = None
+    """Serve's ``autoscaling_config`` of the tierlm replicas (``min_replicas``,
+    ``max_replicas``, ``target_ongoing_requests``...), in place of a fixed
+    ``replicas``: Serve adds a replica (a device) when the requests each one
+    holds, queued ones included, pass the target; the ingress then moves
+    queued requests to it (``tierlm.ray.moves``, docs/distributed.md
+    "Autoscaling")."""
     devices: list[dict[str, Any]] = Field(default_factory=list)
     """Each replica's own settings, by Serve replica rank (0, 1, ...), merged
     into ``settings`` table by table: its model paths, its backend options."""
@@ -130,9 +137,14 @@ def build(args: FleetArgs | Mapping[str, Any]) -> Any:
     }
     if chosen is None:
         router["request_router_kwargs"] = {"affinity_slack_s": fleet.affinity_slack_s}
+    scaling: dict[str, Any] = (
+        {"num_replicas": "auto", "autoscaling_config": dict(fleet.autoscaling)}
+        if fleet.autoscaling is not None
+        else {"num_replicas": fleet.replicas}
+    )
     replica = serve.deployment(
         name="tierlm-replica",
-        num_replicas=fleet.replicas,
+        **scaling,
         max_ongoing_requests=limit,
         ray_actor_options=dict(fleet.replica_options),
         request_router_config=RequestRouterConfig(**router),
@@ -143,12 +155,19 @@ def build(args: FleetArgs | Mapping[str, Any]) -> Any:
     ingress = serve.deployment(
         name="tierlm-ingress",
         num_replicas=fleet.ingress_replicas,
-        max_ongoing_requests=limit * fleet.replicas,
+        max_ongoing_requests=limit * _most_replicas(fleet),
         ray_actor_options={"num_cpus": 0},
         graceful_shutdown_timeout_s=grace,
     )(TierlmIngress)
     bound = replica.bind(fleet.settings, fleet.devices, fleet.stall_after_s)
     return ingress.bind(bound, fleet.settings, fleet.ops_timeout_s)
+
+
+def _most_replicas(fleet: FleetArgs) -> int:
+    """The most tierlm replicas the fleet runs (its autoscaling's maximum)."""
+    if fleet.autoscaling is None:
+        return fleet.replicas
+    return max(fleet.replicas, int(fleet.autoscaling.get("max_replicas", 1)))
 
 
 def start_local(port: int, *, num_cpus: int = 2, temp_dir: str | None = None) -> None:

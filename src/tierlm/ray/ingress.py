@@ -12,6 +12,10 @@ replica's stream.
   home replica, the one their last turn ran on, where their KV is
   (``Homes``); the router puts it first while it is worth it
   (``tierlm.ray.affinity``).
+- A request queued on a replica (nothing produced yet) moves to another
+  when its replica leaves the fleet (a rolling update, a scale-down) or
+  another would start it sooner (a scale-out): ``tierlm.ray.moves`` chooses,
+  ``_move`` places it elsewhere first and cancels the old copy only then.
 - A replica that refuses (429: its class is full; 503: it drains) sends the
   request to the next; when the router offers one already tried, every replica was: 429 with
   the smallest Retry-After.
@@ -44,7 +48,9 @@ from starlette.responses import JSONResponse, Response
 
 from tierlm.ray.fleet_ops import DEFAULT_OPS_TIMEOUT_S, FleetOps
 from tierlm.ray.homes import Homes
+from tierlm.ray.moves import MOVE_PERIOD_S, Mover, Waiting
 from tierlm.ray.ops import is_ops_path
+from tierlm.ray.reach import each_replica
 from tierlm.ray.serve_log import join_serve_log
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.body import read_json
@@ -69,6 +75,8 @@ logger = logging.getLogger("tierlm.ray")
 # Attempts at most per request (each a replica not tried before, or a retry
 # after a replica died): a bound, whatever the cluster does.
 MAX_ATTEMPTS = 16
+# Moves at most per job while it waits (tierlm.ray.moves): no ping-pong.
+MAX_MOVES = 3
 # The response header naming the replica that took the request (docs/distributed.md).
 REPLICA_HEADER = "X-Tierlm-Replica"
 
@@ -121,6 +129,13 @@ class RemoteJob:
         """Told once when it ends (the ingress's judge of persons)."""
         self.person: str | None = None
         """Whose turn it is, when it is served as a person's (``Homes``)."""
+        self.stream: Any = None
+        """The replica's stream of it now (another after a move or a failover)."""
+        self.move = asyncio.Event()
+        """Set by the ingress's mover: place it elsewhere while it waits."""
+        self.moves = 0
+        self.queued_since = 0.0
+        self.model = ""
 
     def note(self) -> str | None:
         if not self.produced and self.replica is not None:
@@ -166,6 +181,11 @@ class TierlmIngress:
         self.people = People(s.people, s.program_class, s.classes)
         self.homes = Homes()
         """Each person's home replica, where their KV is (``tierlm.ray.affinity``)."""
+        self.ops_timeout_s = ops_timeout_s
+        self.waiting: dict[int, RemoteJob] = {}
+        """Jobs placed that have produced nothing yet (the mover's)."""
+        self.mover = Mover()
+        self._mover: asyncio.Future[None] | None = None
         self.models = s.backend.model_ids()
         self.fleet = FleetOps(replicas, ops_timeout_s)
         self.name = "local"
@@ -216,6 +236,7 @@ class TierlmIngress:
         now = time.monotonic()
         served = classify(principal, request.headers, ask, self.settings.classes, self.people, now)
         job = RemoteJob(served.meta, ask.default_max_tokens)
+        job.model = params.model
         if served.meta.served_as == "person":
             job.person = identity_of(principal, request.headers, ask.user)
         if served.identity is not None:
@@ -293,7 +314,7 @@ class TierlmIngress:
         try:
             for _ in range(MAX_ATTEMPTS):
                 try:
-                    async for item in stream:
+                    async for item in self._items(job, params, stream):
                         if "pieces" in item:
                             if job.first_token_at is None:
                                 job.first_token_at = time.time()  # the clock of submitted_at
@@ -335,9 +356,113 @@ class TierlmIngress:
             job.finish(exc)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                cast(Any, stream).cancel()  # the client left: the replica cancels the job
+                cast(Any, job.stream or stream).cancel()  # the client left: the replica cancels it
             job.finish(APIError(499, "the client went away"))
             raise
+
+    async def _items(
+        self, job: RemoteJob, params: Params, stream: AsyncIterator[dict[str, Any]]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The job's items from its replica; while it has produced nothing, it
+        may move to another replica (``_first``)."""
+        job.stream = stream
+        if not job.produced:
+            first = await self._first(job, params)
+            if first is None:
+                return
+            yield first
+        async for item in job.stream:
+            yield item
+
+    async def _first(self, job: RemoteJob, params: Params) -> dict[str, Any] | None:
+        """The first item of a queued job's stream (None: the stream ended);
+        meanwhile the mover may ask it to move (``tierlm.ray.moves``)."""
+        key = id(job)
+        job.queued_since = time.monotonic()
+        self.waiting[key] = job
+        self._watch_waiting()
+        nxt = asyncio.ensure_future(job.stream.__anext__())
+        try:
+            while True:
+                job.move.clear()
+                mover = asyncio.ensure_future(job.move.wait())
+                try:
+                    await asyncio.wait({nxt, mover}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    mover.cancel()
+                if nxt.done():
+                    try:
+                        return cast(dict[str, Any], nxt.result())
+                    except StopAsyncIteration:
+                        return None
+                moved = await self._move(job, params, nxt)
+                if moved is not None:
+                    job.stream = moved
+                    nxt = asyncio.ensure_future(moved.__anext__())
+        finally:
+            self.waiting.pop(key, None)
+            if not nxt.done():
+                nxt.cancel()
+
+    async def _move(
+        self, job: RemoteJob, params: Params, nxt: asyncio.Future[Any]
+    ) -> AsyncIterator[dict[str, Any]] | None:
+        """Place the job on another replica, then cancel it on its own; or,
+        if no other took it or it started meanwhile, keep it where it is."""
+        old, old_replica, old_id = job.stream, job.replica, job.id
+        try:
+            new = await self._place(job, params.request, {old_replica} if old_replica else None)
+        except APIError:
+            return None  # every other replica refused: it stays
+        died = nxt.done() and not nxt.cancelled() and nxt.exception() is not None
+        if job.replica == old_replica or (nxt.done() and not died):
+            with contextlib.suppress(Exception):
+                cast(Any, new).cancel()
+            job.replica, job.id = old_replica, old_id
+            self.homes.set(job.person, old_replica, time.monotonic())
+            return None
+        nxt.cancel()
+        with contextlib.suppress(Exception):
+            old.cancel()  # the old replica drops it from its queue
+        job.moves += 1
+        logger.info("queued job moved from replica %s to %s", old_replica, job.replica)
+        return new
+
+    def _watch_waiting(self) -> None:
+        if self._mover is None or self._mover.done():
+            self._mover = asyncio.ensure_future(self._moving())
+
+    async def _moving(self) -> None:
+        """While jobs wait: look at the fleet every ``MOVE_PERIOD_S`` and ask
+        the ones worth moving to move (``tierlm.ray.moves``)."""
+        while self.waiting:
+            await asyncio.sleep(MOVE_PERIOD_S)
+            now = time.monotonic()
+            ready = [
+                job
+                for job in self.waiting.values()
+                if job.replica is not None
+                and job.moves < MAX_MOVES
+                and now - job.queued_since >= MOVE_PERIOD_S
+            ]
+            if not ready:
+                continue
+            try:
+                reach = await each_replica(
+                    self.replicas, "record_routing_stats", self.ops_timeout_s
+                )
+            except Exception as exc:  # no look this time
+                logger.warning("the mover could not read the replicas' stats: %s", exc)
+                continue
+            stats = {str(a["replica"]): a for a in reach.answers if isinstance(a, dict)}
+            waiting = [
+                Waiting(id(job), str(job.replica), job.model, job.meta.class_name) for job in ready
+            ]
+            for key, why in self.mover.choose(waiting, stats, time.time()):
+                found = self.waiting.get(key)
+                if found is not None:
+                    logger.info("moving queued job %d: %s", found.id, why)
+                    found.move.set()
 
 
 def _api_error(status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> APIError:
