@@ -280,6 +280,9 @@ def test_a_model_alias_names_the_class_on_both_surfaces() -> None:
             model="sim-a@nataraj", messages=MESSAGES, max_tokens=1
         )
         assert v1.model == "sim-a" and recent(gw)["class"] == "nataraj"
+        # The Responses API too: every surface reads the alias.
+        gw.openai(APP).responses.create(model="sim-a@gana", input="hi", max_output_tokens=1)
+        assert recent(gw)["class"] == "gana"
         # The key's rules hold, as for the header: extract is not the app's.
         refused = httpx.post(f"{gw.url}/api/chat", json=chat("sim-a@extract"), headers=auth)
         assert refused.status_code == 403 and "'extract'" in refused.json()["error"]

@@ -32,6 +32,7 @@ from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import GatewayJob
 from tierlm.server.gateway.intake import admit
+from tierlm.server.gateway.model_names import resolve
 from tierlm.server.openai.answers import Answer
 from tierlm.server.openai.job_errors import job_error
 from tierlm.server.openai.pipeline import ask_of, gateway_of, parse_chat
@@ -285,8 +286,10 @@ async def create_response(request: Request) -> Response:
     body = await read_json(request, settings.limits.max_body_bytes)
     asked = parse(ResponsesRequest, body)
     history, chat_body = _conversation(store_of(request), owner, asked)
-    params = parse_chat(chat_body, settings.limits, settings.backend.kind)
-    [job] = await admit(gateway, principal, request.headers, ask_of(params))
+    # "model@gana": the class an app can name without headers (model_names).
+    model, headers = resolve(gateway, principal, request.headers, chat_body["model"])
+    params = parse_chat({**chat_body, "model": model}, settings.limits, settings.backend.kind)
+    [job] = await admit(gateway, principal, headers, ask_of(params))
     params = replace(params, request=job.request, include_usage=False)
     answer = ResponseAnswer(Answer(params), asked, _echo(asked))
     if asked.store is not False:
