@@ -2,10 +2,19 @@
 
 Every scheduler event bumps ``version``; a live view (the dashboard's stream)
 waits for it to change (``changed``). A waiting request's stream that shows its
-queue position ``watch``-es: it is woken after events, at most every
-``POSITION_INTERVAL``, to look up its position again
-(``Scheduler.queue_positions``). Nothing here copies the queue: the positions
-are the scheduler's, looked up at most every ``POSITION_INTERVAL`` (``position``).
+queue position ``watch``-es: after events, at most every ``POSITION_INTERVAL``,
+the positions are looked up once (``Scheduler.queue_positions``) and the
+streams whose shown place changed are woken, and only they. Nothing here copies
+the queue: the positions are the scheduler's, looked up at most every
+``POSITION_INTERVAL`` (``position``).
+
+Why only they: waking every waiting stream after every burst of events made
+the loop's work per event grow with the idle queued streams. At 1 000 queued,
+4 000 wake-ups a second each wrote nothing new (a place far back is shown
+rounded, ``shown_position``, and stays the same as jobs start), and the
+gateway's loop lag p99 lay in 100-250 ms (issue 57; docs/design.md §1, the
+edge). A stream ``wake`` that carries its job's id (``JobWake``) is woken when
+what it would show changes; any other ``asyncio.Event`` is woken as before.
 """
 
 from __future__ import annotations
@@ -17,10 +26,54 @@ from collections.abc import Callable, Iterator, Mapping
 
 from tierlm.shell.events import SchedulerEvent
 
-__all__ = ["POSITION_INTERVAL", "WAKE_BATCH", "Changes", "Positions"]
+__all__ = [
+    "EXACT_POSITIONS",
+    "POSITION_INTERVAL",
+    "WAKE_BATCH",
+    "Changes",
+    "JobWake",
+    "Positions",
+    "shown_position",
+]
 
 Positions = Mapping[int, tuple[int, int]]
 """{job id: (effective tier, place in the queue)}: ``Scheduler.queue_positions``."""
+
+# Positions up to this are shown exactly; beyond, rounded up (see shown_position).
+EXACT_POSITIONS = 10
+
+
+def shown_position(position: int) -> int:
+    """The queue position a waiting stream is told: exact up to
+    EXACT_POSITIONS, then rounded up to a multiple of 10, and of 50 past 100.
+
+    Every job that starts moves every waiting job up one place; with hundreds
+    waiting, exact positions cost a write to every stream per start (the
+    gateway benchmark's 500 streams read 46 000 such lines for 10 600 tokens).
+    Far back in the queue, "about 120" says all a person needs.
+    """
+    if position <= EXACT_POSITIONS:
+        return position
+    step = 10 if position <= 100 else 50
+    return -(-position // step) * step
+
+
+def _shown(where: tuple[int, int] | None) -> tuple[int, int] | None:
+    """What a stream shows of ``where``: its tier and rounded place."""
+    return None if where is None else (where[0], shown_position(where[1]))
+
+
+class JobWake(asyncio.Event):
+    """A stream's wake-up that knows its job, so that ``Changes`` wakes it
+    only when the place it shows changes (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.job_id: int | None = None
+        """Set once the job is submitted."""
+
+
+_UNTOLD = object()
 
 # How often, at most, waiting streams are told a new position: a person reading
 # "waiting behind 3 jobs" needs a few updates a second, not one per event. With
@@ -52,6 +105,9 @@ class Changes:
         self._positions_at = -POSITION_INTERVAL  # loop time of that look-up
         self._positions_version = -1  # ``version`` at that look-up
         self._late: set[asyncio.Event] = set()  # to wake at the next look-up allowed
+        self._look_up: Callable[[], Positions] | None = None  # the streams' (``position``)
+        self._told: dict[asyncio.Event, object] = {}
+        """What each watching stream was last answered (``_shown``)."""
 
     def start(self) -> None:
         """Bind to the running loop (the app's lifespan)."""
@@ -67,7 +123,29 @@ class Changes:
 
     def _wake_watchers(self) -> None:
         self._wake_pending = False
-        self._wake_some(iter(list(self._watchers)))
+        self._wake_some(iter(self._changed_for(self._watchers)))
+
+    def _changed_for(self, waiting: set[asyncio.Event]) -> list[asyncio.Event]:
+        """The streams of ``waiting`` that would show something new: the
+        positions looked up once (if they are older than the last event),
+        then a dict look-up a stream; those that do not know their job, all."""
+        look_up, loop = self._look_up, self.loop
+        if look_up is None or loop is None:
+            return list(waiting)
+        if self._positions_version != self.version:
+            self._refresh(look_up, loop.time())
+        positions, told = self._positions, self._told
+        woken: list[asyncio.Event] = []
+        for wake in waiting:
+            job_id = getattr(wake, "job_id", None)
+            if job_id is None or told.get(wake, _UNTOLD) != _shown(positions.get(job_id)):
+                woken.append(wake)
+        return woken
+
+    def _refresh(self, look_up: Callable[[], Positions], now: float) -> None:
+        self._positions = look_up()
+        self._positions_at = now
+        self._positions_version = self.version
 
     def _wake_some(self, waiting: Iterator[asyncio.Event]) -> None:
         # WAKE_BATCH a loop turn, the rest in the next turns (WAKE_BATCH).
@@ -83,6 +161,8 @@ class Changes:
 
     def unwatch(self, wake: asyncio.Event) -> None:
         self._watchers.discard(wake)
+        self._late.discard(wake)
+        self._told.pop(wake, None)
 
     def position(
         self, job_id: int, wake: asyncio.Event, look_up: Callable[[], Positions]
@@ -101,24 +181,26 @@ class Changes:
         loop = self.loop
         if loop is None:  # not started (a test's bare gateway): no throttle
             return look_up().get(job_id)
+        self._look_up = look_up
         now = loop.time()
         next_allowed = self._positions_at + POSITION_INTERVAL
         if now >= next_allowed:
-            self._positions = look_up()
-            self._positions_at = now
-            self._positions_version = self.version
-            return self._positions.get(job_id)
-        where = self._positions.get(job_id)
-        if where is None or self._positions_version != self.version:
-            # Look again when allowed: woken with the others due then, a batch a turn.
-            if not self._late:
-                loop.call_at(next_allowed, self._wake_late)
-            self._late.add(wake)
+            self._refresh(look_up, now)
+            where = self._positions.get(job_id)
+        else:
+            where = self._positions.get(job_id)
+            if where is None or self._positions_version != self.version:
+                # Look again when allowed: woken then if its place shows
+                # otherwise, with the others due then, a batch a turn.
+                if not self._late:
+                    loop.call_at(next_allowed, self._wake_late)
+                self._late.add(wake)
+        self._told[wake] = _shown(where)
         return where
 
     def _wake_late(self) -> None:
         late, self._late = self._late, set()
-        self._wake_some(iter(list(late)))
+        self._wake_some(iter(self._changed_for(late)))
 
     def close(self) -> None:
         """Live views end (they check ``closing`` when woken)."""

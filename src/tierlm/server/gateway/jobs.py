@@ -10,7 +10,6 @@ goes away, and the SSE comment saying where it waits (from
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Protocol
 
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.gateway.admission import Admission
-from tierlm.server.gateway.changes import Changes
+from tierlm.server.gateway.changes import EXACT_POSITIONS, Changes, JobWake, shown_position
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.gateway.metrics import Metrics
 from tierlm.server.gateway.recent import RecentJobs
@@ -30,9 +29,6 @@ from tierlm.shell.scheduler import Scheduler
 __all__ = ["EXACT_POSITIONS", "GatewayJob", "JobHost", "shown_position"]
 
 logger = logging.getLogger("tierlm.server")
-
-# Positions up to this are shown exactly; beyond, rounded up (see shown_position).
-EXACT_POSITIONS = 10
 
 
 class JobHost(Protocol):
@@ -68,9 +64,10 @@ class GatewayJob:
         self.gateway = gateway
         self.meta = meta
         self.request = request
-        self.wake = asyncio.Event()
+        self.wake = JobWake()
         """Set on every new piece and at the end (and, while its stream watches
-        the queue, after scheduler events): the response's loop waits on it."""
+        the queue, when the place it shows changes, ``Changes``): the
+        response's loop waits on it."""
         self.disconnected: str | None = None
         """"queued" or "running" if the client went away before the end."""
         self._ended = False
@@ -92,6 +89,7 @@ class GatewayJob:
             person=meta.person,
         )
         self.handle.add_done_callback(self._on_done)
+        self.wake.job_id = self.handle.id
 
     @property
     def id(self) -> int:
@@ -202,18 +200,3 @@ def _deadline(meta: JobMeta, now: float) -> float | dt.datetime | None:
     if isinstance(deadline, int | float):
         return now + deadline
     return deadline
-
-
-def shown_position(position: int) -> int:
-    """The queue position a waiting stream is told: exact up to
-    EXACT_POSITIONS, then rounded up to a multiple of 10, and of 50 past 100.
-
-    Every job that starts moves every waiting job up one place; with hundreds
-    waiting, exact positions cost a write to every stream per start (the
-    gateway benchmark's 500 streams read 46 000 such lines for 10 600 tokens).
-    Far back in the queue, "about 120" says all a person needs.
-    """
-    if position <= EXACT_POSITIONS:
-        return position
-    step = 10 if position <= 100 else 50
-    return -(-position // step) * step
