@@ -20,6 +20,7 @@ machine, so compare them as ratios, within one run.
 
     python bench/batch_vs_requests.py [--notes 500] [--tokens 8]
                                       [--token-interval 0.002] [--chat-every 1.0]
+                                      [--slots 8]
 
 Writes batch_vs_requests.json to the results folder (bench/_results.py).
 """
@@ -124,6 +125,8 @@ def variant(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 "sim",
                 "--token-interval",
                 str(args.token_interval),
+                "--slots",
+                str(args.slots),
                 "--data-dir",
                 data,
                 "--log-level",
@@ -175,6 +178,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--token-interval", type=float, default=0.002)
     parser.add_argument("--chat-every", type=float, default=1.0)
+    parser.add_argument("--slots", type=int, default=8, help="the device's slots (sim)")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     rows = {name: variant(name, args) for name in ("requests", "batch")}
@@ -186,6 +190,7 @@ def main() -> None:
         "notes": args.notes,
         "tokens": args.tokens,
         "token_interval": args.token_interval,
+        "slots": args.slots,
         "ideal_seconds": args.notes * args.tokens * args.token_interval,
         "rows": rows,
         "batch_vs_requests_throughput": round(

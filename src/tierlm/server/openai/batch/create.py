@@ -201,7 +201,7 @@ def _most_choices(service: BatchService, principal: Principal, class_name: str) 
     class holds (its ``queue_limit``); more would wait for ever."""
     settings = service.gateway.settings
     limits = [
-        (service.settings.in_flight, "batches.in_flight"),
+        (service.in_flight, "batches.in_flight"),
         (settings.queue_limit(class_name), f"the queue_limit of class {class_name!r}"),
     ]
     if principal.queue_limit is not None:

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tierlm.runners.protocol import abilities_of
 from tierlm.server.gateway.embedding_lane import EmbeddingService
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.openai.batch.data_dir import DataDirLock
@@ -107,6 +108,13 @@ class BatchService:
             self._store = None
         self._lock.release()
 
+    @property
+    def in_flight(self) -> int:
+        """A batch's jobs in the scheduler at once (``batches.in_flight``;
+        unset: twice the device's slots)."""
+        configured = self.settings.in_flight
+        return configured if configured is not None else 2 * abilities_of(self.gateway.runner).slots
+
     def launch(self, record: BatchRecord, *, resumed: bool = False) -> None:
         """Run ``record`` (new, or ``resumed`` after a restart) until its final status."""
         assert self._store is not None
@@ -116,7 +124,7 @@ class BatchService:
             self.call,
             self.gateway,
             self.embeddings,
-            self.settings.in_flight,
+            self.in_flight,
             self.metrics.request_done,
         )
         self.runs[record.id] = run
@@ -159,7 +167,7 @@ class BatchService:
         """``GET /v1/scheduler/batches``: every running batch with its progress,
         then the last finished ones."""
         return {
-            "in_flight_per_batch": self.settings.in_flight,
+            "in_flight_per_batch": self.in_flight,
             "running": [summary(run.record, len(run.running)) for run in self.runs.values()],
             "recent": list(self.recent),
         }
