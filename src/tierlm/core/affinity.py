@@ -117,9 +117,14 @@ def choose(
         # model's work that has waited as long goes first (one swap, a batch).
         older = waiting.submitted_at < best_job.submitted_at
         target_id, target = (waiting_id, waiting) if older else (best_id, best_job)
-        if loaded_job is not None and loaded_job.submitted_at <= target.submitted_at:
+        loaded_older = loaded_job is not None and loaded_job.submitted_at <= target.submitted_at
+        if loaded_older and not holds.presence.away:
+            # With no AI surface open the swap goes now (docs/design.md §4.8
+            # presence): after the loaded model's older work it met the
+            # person back on a page, then their chat met the swap back.
             assert best_loaded is not None
             return Choice(best_loaded[2])
+        present_until = starve_at + max_affinity_wait
         if holds.gap_fits(now, loaded_model, starve_at, target.model_id):
             # Seed scenario 6: it "waits for a chat idle gap", the first one
             # since it reached the bound that holds its excursion; a person
@@ -128,6 +133,7 @@ def choose(
             return Choice(target_id)
     else:
         target_id, target = best_id, best_job
+        present_until = float("inf")
         if best_loaded is not None:
             return Choice(best_loaded[2], affinity_expiry=starve_at)
         if anticipation is not None:
@@ -135,7 +141,12 @@ def choose(
             if held is not None:
                 return Choice(None, hold_expiry=min(held, starve_at))
     hold_end = holds.hold_end(
-        now, loaded_model, target.model_id, chat_open=chat_open, idle=best_loaded is None
+        now,
+        loaded_model,
+        target.model_id,
+        chat_open=chat_open,
+        idle=best_loaded is None,
+        present_until=present_until,
     )
     if hold_end is not None and now < hold_end:
         return Choice(best_loaded[2] if best_loaded is not None else None, hold_expiry=hold_end)

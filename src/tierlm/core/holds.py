@@ -22,6 +22,10 @@ from __future__ import annotations
 
 from collections import deque
 
+from tierlm.core.classes import Tier
+from tierlm.core.jobs import Foreground, Job
+from tierlm.core.presence import Presence
+
 __all__ = [
     "DEFAULT_SWAP_ESTIMATE",
     "EXCURSION_SWAPS",
@@ -70,6 +74,7 @@ class SwapHolds:
         "chat_grace",
         "chat_idle",
         "grace_factor",
+        "presence",
         "runner_estimate",
     )
 
@@ -89,10 +94,28 @@ class SwapHolds:
         self.runner_estimate: float | None = None
         """The runner's own swap estimate (``Device.swap_estimate``), used until
         a swap is measured."""
+        self.presence = Presence()  # docs/design.md §4.8 presence
 
     def chat_ended(self, model_id: str, now: float) -> None:
         self._last_chat[model_id] = now
         self._chat_model = model_id
+
+    def surface(
+        self, foreground: Foreground | None, now: float, *, chat: bool, opened: bool
+    ) -> None:
+        """The foreground changed (``chat``: to the chat page; ``opened``: it
+        was not open before): the presence it says (docs/design.md §4.8)."""
+        self.presence.surface(foreground, now, chat=chat)
+        if opened:
+            self.page_opened(now)
+
+    def submitted(self, job: Job, now: float) -> None:
+        """A job was submitted: a person's message is a reading gap's end,
+        the open page's own job its person's activity (docs/design.md §4.8)."""
+        if job.task_class.tier == Tier.T0:
+            self.chat_submitted(now)
+        else:
+            self.presence.submitted(job, now)
 
     def page_opened(self, now: float) -> None:
         """The chat page opened: the person came to type, on the model their
@@ -116,24 +139,42 @@ class SwapHolds:
         return self.runner_estimate if self.runner_estimate is not None else DEFAULT_SWAP_ESTIMATE
 
     def hold_end(
-        self, now: float, loaded_model: str, target_model: str, *, chat_open: bool, idle: bool
+        self,
+        now: float,
+        loaded_model: str,
+        target_model: str,
+        *,
+        chat_open: bool,
+        idle: bool,
+        present_until: float = float("inf"),
     ) -> float | None:
         """Until when to hold ``loaded_model`` rather than swap to
-        ``target_model`` (None: no chat ran on it). ``idle``: nothing else on
-        the loaded model can run meanwhile, so the device would idle."""
+        ``target_model`` (None: no person may use it). ``idle``: nothing else
+        on the loaded model can run meanwhile, so the device would idle;
+        ``present_until``: the latest a person on another AI surface holds it
+        (docs/design.md §4.8 presence: work past the starvation bound is held
+        so for at most one more bound)."""
         last_chat = self._last_chat.get(loaded_model)
         opened = self._page_opened
         if chat_open and opened is not None and opened[1] == loaded_model:
             last_chat = max(last_chat if last_chat is not None else opened[0], opened[0])
-        if last_chat is None:
+        present = None
+        if not chat_open:
+            present = self.presence.until(now, loaded_model, self._chat_model, self.chat_idle)
+            present = None if present is None or present_until <= now else present
+        if last_chat is None and present is None:
             return None
-        end = last_chat + (self.idle_after(target_model) if chat_open else self.chat_grace)
+        end = -float("inf")
+        if last_chat is not None:
+            end = last_chat + (self.idle_after(target_model) if chat_open else self.chat_grace)
+        if present is not None:
+            end = max(end, min(present, present_until))
         if idle:
-            # docs/design.md §4.8 ski rental. With the chat page open a lost
-            # bet costs a person the swap back, so the hold may idle up to
-            # OPEN_PAGE_SWAPS swaps: a person typing every 40-50 s under the
-            # 3-swap cap waited 10-20 s on most messages.
-            swaps = OPEN_PAGE_SWAPS if chat_open else self.grace_factor
+            # docs/design.md §4.8 ski rental. With a person at the chat page or
+            # another AI surface a lost bet costs them the swap back, so the
+            # hold may idle up to OPEN_PAGE_SWAPS swaps: a person typing every
+            # 40-50 s under the 3-swap cap waited 10-20 s on most messages.
+            swaps = OPEN_PAGE_SWAPS if chat_open or present is not None else self.grace_factor
             since = self._held_since if self._held_since is not None else now
             end = min(end, since + swaps * self.swap_estimate(target_model))
         return end

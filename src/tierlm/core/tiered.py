@@ -100,8 +100,7 @@ class TieredPolicy:
         self._book.advance(now)
         self._book.add(job, now)
         self.anticipation.submitted(job.producer, job.model_id, now)
-        if job.task_class.tier == Tier.T0:
-            self.holds.chat_submitted(now)
+        self.holds.submitted(job, now)
 
     def requeue(self, job: Job, now: float) -> None:
         """docs/design.md §4 re-queue: back to the front of its tier (it keeps its
@@ -124,8 +123,8 @@ class TieredPolicy:
             # the person just left keeps its running evaluation.
             self._flapping.left(self.foreground, now)
         self.foreground = foreground
-        if self._chat_surface_open() and not was_open:
-            self.holds.page_opened(now)
+        chat = self._chat_surface_open()
+        self.holds.surface(foreground, now, chat=chat, opened=chat and not was_open)
 
     def _started(self, job: Job, now: float) -> None:
         self._running[job.id] = job
