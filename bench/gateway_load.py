@@ -45,12 +45,18 @@ Then the loop-lag phase (bench/_lib/gateway/lag.py): for 500 and 1 000 streams
 of 4 tokens released at once, uvicorn serving a trivial Starlette app
 (bench/_lib/trivial_app.py) and then the gateway, each a fresh process, each
 measuring its own event loop with the gateway's probe: the lag's p50 / p99 /
-max during the load and how many streams were served, side by side.
+max during the load, ``/health`` p50 / p95 at the client before and during
+it, and how many streams were served, side by side. ``--baseline-src DIR``
+adds a third subject, the gateway of another checkout's ``src`` (an earlier
+commit: ``git archive <commit> src | tar -x -C DIR``), so a change is measured
+before and after in the same run; ``--lag-only`` skips the 500-stream
+variants.
 
     python bench/gateway_load.py [--background 500] [--chats 30] [--tokens 20]
                                  [--token-interval 0.005] [--timeout 175]
                                  [--lag-streams 500,1000] [--lag-tokens 4]
                                  [--order inprocess,gateway] [--seed 1] [--out FILE]
+                                 [--lag-only] [--baseline-src DIR]
 
 Writes ./bench-results/gateway_load.json and prints tables. Takes ~2.5 minutes
 (and ~2 more for the loop-lag phase) with the defaults: each variant is
@@ -131,6 +137,13 @@ def main() -> int:
         "--lag-tokens", type=int, default=LAG_TOKENS, help="loop-lag phase: tokens a stream"
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--lag-only", action="store_true", help="only the loop-lag phase")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="loop-lag phase: also the gateway of this src folder (PYTHONPATH)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     order = [v.strip() for v in args.order.split(",")]
@@ -180,7 +193,7 @@ def main() -> int:
     lag_results: dict[str, dict[str, Any]] = {}
     server_info: dict[str, Any] = {}
     try:
-        for variant in order:
+        for variant in [] if args.lag_only else order:
             # Out of time, a variant still runs a second, so that its requests are
             # reported (as unfinished) rather than the run ending without results.
             budget = max(1.0, min(phase_budget, hard_deadline - time.perf_counter() - 10.0))
@@ -210,12 +223,15 @@ def main() -> int:
                         server_info["log_tail"] = "\n".join(log)
         for streams in lag_streams:
             pair = lag_results.setdefault(str(streams), {})
-            for name in ("trivial", "gateway"):
-                subject = (
-                    trivial_server(streams, args.token_interval)
-                    if name == "trivial"
-                    else Server(serve_argv)
-                )
+            names = ["trivial", "gateway"] + (["baseline"] if args.baseline_src else [])
+            for name in names:
+                if name == "trivial":
+                    subject = trivial_server(streams, args.token_interval)
+                elif name == "baseline":
+                    baseline = {"PYTHONPATH": str(args.baseline_src.resolve())}
+                    subject = Server(serve_argv, env=baseline)
+                else:
+                    subject = Server(serve_argv)
                 gc.collect()
                 with console.status(f"loop lag: {name}, {streams} streams"):
                     subject.start()
@@ -232,14 +248,16 @@ def main() -> int:
             server.stop()
         server.close()
 
-    inp = summarise(raw["inprocess"], args.token_interval)
-    gw = summarise(raw["gateway"], args.token_interval)
-    comparison = compare(inp, gw)
-    title = (
-        f"{args.background} background streams + {args.chats} chats, {args.tokens} tokens at "
-        f"{args.token_interval * 1000:g} ms (order: {', '.join(order)})"
-    )
-    console.print(table(inp, gw, server_info, title))
+    inp = gw = comparison = None
+    if not args.lag_only:
+        inp = summarise(raw["inprocess"], args.token_interval)
+        gw = summarise(raw["gateway"], args.token_interval)
+        comparison = compare(inp, gw)
+        title = (
+            f"{args.background} background streams + {args.chats} chats, {args.tokens} tokens at "
+            f"{args.token_interval * 1000:g} ms (order: {', '.join(order)})"
+        )
+        console.print(table(inp, gw, server_info, title))
     if lag_results:
         console.print(lag_table(lag_results))
     if server_info.get("log_tail"):
@@ -261,7 +279,10 @@ def main() -> int:
             "device_seconds_per_variant": device_seconds,
             "lag_streams": lag_streams,
             "lag_tokens": args.lag_tokens,
+            "lag_only": args.lag_only,
+            "baseline_src": str(args.baseline_src) if args.baseline_src else None,
         },
+        "command": ["python", *sys.argv],
         "machine": machine(
             load_before,
             httpx=httpx.__version__,
@@ -279,7 +300,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {args.out} in {result['total_seconds']:.0f} s")
-    failed = sum(inp["errors"].values()) + sum(gw["errors"].values())
+    failed = sum(inp["errors"].values()) + sum(gw["errors"].values()) if inp and gw else 0
     failed += sum(len(row["errors"]) for pair in lag_results.values() for row in pair.values())
     return 1 if failed else 0
 

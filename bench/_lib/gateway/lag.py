@@ -10,6 +10,13 @@ The trivial app's streams last as long as the gateway's run (its chunks are
 spaced by the gateway's device time over the tokens), so both hold the same
 connections open for about the same time. The load generator is this
 process's: its own lag is the same for both and is not the servers'.
+
+Beside the lag, ``/health`` is timed at the client every ``HEALTH_EVERY``
+seconds on a connection of its own, before the load (nothing queued) and
+during it (the streams queued behind one device): p50 and p95. What a request
+costs the gateway must not grow with idle queued streams (issue 57: 1.8 ms at
+0, 19 ms at 1 000 queued); against the trivial app's under the same clients,
+the difference is the gateway's own.
 """
 
 from __future__ import annotations
@@ -24,11 +31,43 @@ from typing import Any
 import httpx
 from rich.table import Table
 
-from _lib.gateway.clients import HTTP_TIMEOUT, LEAD, gateway_client, wait_bounded
+from _lib.gateway.clients import HTTP_TIMEOUT, LEAD, gateway_client, sleep_until, wait_bounded
 from _lib.gateway.plan import Record, Spec, plan
 from _lib.gateway.server import Server, lag_buckets, scrape
 
 TRIVIAL_APP = Path(__file__).resolve().parent.parent / "trivial_app.py"
+LABELS = {
+    "trivial": "uvicorn + trivial app",
+    "gateway": "tierlm serve",
+    "baseline": "tierlm serve, baseline src",
+}
+HEALTH_EVERY = 0.05
+HEALTH_IDLE_PROBES = 40
+
+
+async def _health_times(url: str, stop: asyncio.Event | None, probes: int = 0) -> list[float]:
+    """``/health`` round trips (s), one every ``HEALTH_EVERY``: ``probes`` of
+    them, or until ``stop`` is set."""
+    times: list[float] = []
+    transport = httpx.AsyncHTTPTransport(retries=2)
+    async with httpx.AsyncClient(base_url=url, timeout=HTTP_TIMEOUT, transport=transport) as c:
+        while (stop is None and len(times) < probes) or (stop is not None and not stop.is_set()):
+            began = time.perf_counter()
+            (await c.get("/health")).raise_for_status()
+            times.append(time.perf_counter() - began)
+            await asyncio.sleep(HEALTH_EVERY)
+    return times
+
+
+def _percentiles(times: list[float]) -> dict[str, float | int | None]:
+    ordered = sorted(times)
+    if not ordered:
+        return {"probes": 0, "p50": None, "p95": None}
+    return {
+        "probes": len(ordered),
+        "p50": ordered[len(ordered) // 2],
+        "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+    }
 
 
 def trivial_server(streams: int, token_interval: float) -> Server:
@@ -53,14 +92,20 @@ async def lag_phase(server: Server, streams: int, tokens: int, budget: float) ->
         await gateway_client(client, warm.spec, 2, time.perf_counter(), warm)
         if warm.error is not None:
             raise RuntimeError(f"warm-up request failed: {warm.error}\n{server.tail()}")
+        idle_health = await _health_times(server.url, None, HEALTH_IDLE_PROBES)
         before = lag_buckets(await _metrics(client))
         began = time.perf_counter()
         release = began + LEAD
         tasks = [
             asyncio.create_task(gateway_client(client, r.spec, tokens, release, r)) for r in records
         ]
+        stop = asyncio.Event()
+        await sleep_until(release + 1.0)  # the streams are in
+        health = asyncio.create_task(_health_times(server.url, stop))
         timed_out = await wait_bounded(tasks, release + budget)
         seconds = time.perf_counter() - release
+        stop.set()
+        loaded_health = await health
         after_samples = await _metrics(client)
     after = lag_buckets(after_samples)
     during = [(le, count - was) for (le, count), (_, was) in zip(after, before, strict=True)]
@@ -83,28 +128,36 @@ async def lag_phase(server: Server, streams: int, tokens: int, budget: float) ->
             "p99_at_most": at_most(0.99) if probes else None,
             "max": largest,
         },
+        "health_idle": _percentiles(idle_health),
+        "health_loaded": _percentiles(loaded_health),
     }
 
 
 def lag_table(results: dict[str, dict[str, Any]]) -> Table:
     table = Table(title="event-loop lag under N streams (each server's own probe, 100 ms timer)")
-    for column in ("streams", "server", "served", "p50 <=", "p99 <=", "max", "run s"):
+    columns = (
+        "streams", "server", "served", "lag p50 <=", "lag p99 <=", "lag max",
+        "/health p50 idle", "/health p50 / p95 loaded", "run s",
+    )  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="right")
     for streams, pair in results.items():
-        for name in ("trivial", "gateway"):
+        for name in ("trivial", "gateway", "baseline"):
             row = pair.get(name)
             if row is None:
                 continue
             lag = row["loop_lag"]
             table.add_row(
                 streams,
-                "uvicorn + trivial app" if name == "trivial" else "tierlm serve",
+                LABELS[name],
                 f"{row['served']}/{row['streams']}",
                 *(_ms(lag[key]) for key in ("p50_at_most", "p99_at_most", "max")),
+                _ms(row["health_idle"]["p50"], 1),
+                f"{_ms(row['health_loaded']['p50'], 1)} / {_ms(row['health_loaded']['p95'], 1)}",
                 f"{row['seconds']:.1f}",
             )
     return table
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.0f} ms"
+def _ms(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value * 1000:.{digits}f} ms"

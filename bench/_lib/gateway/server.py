@@ -9,6 +9,7 @@ class, preemptions, jobs) from its Prometheus text.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -32,8 +33,12 @@ RSS_SAMPLE_INTERVAL = 0.1
 class Server:
     """`tierlm serve` as a subprocess on a free loopback port, with its memory watched."""
 
-    def __init__(self, argv: list[str], command: list[str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str], command: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.argv = argv
+        self.env = env
+        """Added to this process's environment (a baseline's PYTHONPATH)."""
         # Another server instead of `tierlm serve` (the loop-lag baseline's trivial app).
         self.command = command
         # Open for the server's whole life (its output, shown if it fails); closed
@@ -44,6 +49,7 @@ class Server:
         self.samples: list[tuple[float, int]] = []
         self._stop_sampling = threading.Event()
         self._sampler: threading.Thread | None = None
+        self._data: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def url(self) -> str:
@@ -53,7 +59,13 @@ class Server:
         self.port = free_port()
         command = self.command or [sys.executable, "-m", "tierlm.cli", "serve"]
         cmd = [*command, *self.argv, "--port", str(self.port)]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        if self.command is None and "--data-dir" not in self.argv:
+            # A data dir of its own: another gateway on this machine (the
+            # default dir) would refuse it the lock.
+            self._data = tempfile.TemporaryDirectory(prefix="tierlm-bench-")
+            cmd += ["--data-dir", self._data.name]
+        env = None if self.env is None else {**os.environ, **self.env}
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.ps = psutil.Process(self.proc.pid)
         deadline = time.monotonic() + SERVER_START_TIMEOUT
         with httpx.Client(timeout=2.0) as client:
@@ -128,6 +140,8 @@ class Server:
 
     def close(self) -> None:
         self.log.close()
+        if self._data is not None:
+            self._data.cleanup()
 
     def tail(self, lines: int = 30) -> str:
         self.log.flush()

@@ -2,11 +2,12 @@
 
 Every scheduler event bumps ``version``; a live view (the dashboard's stream)
 waits for it to change (``changed``). A waiting request's stream that shows its
-queue position ``watch``-es: after events, at most every ``POSITION_INTERVAL``,
+queue position ``watch``-es: after events, at most every ``Changes.interval``
+(``POSITION_INTERVAL``, longer when the look-up is slow: ``LOOK_UP_SHARE``),
 the positions are looked up once (``Scheduler.queue_positions``) and the
 streams whose shown place changed are woken, and only they. Nothing here copies
 the queue: the positions are the scheduler's, looked up at most every
-``POSITION_INTERVAL`` (``position``).
+``interval`` (``position``).
 
 Why only they: waking every waiting stream after every burst of events made
 the loop's work per event grow with the idle queued streams. At 1 000 queued,
@@ -22,12 +23,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Callable, Iterator, Mapping
 
 from tierlm.shell.events import SchedulerEvent
 
 __all__ = [
     "EXACT_POSITIONS",
+    "LOOK_UP_SHARE",
+    "MAX_INTERVAL",
     "POSITION_INTERVAL",
     "WAKE_BATCH",
     "Changes",
@@ -80,6 +84,14 @@ _UNTOLD = object()
 # hundreds queued, every start moves them all, and waking each per event costs
 # O(queue^2) wake-ups and writes.
 POSITION_INTERVAL = 0.25
+LOOK_UP_SHARE = 0.05
+"""The share of the event loop the look-ups may take: the next comes at
+least 20 times as long after the last as it took. The dispatch order of the
+whole queue is O(queue log queue), 10-30 ms at 1 000 queued on this shared
+machine: every 0.25 s it held the loop a tenth of the time, in blocks that
+every token and ``/health`` waited behind (docs/design.md §1, the edge)."""
+MAX_INTERVAL = 2.0
+"""Even a long queue is told its places at least this often."""
 WAKE_BATCH = 50
 """Waiting streams woken in one turn of the event loop; the rest in the next
 turns. Each wake-up writes its stream a comment (~0.5 ms); waking 500 in one
@@ -98,12 +110,14 @@ class Changes:
         """Shutting down: live views end."""
         self._changed = asyncio.Event()
         self._watchers: set[asyncio.Event] = set()
-        self._wake_pending = False
+        self._tick: asyncio.TimerHandle | None = None  # the next wake-up round
         self.loop: asyncio.AbstractEventLoop | None = None
         """The app's loop, once started."""
         self._positions: Positions = {}
         self._positions_at = -POSITION_INTERVAL  # loop time of that look-up
         self._positions_version = -1  # ``version`` at that look-up
+        self.interval = POSITION_INTERVAL
+        """Seconds between two look-ups now (``LOOK_UP_SHARE``)."""
         self._late: set[asyncio.Event] = set()  # to wake at the next look-up allowed
         self._look_up: Callable[[], Positions] | None = None  # the streams' (``position``)
         self._told: dict[asyncio.Event, object] = {}
@@ -117,23 +131,34 @@ class Changes:
     def on_event(self, event: SchedulerEvent) -> None:
         self.version += 1
         self._changed.set()
-        if self._watchers and not self._wake_pending and self.loop is not None:
-            self._wake_pending = True
-            self.loop.call_later(POSITION_INTERVAL, self._wake_watchers)
+        if self._watchers and self.loop is not None:
+            self._tick_at(self.loop.time() + POSITION_INTERVAL)
+
+    def _tick_at(self, when: float) -> None:
+        """One round of wake-ups at ``when``, unless one is already due."""
+        if self._tick is None and self.loop is not None:
+            self._tick = self.loop.call_at(when, self._wake_watchers)
 
     def _wake_watchers(self) -> None:
-        self._wake_pending = False
-        self._wake_some(iter(self._changed_for(self._watchers)))
+        """Look the positions up (at most every ``interval``), then wake the
+        watching streams whose shown place changed, a batch a turn."""
+        self._tick = None
+        look_up, loop = self._look_up, self.loop
+        if look_up is not None and loop is not None and self._positions_version != self.version:
+            allowed = self._positions_at + self.interval
+            if loop.time() < allowed:
+                self._tick_at(allowed)
+                return
+            self._refresh(look_up, loop.time())
+        waiting = self._watchers | self._late
+        self._late = set()
+        self._wake_some(iter(self._changed_for(waiting)))
 
     def _changed_for(self, waiting: set[asyncio.Event]) -> list[asyncio.Event]:
-        """The streams of ``waiting`` that would show something new: the
-        positions looked up once (if they are older than the last event),
-        then a dict look-up a stream; those that do not know their job, all."""
-        look_up, loop = self._look_up, self.loop
-        if look_up is None or loop is None:
+        """The streams of ``waiting`` that would show something new (a dict
+        look-up a stream); those that do not know their job, all."""
+        if self._look_up is None:
             return list(waiting)
-        if self._positions_version != self.version:
-            self._refresh(look_up, loop.time())
         positions, told = self._positions, self._told
         woken: list[asyncio.Event] = []
         for wake in waiting:
@@ -143,9 +168,12 @@ class Changes:
         return woken
 
     def _refresh(self, look_up: Callable[[], Positions], now: float) -> None:
+        began = time.perf_counter()
         self._positions = look_up()
+        took = time.perf_counter() - began
         self._positions_at = now
         self._positions_version = self.version
+        self.interval = min(MAX_INTERVAL, max(POSITION_INTERVAL, took / LOOK_UP_SHARE))
 
     def _wake_some(self, waiting: Iterator[asyncio.Event]) -> None:
         # WAKE_BATCH a loop turn, the rest in the next turns (WAKE_BATCH).
@@ -168,39 +196,32 @@ class Changes:
         self, job_id: int, wake: asyncio.Event, look_up: Callable[[], Positions]
     ) -> tuple[int, int] | None:
         """Where ``job_id`` waits, from ``look_up`` (the policy's dispatch order)
-        called at most every ``POSITION_INTERVAL``; between, the last answer.
+        called at most every ``interval``; between, the last answer.
 
         Every admission changes the queue, so looking up per stream start costs
         O(queue log queue) each: 500 requests arriving together held the event
         loop for seconds (bench/gateway_load.py; docs/design.md §2 "Snapshot and
         queue order"). A job the
         last answer does not know yet (it arrived since) gets None, and ``wake``
-        is set when the next look-up is allowed, so it is told its place then;
-        so is any stream given an answer older than the last event.
+        is set when the next look-up is allowed if its place shows otherwise
+        then; so is any stream given an answer older than the last event.
         """
         loop = self.loop
         if loop is None:  # not started (a test's bare gateway): no throttle
             return look_up().get(job_id)
         self._look_up = look_up
         now = loop.time()
-        next_allowed = self._positions_at + POSITION_INTERVAL
+        next_allowed = self._positions_at + self.interval
         if now >= next_allowed:
             self._refresh(look_up, now)
             where = self._positions.get(job_id)
         else:
             where = self._positions.get(job_id)
             if where is None or self._positions_version != self.version:
-                # Look again when allowed: woken then if its place shows
-                # otherwise, with the others due then, a batch a turn.
-                if not self._late:
-                    loop.call_at(next_allowed, self._wake_late)
                 self._late.add(wake)
+                self._tick_at(next_allowed)
         self._told[wake] = _shown(where)
         return where
-
-    def _wake_late(self) -> None:
-        late, self._late = self._late, set()
-        self._wake_some(iter(self._changed_for(late)))
 
     def close(self) -> None:
         """Live views end (they check ``closing`` when woken)."""
