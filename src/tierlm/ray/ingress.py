@@ -401,8 +401,7 @@ class TierlmIngress:
                     nxt = asyncio.ensure_future(moved.__anext__())
         finally:
             self.waiting.pop(key, None)
-            if not nxt.done():
-                nxt.cancel()
+            _drop(nxt)
 
     async def _move(
         self, job: RemoteJob, params: Params, nxt: asyncio.Future[Any]
@@ -421,7 +420,7 @@ class TierlmIngress:
             job.replica, job.id = old_replica, old_id
             self.homes.set(job.person, old_replica, time.monotonic())
             return None
-        nxt.cancel()
+        _drop(nxt)
         with contextlib.suppress(Exception):
             old.cancel()  # the old replica drops it from its queue
         job.moves += 1
@@ -463,6 +462,13 @@ class TierlmIngress:
                 if found is not None:
                     logger.info("moving queued job %d: %s", found.id, why)
                     found.move.set()
+
+
+def _drop(pending: asyncio.Future[Any]) -> None:
+    """Cancel a read of a stream nobody reads any more; what it ends with
+    (the cancelled request's error) is read, not logged as never retrieved."""
+    pending.cancel()
+    pending.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 def _api_error(status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> APIError:
