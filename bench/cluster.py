@@ -16,9 +16,10 @@ records:
 
 With ``--ray``, the same questions on a real local Ray Serve (127.0.0.1):
 3 replicas behind the ingress, tierlm's router and Ray's default one in the
-same run (bench/_lib/cluster_ray.py): swaps, a chat's first token under a flood,
-and a replica killed under load. ``--ray-scale`` stretches its phases
-(1 = 60 + 40 + 30 s per router).
+same run (bench/_lib/cluster_ray.py): a chat's first token through a rolling
+update, swaps, a chat's first token under a flood, and a replica killed
+under load. ``--ray-scale`` stretches its phases (1 = 30 s steady before the
+rollout, then 60 + 40 + 30 s per router).
 
     python bench/cluster.py [--replicas 3] [--seed 1] [--ray [--ray-scale 1]]
 
@@ -183,6 +184,9 @@ def ray_main(scale: float, seed: int) -> None:
         ("kill: requests on the replica", "kill", "requests_placed_on_it"),
         ("kill: of those completed", "kill", "of_those_completed"),
         ("kill: failed, all", "kill", "all_failed"),
+        ("rollout: chat first token p95 steady (s)", "rollout", "chat_first_token_p95_steady_s"),
+        ("rollout: chat first token p95 during (s)", "rollout", "chat_first_token_p95_during_s"),
+        ("rollout: requests failed", "rollout", "failed"),
     ]
     for label, phase, key in rows:
         table.add_row(label, *(str(data[r][phase][key]) for r in ("tierlm", "ray_default")))

@@ -8,6 +8,10 @@ deployments with Ray's default router as Ray ships it (``request_router =
 go through the router, docs/distributed.md "Operations").
 For each:
 
+- **rollout**: a chat on m0 every second over background at 60 % load; after
+  ``30 * scale`` s the application is deployed again (Serve replaces every
+  replica: a rolling update) under that load: the chat's first token p95
+  before and during it, and the requests that failed;
 - **swaps**: background jobs at 60 % load over the 3 models for ``swaps_s``;
   swaps counted from ``tierlm_swaps_total`` on the ingress's /metrics (every
   replica's, labelled ``replica``), and the jobs' latency;
@@ -113,10 +117,11 @@ async def _load(
     seed: int,
     chat_every: float | None = None,
     at: list[tuple[float, Any]] | None = None,
+    until: asyncio.Event | None = None,
 ) -> Phase:
     """Poisson background over the models at ``load`` (of the fleet's
     capacity), chats on m0 every ``chat_every``; ``at``: (time, coroutine
-    factory) run during the phase."""
+    factory) run during the phase; ``until``: it ends early when set."""
     rng = random.Random(seed)
     rate = load * REPLICAS / (JOB_TOKENS * TOKEN_S)
     phase = Phase()
@@ -127,7 +132,7 @@ async def _load(
     events = sorted(at or [], key=lambda e: e[0])
     while True:
         now = time.monotonic() - start
-        if now >= seconds:
+        if now >= seconds or (until is not None and until.is_set()):
             break
         while events and events[0][0] <= now:
             tasks.append(asyncio.ensure_future(events.pop(0)[1]()))
@@ -143,7 +148,7 @@ async def _load(
             tasks.append(asyncio.ensure_future(_request(http, url, out, 10)))
             next_chat += chat_every or 0
             continue
-        await asyncio.sleep(min(next_bg, next_chat, seconds) - now)
+        await asyncio.sleep(min(next_bg, next_chat, seconds, now + 0.5) - now)
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=600)
     return phase
 
@@ -164,13 +169,15 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
 
-async def _run_router(url: str, scale: float, seed: int) -> dict[str, Any]:
+async def _run_router(url: str, scale: float, seed: int, args: dict[str, Any]) -> dict[str, Any]:
     import httpx
     import ray
 
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         out: dict[str, Any] = {}
+        out["rollout"] = await _rollout(http, url, scale, seed + 3, args)
+        await asyncio.sleep(5)  # its queues drain
         before = await _swaps(http, url)
         phase = await _load(http, url, 60 * scale, 0.6, seed)
         after = await _swaps(http, url)
@@ -229,6 +236,57 @@ async def _run_router(url: str, scale: float, seed: int) -> dict[str, Any]:
         return out
 
 
+async def _rollout(
+    http: Any, url: str, scale: float, seed: int, args: dict[str, Any]
+) -> dict[str, Any]:
+    """Chats every second over background at 60 % load: ``30 * scale`` s
+    steady, then the application deployed again (another swap time: Serve
+    replaces every replica, a rolling update) while the load goes on, until
+    the new replicas serve, then 5 s more."""
+    from ray import serve
+
+    from tierlm.ray import build
+
+    steady_s = 30 * scale
+    done = asyncio.Event()
+    marks: dict[str, float] = {}
+
+    async def redeploy() -> None:
+        marks["from"] = time.monotonic()
+        changed = {**SETTINGS, "backend": {**SETTINGS["backend"], "swap_seconds": SWAP_S * 1.1}}
+        await asyncio.to_thread(serve.run, build({**args, "settings": changed}), route_prefix="/")
+        await asyncio.to_thread(_wait_live, url, REPLICAS)
+        marks["to"] = time.monotonic()
+        await asyncio.sleep(5)
+        done.set()
+
+    phase = await _load(
+        http, url, 3600, 0.6, seed, chat_every=1.0, at=[(steady_s, redeploy)], until=done
+    )
+    chats = [o for o in phase.outcomes if o.class_name == "chat"]
+
+    def firsts(inside: bool) -> list[float]:
+        lo, hi = marks.get("from", 0.0), marks.get("to", 0.0)
+        return [
+            o.first_token_s
+            for o in chats
+            if o.first_token_s is not None and (lo <= o.sent <= hi) == inside
+        ]
+
+    steady, during = firsts(False), firsts(True)
+    return {
+        "steady_s": steady_s,
+        "rollout_s": round(marks.get("to", 0.0) - marks.get("from", 0.0), 1),
+        "chats": len(chats),
+        "chat_first_token_p95_steady_s": _pct(steady, 0.95),
+        "chat_first_token_p95_during_s": _pct(during, 0.95),
+        "chat_first_token_max_during_s": _pct(during, 1.0),
+        "chats_during": len(during),
+        "failed": sum(1 for o in phase.outcomes if o.status == 200 and not o.done),
+        "not_200": sum(1 for o in phase.outcomes if o.status != 200),
+    }
+
+
 def _wait_live(url: str, count: int, timeout: float = 180.0) -> None:
     import httpx
 
@@ -275,7 +333,7 @@ def run(scale: float, seed: int) -> dict[str, Any]:
             started = time.monotonic()
             serve.run(build(args), route_prefix="/")
             _wait_live(url, REPLICAS)
-            results[name] = asyncio.run(_run_router(url, scale, seed))
+            results[name] = asyncio.run(_run_router(url, scale, seed, args))
             results[name]["wall_s"] = round(time.monotonic() - started, 1)  # deploy and phases
             serve.delete("default")
     finally:
