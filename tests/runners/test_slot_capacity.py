@@ -70,9 +70,14 @@ def test_slots_halve_until_every_models_kv_fits_its_share_of_memory(tmp_path: Pa
     assert auto_slots(both, memory=int(64 * mib / KV_MEMORY_SHARE)).slots == 8
     assert auto_slots(both, memory=int(63 * mib / KV_MEMORY_SHARE)).slots == 4
     assert auto_slots(both, memory=int(16 * mib / KV_MEMORY_SHARE)).slots == 2
+    choice = auto_slots(both, memory=int(8 * mib / KV_MEMORY_SHARE))
+    assert choice.slots == 1
+    assert "8 MiB of KV a context" in choice.reason and "within" in choice.reason
+    # One context over the share: the reason says so (it said "within").
     choice = auto_slots(both, memory=int(7 * mib / KV_MEMORY_SHARE))
     assert choice.slots == 1
-    assert "8 MiB of KV a context" in choice.reason
+    assert "8 MiB of KV a context, over 25% of" in choice.reason, choice.reason
+    assert "within" not in choice.reason
 
 
 def test_a_model_whose_kv_size_is_unknown_gets_one_slot(tmp_path: Path) -> None:

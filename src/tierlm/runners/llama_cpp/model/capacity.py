@@ -120,8 +120,16 @@ def auto_slots(
     while slots > 1 and slots * need > budget:
         slots //= 2
     mib = slots * need / 2**20
+    share = f"{KV_MEMORY_SHARE:.0%} of {memory / 2**30:.1f} GiB of memory"
+    if need > budget:
+        # One context does not fit the share either: say so, not "within"
+        # (issue 55). One slot is the least; the operator's n_ctx is too big.
+        return SlotChoice(
+            1,
+            f"1 x {mib:.0f} MiB of KV a context, over {share} "
+            f"({budget / 2**20:.0f} MiB): one slot, the least; a smaller n_ctx fits more",
+        )
     return SlotChoice(
         slots,
-        f"{slots} x {mib / slots:.0f} MiB of KV a context = {mib:.0f} MiB, within "
-        f"{KV_MEMORY_SHARE:.0%} of {memory / 2**30:.1f} GiB of memory",
+        f"{slots} x {mib / slots:.0f} MiB of KV a context = {mib:.0f} MiB, within {share}",
     )
