@@ -1,0 +1,318 @@
+"""Who is a person (docs/design.md §4.11), measured.
+
+1. **The gateway** (``gateway``): the real app (``create_app``, the sim
+   backend, 8 slots, 20 ms a token, as ``tierlm serve --backend sim --slots 8
+   --token-interval 0.02``), driven by httpx through its ASGI interface in
+   virtual time: deterministic, seconds to run. Eight background producers
+   (``X-Tierlm-Class: gana``, a producer id each, one request at a time)
+   alone, then beside 1, 2 and 8 keyless agent loops (the next request as
+   soon as the answer ends), and beside a keyless person who reads 3-8 s
+   between messages (keyless, behind a key, and naming themselves with the
+   OpenAI ``user`` field). Each with the pacing judge (``keyless = auto``,
+   the default) and with the rule before it (``keyless = person``), in the
+   same run. Reported: the producers' tokens in a 30 s window over alone,
+   the device's tokens over alone, and the person's first token over the
+   idle gateway's, in decode steps.
+2. **The rule's errors** (``errors``): the judge alone (``core.people``) on
+   built workloads, many seeds: people reading and typing (the
+   keystroke-level model), people who type "continue" three times in a row,
+   a chat front-end that sends a follow-up after each answer, agent loops with
+   and without tool calls, fan-outs, a script that sleeps between calls.
+   Reported: the share of people's messages judged a program's, and of
+   programs' requests judged a person's.
+
+    python bench/people.py [--seeds 20] [--window 30]
+
+Writes people.json to the results folder (bench/_lib/results.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from _lib.results import load_now, machine, results_file
+from tierlm.core.people import PeopleJudge
+from tierlm.server.app import create_app
+from tierlm.server.settings.sources import settings_from_dict
+from tierlm.testing import run_virtual
+
+TOKEN = 0.02
+SLOTS = 8
+PRODUCERS = 8
+WARM_UP = 5.0
+KEY = "sk-bench"
+
+
+def settings(keyless: str, keys: list[dict[str, Any]] | None = None) -> Any:
+    return settings_from_dict(
+        {
+            "backend": {"kind": "sim", "slots": SLOTS, "token_interval": TOKEN},
+            "server": {"sse_heartbeat": 600},
+            "people": {"keyless": keyless},
+            "keys": keys or [],
+            # Never the user's own data directory (the Batch API's store).
+            "batches": {"data_dir": tempfile.mkdtemp(prefix="tierlm-bench-people-")},
+            "embeddings": {"backend": "none"},
+        }
+    )
+
+
+def keyed_settings() -> Any:
+    return settings("auto", [{"key": KEY, "name": "app", "classes": ["chat", "gana"]}])
+
+
+def body(tokens: int, text: str = "hi", **more: Any) -> dict[str, Any]:
+    return {
+        "model": "sim-a",
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": tokens,
+        **more,
+    }
+
+
+class Tally:
+    def __init__(self, start: float, end: float) -> None:
+        self.start, self.end = start, end
+        self.tokens: dict[str, int] = {}
+        self.first_tokens: list[float] = []
+        self.served: dict[str, int] = {}
+
+    def add(self, who: str, when: float, reply: httpx.Response) -> None:
+        if not self.start <= when < self.end or reply.status_code != 200:
+            return
+        data = reply.json()
+        self.tokens[who] = self.tokens.get(who, 0) + data["usage"]["completion_tokens"]
+        served = reply.headers.get("x-tierlm-served-as", "?").split(";")[0]
+        self.served[served] = self.served.get(served, 0) + 1
+
+
+async def scenario(
+    app_settings: Any,
+    agents: int,
+    person: str | None,
+    window: float,
+    seed: int,
+) -> dict[str, Any]:
+    """One run: the producers, ``agents`` agent loops, maybe a person."""
+    rng = random.Random(seed)
+    app = create_app(app_settings)
+    loop = asyncio.get_running_loop()
+    async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
+        transport = httpx.ASGITransport(app=app)
+        # Behind keys, every client has the key (the person's scenario "key").
+        auth = {"Authorization": f"Bearer {KEY}"} if person == "key" else {}
+        client = httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1", timeout=600, headers=auth
+        )
+        t0 = loop.time()
+        tally = Tally(t0 + WARM_UP, t0 + WARM_UP + window)
+        stop = t0 + WARM_UP + window
+
+        async def producer(i: int) -> None:
+            headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"agent{i}"}
+            while loop.time() < stop:
+                reply = await client.post(
+                    "/v1/chat/completions", json=body(50, f"job {i}"), headers=headers
+                )
+                reply.raise_for_status()  # a refusal would spin at one virtual instant
+                tally.add("producers", loop.time(), reply)
+
+        async def agent(i: int) -> None:
+            headers = {"User-Agent": f"agent-framework-{i}/1.0"}
+            while loop.time() < stop:
+                reply = await client.post(
+                    "/v1/chat/completions", json=body(30, f"step {i}"), headers=headers
+                )
+                tally.add("agents", loop.time(), reply)
+
+        async def reader(kind: str) -> None:
+            headers = {"User-Agent": "chat-app/2.0"}
+            more: dict[str, Any] = {}
+            if kind == "user":
+                more["user"] = "alice"
+            await asyncio.sleep(WARM_UP)
+            while loop.time() < stop:
+                reply = await client.post(
+                    "/v1/chat/completions", json=body(20, "hello", **more), headers=headers
+                )
+                tally.add("person", loop.time(), reply)
+                if tally.start <= loop.time() < tally.end:
+                    tally.first_tokens.append(reply.json()["tierlm"]["time_to_first_token"])
+                await asyncio.sleep(rng.uniform(3.0, 8.0))  # reads, then types
+
+        tasks = [producer(i) for i in range(PRODUCERS)]
+        tasks += [agent(i) for i in range(agents)]
+        if person is not None:
+            tasks.append(reader(person))
+        await asyncio.gather(*tasks)
+        await client.aclose()
+    return {
+        "tokens": tally.tokens,
+        "served": tally.served,
+        "first_tokens": tally.first_tokens,
+    }
+
+
+async def idle_first_token(app_settings: Any) -> float:
+    app = create_app(app_settings)
+    async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            reply = await client.post("/v1/chat/completions", json=body(20, "hello"))
+            return float(reply.json()["tierlm"]["time_to_first_token"])
+
+
+def gateway(window: float, seed: int) -> dict[str, Any]:
+    idle = run_virtual(idle_first_token(settings("auto")))
+    rows: dict[str, Any] = {"idle_first_token": idle}
+    for rule in ("auto", "person"):
+        alone = run_virtual(scenario(settings(rule), 0, None, window, seed))
+        base = alone["tokens"]["producers"]
+        for agents in (1, 2, 8):
+            run = run_virtual(scenario(settings(rule), agents, None, window, seed))
+            total = sum(run["tokens"].values())
+            rows[f"{rule}/agents={agents}"] = {
+                "producers_share": round(run["tokens"].get("producers", 0) / base, 3),
+                "device_share": round(total / base, 3),
+                "agent_tokens": run["tokens"].get("agents", 0),
+                "served": run["served"],
+            }
+        for kind in ("keyless", "key", "user"):
+            app_settings = keyed_settings() if kind == "key" else settings(rule)
+            run = run_virtual(scenario(app_settings, 0, kind, window, seed))
+            firsts = run["first_tokens"]
+            rows[f"{rule}/person={kind}"] = {
+                "producers_share": round(run["tokens"].get("producers", 0) / base, 3),
+                "first_token_max_steps_over_idle": round((max(firsts) - idle) / TOKEN, 2),
+                "messages": len(firsts),
+            }
+    return rows
+
+
+# -- the rule's errors on built workloads ------------------------------------
+
+
+def klm_typing(rng: random.Random, keys: int) -> float:
+    """Keystroke-level model: 1.35 s to decide, 0.2-0.28 s a keystroke."""
+    return 1.35 + sum(rng.uniform(0.2, 0.28) for _ in range(keys + 1))
+
+
+Workload = Callable[[random.Random], list[tuple[float, float, bool]]]
+"""(gap before the request, its answer's seconds, is it a person's message)."""
+
+
+def people_reading(rng: random.Random) -> list[tuple[float, float, bool]]:
+    return [
+        (rng.lognormvariate(2.5, 0.8) + klm_typing(rng, rng.randint(2, 60)), 3.0, True)
+        for _ in range(20)
+    ]
+
+
+def typing_continue(rng: random.Random) -> list[tuple[float, float, bool]]:
+    # Reads nothing, types "continue" (8 keys) and Enter, three times in a row.
+    return [(klm_typing(rng, 8), rng.uniform(0.5, 4.0), True) for _ in range(4)]
+
+
+def front_end(rng: random.Random) -> list[tuple[float, float, bool]]:
+    out: list[tuple[float, float, bool]] = []
+    for _ in range(10):
+        out.append((rng.lognormvariate(2.0, 0.7) + klm_typing(rng, 20), 3.0, True))
+        out.append((rng.uniform(0.01, 0.2), 0.5, False))  # its title / follow-ups call
+    return out
+
+
+def agent_loop(rng: random.Random) -> list[tuple[float, float, bool]]:
+    return [(rng.lognormvariate(-3.0, 1.0), rng.uniform(0.3, 3.0), False) for _ in range(30)]
+
+
+def agent_with_tools(rng: random.Random) -> list[tuple[float, float, bool]]:
+    out = []
+    for _ in range(30):
+        tool = rng.random() < 0.25
+        gap = rng.uniform(0.5, 10.0) if tool else rng.lognormvariate(-3.0, 1.0)
+        out.append((gap, rng.uniform(0.3, 3.0), False))
+    return out
+
+
+def sleepy_script(rng: random.Random) -> list[tuple[float, float, bool]]:
+    # A script that sleeps 2 s between calls: paces like a person (counted).
+    return [(2.0, rng.uniform(0.3, 1.0), False) for _ in range(20)]
+
+
+WORKLOADS: dict[str, Workload] = {
+    "people reading": people_reading,
+    "typing continue x3": typing_continue,
+    "front-end follow-ups": front_end,
+    "agent loop": agent_loop,
+    "agent with tool calls": agent_with_tools,
+    "script sleeping 2 s": sleepy_script,
+}
+
+
+def fan_out(judge: PeopleJudge, rng: random.Random) -> tuple[int, int]:
+    """Four requests at once, then a pause of 2-5 s, ten times: programs."""
+    now, wrong, total = 0.0, 0, 0
+    for _ in range(10):
+        for i in range(4):
+            wrong += judge.arrived("fan", now + i * 0.001).person
+            total += 1
+        now += rng.uniform(0.5, 3.0)
+        for _ in range(4):
+            judge.ended("fan", now)
+        now += rng.uniform(2.0, 5.0)
+    return wrong, total
+
+
+def errors(seeds: int) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for name, workload in WORKLOADS.items():
+        wrong = total = 0
+        for seed in range(seeds):
+            rng = random.Random(seed)
+            judge, now = PeopleJudge(), 0.0
+            for i, (gap, answer, person) in enumerate(workload(rng)):
+                now += gap if i else 0.0
+                verdict = judge.arrived("who", now)
+                now += answer
+                judge.ended("who", now)
+                if person or not name.startswith(("people", "typing", "front")):
+                    total += 1
+                    wrong += verdict.person != person
+        judged = "program" if name.startswith(("people", "typing", "front")) else "person"
+        rows[name] = {f"judged_{judged}": round(wrong / total, 4), "requests": total}
+    wrong = total = 0
+    for seed in range(seeds):
+        w, t = fan_out(PeopleJudge(), random.Random(seed))
+        wrong, total = wrong + w, total + t
+    rows["fan-out of 4"] = {"judged_person": round(wrong / total, 4), "requests": total}
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=20, help="seeds of the error workloads")
+    parser.add_argument("--window", type=float, default=30.0, help="measured seconds")
+    parser.add_argument("--seed", type=int, default=7, help="the person's reading seed")
+    args = parser.parse_args()
+    load = load_now()
+    result = {
+        "gateway": gateway(args.window, args.seed),
+        "errors": errors(args.seeds),
+        "machine": machine(load, window=args.window, seeds=args.seeds),
+    }
+    path = results_file("people")
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
