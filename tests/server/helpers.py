@@ -19,6 +19,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -364,3 +365,55 @@ def error_message(error: openai.APIStatusError) -> str:
     if isinstance(body, dict) and isinstance(body.get("message"), str):
         return body["message"]
     return error.message
+
+
+class BackgroundStreams:
+    """``n`` endless background streams on the real model (a producer each,
+    ``X-Tierlm-Class: gana``), each read in a thread of ``pool``: their
+    tokens so far, and when all of them stream."""
+
+    def __init__(self, url: str, model: str, n: int, max_tokens: int, no_end: dict[str, int]):
+        self.url, self.model, self.n = url, model, n
+        self.max_tokens, self.no_end = max_tokens, no_end
+        self.counts: Counter[int] = Counter()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self._going = threading.Event()
+        self._going_at = 0
+
+    def start(self, pool: Any, tokens_each: int) -> None:
+        """Start them in ``pool``; ``going`` once each streamed ``tokens_each``."""
+        self._going_at = tokens_each
+        for i in range(self.n):
+            pool.submit(self._stream, i)
+
+    def going(self, timeout: float) -> bool:
+        return self._going.wait(timeout)
+
+    def tokens(self) -> int:
+        with self.lock:
+            return sum(self.counts.values())
+
+    def _stream(self, i: int) -> None:
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": f"Tell me story number {i}."}],
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+            "logit_bias": self.no_end,  # no end of text: it runs as long as the test
+            "stream": True,
+        }
+        headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"agent{i}"}
+        with (
+            httpx.Client(base_url=self.url, timeout=WAIT) as client,
+            client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as reply,
+        ):
+            for line in reply.iter_lines():
+                if self.stop.is_set():
+                    return
+                if line.startswith("data: {") and '"content"' in line:
+                    with self.lock:
+                        self.counts[i] += 1
+                        counts = self.counts
+                        if len(counts) == self.n and min(counts.values()) >= self._going_at:
+                            self._going.set()

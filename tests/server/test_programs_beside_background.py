@@ -3,7 +3,7 @@ default model (docs/design.md §4.11 who is a person).
 
 pydantic-ai's ``Agent`` (``OpenAIChatModel`` on the gateway, as its docs show
 for any OpenAI-compatible server) runs one agent call after another, as an
-agent loop does, beside four background streams (``X-Tierlm-Class: gana``).
+agent loop does, beside eight background streams (``X-Tierlm-Class: gana``).
 Its first request is a person's (no evidence yet); the next, sent as the last
 answer ends, are a program's: served in the fair pool, they never take the
 chat latency guard, so background keeps most of what it does alone. Measured
@@ -13,16 +13,14 @@ test.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from tests.server.helpers import WAIT, Gateway, serve_default_model
+from tests.server.helpers import WAIT, BackgroundStreams, Gateway, serve_default_model
 
 pytestmark = [pytest.mark.llama]
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
@@ -33,7 +31,7 @@ from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
 MODEL = "smollm2-135m"
-STREAMS = 4
+STREAMS = 8
 AGENT_CALLS = 6
 NO_END = {"0": -100, "2": -100}  # SmolLM2's end tokens: a stream runs as long as the test
 
@@ -45,59 +43,28 @@ def gw() -> Iterator[Gateway]:
 
 
 def test_an_agent_framework_without_headers_leaves_background_its_share(gw: Gateway) -> None:
-    counts: Counter[int] = Counter()
-    lock = threading.Lock()
-    going = threading.Event()
-    stop = threading.Event()
-
-    def background(i: int) -> None:
-        body = {
-            "model": MODEL,
-            "messages": [{"role": "user", "content": f"Tell me story number {i}."}],
-            "max_tokens": 4000,
-            "temperature": 0,
-            "logit_bias": NO_END,
-            "stream": True,
-        }
-        headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"bg{i}"}
-        with (
-            httpx.Client(base_url=gw.url, timeout=WAIT) as client,
-            client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as reply,
-        ):
-            for line in reply.iter_lines():
-                if stop.is_set():
-                    return
-                if line.startswith("data: {") and '"content"' in line:
-                    with lock:
-                        counts[i] += 1
-                        if len(counts) == STREAMS and min(counts.values()) >= 3:
-                            going.set()
-
-    def tokens() -> int:
-        with lock:
-            return sum(counts.values())
-
+    background = BackgroundStreams(gw.url, MODEL, STREAMS, 4000, NO_END)
     provider = OpenAIProvider(base_url=f"{gw.url}/v1", api_key="unused")
     agent = Agent(OpenAIChatModel(MODEL, provider=provider))
     settings = ModelSettings(max_tokens=24, temperature=0, timeout=WAIT)
-
     pool = ThreadPoolExecutor(STREAMS)
     try:
-        for i in range(STREAMS):
-            pool.submit(background, i)
-        assert going.wait(WAIT * 3), dict(counts)
-        # Beside the agent loop: its calls back to back.
-        before, started = tokens(), time.monotonic()
-        for step in range(AGENT_CALLS):
+        background.start(pool, tokens_each=3)
+        assert background.going(WAIT * 3), dict(background.counts)
+        # Its first call is a person's (no evidence yet: a person's first
+        # message never waits); then the loop, its calls back to back.
+        agent.run_sync("Step 0: name one colour.", model_settings=settings)
+        before, started = background.tokens(), time.monotonic()
+        for step in range(1, AGENT_CALLS + 1):
             agent.run_sync(f"Step {step}: name one colour.", model_settings=settings)
-        beside, window = tokens() - before, time.monotonic() - started
+        beside, window = background.tokens() - before, time.monotonic() - started
         # Alone, for as long.
-        before = tokens()
+        before = background.tokens()
         time.sleep(window)
-        alone = tokens() - before
+        alone = background.tokens() - before
         people = httpx.get(f"{gw.url}/v1/scheduler/state", timeout=WAIT).json()["people"]
     finally:
-        stop.set()
+        background.stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
     agents = [i for i in people["identities"] if i["client"] == "pydantic-ai"]
     assert agents and agents[0]["served_as"] == "program", people
