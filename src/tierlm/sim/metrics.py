@@ -34,6 +34,9 @@ definition is here or in the module it names, with its reason:
   counts with horizon - deadline (a lower bound). Beside it, the bound
   (``tierlm.sim.lateness_bound``): the lateness a schedule that never makes
   a chat wait for a swap cannot avoid, even knowing every chat in advance.
+- excursions (``tierlm.sim.excursions``): swaps away from the person's
+  model with the chat page open (bets on their reading gap), and how many a
+  chat met (lost).
 - percentiles interpolate linearly between order statistics.
 """
 
@@ -45,6 +48,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tierlm.sim.budget_metrics import budget
+from tierlm.sim.excursions import excursions
 from tierlm.sim.fairness_metrics import fairness
 from tierlm.sim.intervals import Interval, merge, presence, runs
 from tierlm.sim.lateness_bound import lateness_bounds
@@ -81,6 +85,7 @@ def compute_metrics(rec: SimRecords) -> dict[str, Any]:
         "waits_by_producer": _waits(rec, by_producer=True),
         "arrival_waits": _arrival_waits(rec),
         "deadlines": _deadlines(rec),
+        "excursions": excursions(rec),
     }
 
 
