@@ -13,7 +13,9 @@ background) on two traces:
   ``conv`` runs, and the results say so.
 
 For each (trace, workload, slots, seed, policy): a person's time to first
-token p50 / p99 and wait for the device p99, how many chats met a swap, cron
+token p50 / p99 and wait for the device p99, how many chats met a swap, how
+many excursions away from the person's model a chat met (bets lost,
+``tierlm.sim.excursions``), cron
 lateness max / p95 (``azure-chat``) beside its bound (the least lateness a
 schedule that never makes a chat wait for a swap can have, even knowing
 every chat in advance: ``tierlm.sim.lateness_bound``), the worst 60 s service
@@ -91,6 +93,9 @@ def measure(job: tuple[str, Path | None, str, int, int, str, float]) -> dict[str
         "cron_late_p95_s": m["deadlines"]["lateness_p95"],
         "cron_bound_max_s": m["deadlines"]["bound_max"],
         "chats_met_swap": chat["met_swap"],
+        "bets": m["excursions"]["bets"],
+        "bets_lost": m["excursions"]["lost"],
+        "chats_in_lost_bets": m["excursions"]["chats_met"],
         "gap_share_60s": gap_share(m) if workload == "azure-pool" else None,
         "extract_max_contended": extract.get("max_share_contended"),
         "extract_cap": extract.get("cap"),
@@ -169,6 +174,7 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
             "cron late max s",
             "its bound s",
             "chats met swap",
+            "bets lost",
             "60 s gap",
             "extract",
             "waste",
@@ -191,6 +197,7 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
                 _f(worst("cron_late_max_s")),
                 _f(worst("cron_bound_max_s")),
                 _f(worst("chats_met_swap"), 0),
+                _bets(runs),
                 _f(worst("gap_share_60s"), pct=True),
                 _f(worst("extract_max_contended"), pct=True),
                 _f(worst("wasted_share"), pct=True),
@@ -198,6 +205,12 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
         console.print(table)
         if workload == "chats-alone":
             console.print(_alone_ratio(mine))
+
+
+def _bets(runs: list[dict[str, Any]]) -> str:
+    """Excursions a chat met / excursions (docs/design.md §4.8), over the seeds."""
+    bets = sum(r.get("bets") or 0 for r in runs)
+    return f"{sum(r.get('bets_lost') or 0 for r in runs)}/{bets}" if bets else "-"
 
 
 def _alone_ratio(rows: list[dict[str, Any]]) -> str:
