@@ -126,3 +126,24 @@ def test_dashboard_shows_the_running_job_and_updates_live(tmp_path: Path) -> Non
     assert shot.stat().st_size > 10_000
     if os.environ.get("TIERLM_SCREENSHOT_DIR"):
         shutil.copy(shot, Path(os.environ["TIERLM_SCREENSHOT_DIR"]) / shot.name)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Chromium at {CHROMIUM}")
+def test_the_panels_show_the_state_before_the_stream_connects(tmp_path: Path) -> None:
+    """The page carries the state as of its load: a screenshot taken before its
+    event stream connects shows the backend, the models and the counters, not
+    empty panels. The stream is blocked here (a route that never answers)."""
+    with serve(sim_settings(), key=None) as gw, sync_api.sync_playwright() as playwright:
+        warm_up(gw)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.route("**/dashboard/events", lambda route: None)  # never connects
+            page.goto(f"{gw.url}/dashboard")
+            page.wait_for_function("document.body.dataset.initial === 'shown'")
+            assert page.inner_text("#status-text") == "as loaded; connecting…"
+            assert page.inner_text("#backend") == "sim"
+            assert "gana:1" in page.inner_text("#vruntime")
+        finally:
+            browser.close()

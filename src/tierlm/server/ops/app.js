@@ -294,4 +294,14 @@ function connect() {
   };
 }
 window.addEventListener("resize", () => { if (last) renderTimeline({ ...last, timeline: { ...last.timeline, items: [] } }); });
+// The state as of the page's load, in the page: the panels show it at once,
+// before the event stream connects.
+const initial = document.getElementById("initial-state");
+if (initial) {
+  render(JSON.parse(initial.textContent));
+  updates = 0;  // the stream's states are the updates; this one came with the page
+  document.body.dataset.updates = "0";
+  document.body.dataset.initial = "shown";
+  document.getElementById("status-text").textContent = "as loaded; connecting…";
+}
 connect();

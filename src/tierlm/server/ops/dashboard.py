@@ -181,6 +181,12 @@ async def page(request: Request) -> Response:
             message = "A key in the URL is not accepted (URLs are logged); enter it below."
         return _login_page(message)
     text = resources_files().joinpath("dashboard.html").read_text("utf-8")
+    # The state as of this page, in the page: its panels are filled before its
+    # event stream connects (a screenshot taken then showed empty panels).
+    now = dashboard_state(gateway, 0, rejections_of(request.app.state), _keep_alive(request))
+    initial = json.dumps(now, separators=(",", ":")).replace("</", "<\\/")
+    script = f'<script id="initial-state" type="application/json">{initial}</script>'
+    text = text.replace("</main>", f"</main>\n{script}", 1)  # before app.js reads it
     return HTMLResponse(text, headers={"Cache-Control": "no-cache"})
 
 
