@@ -193,10 +193,10 @@ class ChildIndex:
     def update(self, node: Entity, child: Entity, loan: Loan | None) -> None:
         """Insert ``child``, or re-place it if its v, vd or loan changed."""
         old = self._state.get(child)
-        if old is not None and old[1:] == (child.v, child.vd, loan):
-            return
-        self._place(child, node.eligible(child), loan)
-        if self.entries() > 3 * len(self._state) + 48:
+        if old is not None and old[1] == child.v and old[2] == child.vd and old[3] == loan:
+            return  # compared field by field: no tuple built (a hot path, §8)
+        self._place(child, child.v * node.sum_load <= node.sum_lv, loan)  # node.eligible
+        if len(self._waiting) + len(self._ready) + len(self._loans) > 3 * len(self._state) + 48:
             self._compact()
 
     def discard(self, child: Entity) -> None:

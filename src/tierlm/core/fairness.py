@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from tierlm.core.eevdf import (
     SCALE,
@@ -328,19 +328,32 @@ class FairPool:
         but one model's queue below the leaf (no arrival, departure or charge),
         so the other models' entries stand."""
         self.version += 1
+        # Hot path (every submit, dispatch and charge; docs/design.md §8): the
+        # lookups hoisted out of the loops, no tuple built per model.
+        root, ops, loan_below = self.root, self.ops, self._loan_below
         for entity in leaf.path:
             parent = entity.parent
             assert parent is not None
-            for model in entity.queued if only is None else (only,) * (only in entity.queued):
-                loan = self._loan_below(entity, model) if model in entity.overdue_n else None
+            queued = entity.queued
+            if only is None:
+                models: Iterable[str] = queued
+            elif only in queued:
+                models = (only,)
+            else:
+                continue
+            overdue_n, loans = entity.overdue_n, entity.loans
+            indexes = None if parent is root else parent.indexes
+            for model in models:
+                loan = loan_below(entity, model) if model in overdue_n else None
                 if loan is None:
-                    entity.loans.pop(model, None)
+                    if loans:
+                        loans.pop(model, None)
                 else:
-                    entity.loans[model] = loan
-                if parent is not self.root:
-                    index = parent.indexes.get(model)
+                    loans[model] = loan
+                if indexes is not None:
+                    index = indexes.get(model)
                     if index is None:
-                        index = parent.indexes[model] = ChildIndex(self.ops)
+                        index = indexes[model] = ChildIndex(ops)
                     index.update(parent, entity, loan)
 
     def _loan_below(self, entity: Entity, model: str) -> Loan | None:
