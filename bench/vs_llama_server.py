@@ -49,7 +49,7 @@ outside the repository (~16 min on 2 cores), and pass its path:
     cmake --build build -j2 --target llama-server
 
     python bench/vs_llama_server.py --server /work/llama-server-build/build/bin/llama-server \
-        [--threads 1,2] [--streams 8,32] [--repeats 3] [--systems llama_server,...]
+        [--threads 1,2] [--streams 8,32] [--repeats 3] [--systems llama_server,...] [--name NAME]
 
 Writes vs_llama_server.json to the results folder (bench/_lib/results.py) and prints a table.
 """
@@ -200,6 +200,9 @@ class Rate:
     """HTTP systems: each stream's first content chunk at the client, p50."""
     first_token_p95_s: float | None = None
     """... and p95 over the streams (nearest rank)."""
+    decode_tokens_per_s: float | None = None
+    """HTTP systems: each stream's content chunks after its first over the
+    time from its first to its last, median over the streams."""
 
 
 def p95(values: list[float]) -> float:
@@ -208,21 +211,36 @@ def p95(values: list[float]) -> float:
 
 
 async def http_rate(
-    server: Server | Gateway, streams: int, *, keyless: bool = False, cache: bool = True
+    server: Server | Gateway,
+    streams: int,
+    *,
+    keyless: bool = False,
+    cache: bool = True,
+    ollama: bool = False,
 ) -> Rate:
     """``streams`` concurrent streamed chats; ``keyless``: to the gateway as a
     plain OpenAI client sends them (no tierlm header: class ``chat``);
-    ``cache``: llama-server's prompt cache (its default on)."""
+    ``cache``: llama-server's prompt cache (its default on); ``ollama``: to
+    the gateway's ``/api/chat`` as an Ollama client sends them (keyless; no
+    ``logit_bias`` there, so a stream may end at its end-of-generation token:
+    compare the decode rates)."""
     ours = isinstance(server, Gateway)
     async with httpx.AsyncClient(timeout=None) as client:
 
-        async def one(i: int) -> tuple[int, float]:
+        async def one(i: int) -> tuple[int, float, float | None]:
             body: dict[str, Any] = {
                 "messages": messages(i), "max_tokens": TOKENS, "temperature": 0.0,
                 "stream": True, "stream_options": {"include_usage": True},
             }  # fmt: skip
             headers: dict[str, str] = {}
-            if ours:
+            url = f"{server.url}/v1/chat/completions"
+            if ollama:
+                url = f"{server.url}/api/chat"
+                body = {
+                    "model": "smollm2-135m", "messages": messages(i), "stream": True,
+                    "options": {"num_predict": TOKENS, "temperature": 0.0},
+                }  # fmt: skip
+            elif ours:
                 body |= {"model": "smollm2-135m", "logit_bias": NO_END}
                 if not keyless:  # background work of agents, each its own producer
                     headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"agent-{i}"}
@@ -230,11 +248,23 @@ async def http_rate(
                 body |= {"ignore_eos": True, "cache_prompt": cache}
             sent = time.perf_counter()
             first: float | None = None
+            last = sent
             tokens = chunks = 0
-            url = f"{server.url}/v1/chat/completions"
             async with client.stream("POST", url, json=body, headers=headers) as reply:
                 reply.raise_for_status()
                 async for line in reply.aiter_lines():
+                    if ollama:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        if event.get("done"):
+                            tokens = int(event.get("eval_count") or 0)
+                        elif (event.get("message") or {}).get("content"):
+                            chunks += 1
+                            last = time.perf_counter()
+                            if first is None:
+                                first = last - sent
+                        continue
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     event = json.loads(line[len("data: ") :])
@@ -243,17 +273,26 @@ async def http_rate(
                     for choice in event.get("choices") or ():
                         if (choice.get("delta") or {}).get("content"):
                             chunks += 1
+                            last = time.perf_counter()
                             if first is None:
-                                first = time.perf_counter() - sent
+                                first = last - sent
             if first is None:
                 raise RuntimeError(f"stream {i}: no content")
-            return tokens or chunks, first
+            decoding = last - sent - first
+            decode = (chunks - 1) / decoding if chunks > 1 and decoding > 0 else None
+            return tokens or chunks, first, decode
 
         started = time.perf_counter()
         results = await asyncio.gather(*(one(i) for i in range(streams)))
         elapsed = time.perf_counter() - started
-        firsts = [first for _tokens, first in results]
-        return Rate(sum(t for t, _f in results) / elapsed, statistics.median(firsts), p95(firsts))
+        firsts = [first for _tokens, first, _d in results]
+        decodes = [d for _t, _f, d in results if d is not None]
+        return Rate(
+            sum(t for t, _f, _d in results) / elapsed,
+            statistics.median(firsts),
+            p95(firsts),
+            statistics.median(decodes) if decodes else None,
+        )
 
 
 async def runner_rate(runner: LlamaCppRunner, streams: int) -> Rate:
@@ -297,13 +336,20 @@ class Keyless:
 
 
 @dataclass(frozen=True)
+class Ollama:
+    """The batched gateway's ``/api/chat``, as an Ollama client sends it."""
+
+    gateway: Gateway
+
+
+@dataclass(frozen=True)
 class NoCache:
     """llama-server, sent its streams with ``cache_prompt: false``."""
 
     server: Server
 
 
-System = Server | Gateway | Keyless | NoCache | LlamaCppRunner | RawCurve
+System = Server | Gateway | Keyless | Ollama | NoCache | LlamaCppRunner | RawCurve
 
 
 async def rate_of(system: System, streams: int) -> Rate:
@@ -313,6 +359,8 @@ async def rate_of(system: System, streams: int) -> Rate:
         return await system.rate(streams)
     if isinstance(system, Keyless):
         return await http_rate(system.gateway, streams, keyless=True)
+    if isinstance(system, Ollama):
+        return await http_rate(system.gateway, streams, ollama=True)
     if isinstance(system, NoCache):
         return await http_rate(system.server, streams, cache=False)
     return await http_rate(system, streams)
@@ -334,7 +382,11 @@ async def measure(
     for t in threads:
         server = Server(binary, str(spec.path), t)
         # Only the servers a chosen system uses run: an idle one still takes memory.
-        batched = Gateway(SLOTS, t) if {"gateway", "gateway_keyless"} & set(systems) else None
+        batched = (
+            Gateway(SLOTS, t)
+            if {"gateway", "gateway_keyless", "gateway_ollama"} & set(systems)
+            else None
+        )
         single = Gateway(1, t) if "gateway_one_slot" in systems else None
         ups_http: list[Server | Gateway] = [server]
         ups_http += [up for up in (batched, single) if up is not None]
@@ -361,7 +413,11 @@ async def measure(
                     "runner": runner, "raw": raw,
                 }  # fmt: skip
                 if batched is not None:
-                    ups |= {"gateway": batched, "gateway_keyless": Keyless(batched)}
+                    ups |= {
+                        "gateway": batched,
+                        "gateway_keyless": Keyless(batched),
+                        "gateway_ollama": Ollama(batched),
+                    }
                 if single is not None:
                     ups["gateway_one_slot"] = single
                 for repeat in range(repeats):
@@ -382,10 +438,13 @@ async def measure(
 
 
 SYSTEMS = (
-    "llama_server", "llama_server_nocache", "gateway", "gateway_keyless", "gateway_one_slot",
-    "runner", "raw",
+    "llama_server", "llama_server_nocache", "gateway", "gateway_keyless", "gateway_ollama",
+    "gateway_one_slot", "runner", "raw",
 )  # fmt: skip
-HTTP = ("llama_server", "llama_server_nocache", "gateway", "gateway_keyless", "gateway_one_slot")
+HTTP = (
+    "llama_server", "llama_server_nocache", "gateway", "gateway_keyless", "gateway_ollama",
+    "gateway_one_slot",
+)  # fmt: skip
 
 
 def row_of(threads: int, streams: int, rates: dict[str, list[Rate]]) -> dict[str, Any]:
@@ -402,13 +461,18 @@ def row_of(threads: int, streams: int, rates: dict[str, list[Rate]]) -> dict[str
         if name != "llama_server":
             row[f"{name}_vs_llama_server"] = ratio(name, "llama_server")
         if name in HTTP:
-            for field in ("first_token_p50_s", "first_token_p95_s"):
+            for field in ("first_token_p50_s", "first_token_p95_s", "decode_tokens_per_s"):
                 firsts = [getattr(r, field) for r in seen if getattr(r, field) is not None]
                 row[f"{name}_{field}"] = round(statistics.median(firsts), 3)
             if name != "llama_server":
                 row[f"{name}_first_token_vs_llama_server"] = ratio(
                     name, "llama_server", "first_token_p50_s"
                 )
+    if "gateway_ollama" in rates and "gateway_keyless" in rates:
+        # Ollama's /api/chat against /v1 for the same keyless client: decode rates.
+        row["gateway_ollama_vs_v1_decode"] = ratio(
+            "gateway_ollama", "gateway_keyless", "decode_tokens_per_s"
+        )
     if "gateway_one_slot" in rates:
         row["gateway_vs_one_slot"] = ratio("gateway", "gateway_one_slot")
     if "raw" in rates:
@@ -423,6 +487,7 @@ LABELS = {
     "llama_server_nocache": "llama-server, cache_prompt off",
     "gateway": "tierlm slots=8 (gana)",
     "gateway_keyless": "slots=8 keyless",
+    "gateway_ollama": "slots=8 /api/chat",
     "gateway_one_slot": "gateway slots=1",
     "runner": "runner slots=8",
     "raw": "raw batch",
@@ -437,6 +502,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--systems", default=",".join(SYSTEMS), help="a subset of " + ",".join(SYSTEMS)
+    )
+    parser.add_argument(
+        "--name", default=RESULTS.stem, help="the results file's name (a reduced run's own)"
     )
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
@@ -475,8 +543,16 @@ def main() -> None:
         )  # fmt: skip
     Console().print(firsts)
     Console().print(table)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
+    for row in rows:
+        if "gateway_ollama_vs_v1_decode" in row:
+            print(
+                f"threads {row['threads']}, streams {row['streams']}: /api/chat decodes at "
+                f"{row['gateway_ollama_decode_tokens_per_s']:.1f} tok/s, /v1 (keyless) at "
+                f"{row['gateway_keyless_decode_tokens_per_s']:.1f}: "
+                f"{row['gateway_ollama_vs_v1_decode']:.2f}x (medians of each repeat's ratio)"
+            )
+    out = RESULTS.with_name(f"{args.name}.json")
+    out.write_text(
         json.dumps(
             {
                 "machine": machine(load_before, amx=cpu_has_amx()),
