@@ -81,3 +81,11 @@ def test_a_person_who_reads_meets_no_background_beside_their_chat() -> None:
     tokens, chats = run_virtual(people_and_background(people=1, gap=5.0, seconds=4 * GUARD_SPAN))
     assert max(chats) <= (CHAT + 3) * TOKEN, max(chats)  # its tokens, a stop and a step
     assert tokens["background"] > 0  # background ran in the reading gaps
+
+
+def test_one_person_back_to_back_is_never_relieved_against() -> None:
+    # One identity sending chats 0.5 s apart never pauses, but it is one
+    # person (or a program, docs/design.md §4.11): relief needs two people
+    # at work, and each chat still runs alone.
+    _, chats = run_virtual(people_and_background(people=1, gap=0.5, seconds=4 * GUARD_SPAN))
+    assert max(chats) <= (CHAT + 3) * TOKEN, max(chats)

@@ -3,10 +3,12 @@
 The guard cuts background out of a person's batch. While real people keep the
 device busy without a pause, one after another, it would cut background for
 good. Once people's work has held the device for ``GUARD_SPAN`` seconds with
-no pause of ``PAUSE`` or more, the guard keeps one background sequence in the
-batch (on a device of two slots or more) until people pause again: background
-keeps at least one slot of k, and a person's step time is the curve's at
-their batch plus one.
+no pause of ``PAUSE`` or more, and two people or more took part in it, the
+guard keeps one background sequence in the batch (on a device of two slots or
+more) until people pause again: background keeps at least one slot of k, and
+a person's step time is the curve's at their batch plus one. One person who
+reads pauses; one who does not is a program (docs/design.md §4.11), or a
+test sending chats back to back, and is never relieved against.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ a short answer takes at least this long (docs/design.md §4.11)."""
 class GuardRelief:
     """Tracks the current stretch of people's work (module docstring)."""
 
-    __slots__ = ("_busy", "_busy_since", "_last_busy", "pause", "span")
+    __slots__ = ("_busy", "_busy_since", "_last_busy", "_people", "pause", "span")
 
     def __init__(self, span: float = GUARD_SPAN, pause: float = PAUSE) -> None:
         self.span = span
@@ -34,6 +36,7 @@ class GuardRelief:
         self._busy_since: float | None = None
         self._last_busy: float | None = None
         self._busy = False  # as last told: it holds until the next update
+        self._people: set[object] = set()  # who started a chat in this stretch (two do)
 
     def update(self, now: float, people_busy: bool) -> None:
         """A person's sequence runs or waits (``people_busy``) at ``now``, or not.
@@ -44,13 +47,22 @@ class GuardRelief:
         if people_busy:
             if self._last_busy is None or now - self._last_busy >= self.pause:
                 self._busy_since = now  # a new stretch
+                self._people.clear()
             self._last_busy = now
         elif self._last_busy is not None and now - self._last_busy >= self.pause:
             self._busy_since = self._last_busy = None
+            self._people.clear()
+
+    def chat_started(self, person: object) -> None:
+        """A person's chat started (``Job.chat_person``)."""
+        if len(self._people) < 2:
+            self._people.add(person)
 
     def relieved(self, now: float) -> bool:
         """Whether the guard keeps one background slot now."""
-        return self._busy_since is not None and now - self._busy_since >= self.span
+        if self._busy_since is None or len(self._people) < 2:
+            return False
+        return now - self._busy_since >= self.span
 
     def step(self, now: float, people_busy: bool, slots: int, wake: list[float]) -> bool:
         """``update``, then whether the guard keeps one background slot now
@@ -66,7 +78,7 @@ class GuardRelief:
 
     def relief_at(self, now: float) -> float | None:
         """When the current stretch earns relief, if it has not yet."""
-        if self._busy_since is None:
+        if self._busy_since is None or len(self._people) < 2:
             return None
         at = self._busy_since + self.span
         return at if at > now else None

@@ -131,6 +131,7 @@ class TieredPolicy:
         self._flapping.started(job, now)
         if job.task_class.tier == Tier.T0:
             self._book.turns.served(job.chat_person)  # docs/design.md §4.2 persons in turn
+            self.relief.chat_started(job.chat_person)  # docs/design.md §4.7 guard relief
         # A job that needs a swap starts its slice when the swap ends (swapped).
         begun = job.model_id == self._loaded_at_pick
         self._slices.start(job.id, now, begun=begun, turn=turn_of(job))
