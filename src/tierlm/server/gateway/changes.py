@@ -2,12 +2,15 @@
 
 Every scheduler event bumps ``version``; a live view (the dashboard's stream)
 waits for it to change (``changed``). A waiting request's stream that shows its
-queue position ``watch``-es: after events, at most every ``Changes.interval``
-(``POSITION_INTERVAL``, longer when the look-up is slow: ``LOOK_UP_SHARE``),
+queue position ``watch``-es: after events, at most every ``POSITION_INTERVAL``,
 the positions are looked up once (``Scheduler.queue_positions``) and the
 streams whose shown place changed are woken, and only they. Nothing here copies
 the queue: the positions are the scheduler's, looked up at most every
-``interval`` (``position``).
+``POSITION_INTERVAL`` (``position``). Not less often either: the look-up
+(``Policy.queue_order``) brings the policy's pool floor up to now, and
+1 000 streams of 4 tokens took 74-84 s to serve with look-ups spaced to 5 %
+of the loop against 66 s every 0.25 s (issue 57: the policy's decisions
+should not depend on being looked at; until they do not, the cadence stays).
 
 Why only they: waking every waiting stream after every burst of events made
 the loop's work per event grow with the idle queued streams. At 1 000 queued,
@@ -23,15 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
 from collections.abc import Callable, Iterator, Mapping
 
 from tierlm.shell.events import SchedulerEvent
 
 __all__ = [
     "EXACT_POSITIONS",
-    "LOOK_UP_SHARE",
-    "MAX_INTERVAL",
     "POSITION_INTERVAL",
     "WAKE_BATCH",
     "Changes",
@@ -84,14 +84,6 @@ _UNTOLD = object()
 # hundreds queued, every start moves them all, and waking each per event costs
 # O(queue^2) wake-ups and writes.
 POSITION_INTERVAL = 0.25
-LOOK_UP_SHARE = 0.05
-"""The share of the event loop the look-ups may take: the next comes at
-least 20 times as long after the last as it took. The dispatch order of the
-whole queue is O(queue log queue), 10-30 ms at 1 000 queued on this shared
-machine: every 0.25 s it held the loop a tenth of the time, in blocks that
-every token and ``/health`` waited behind (docs/design.md §1, the edge)."""
-MAX_INTERVAL = 2.0
-"""Even a long queue is told its places at least this often."""
 WAKE_BATCH = 50
 """Waiting streams woken in one turn of the event loop; the rest in the next
 turns. Each wake-up writes its stream a comment (~0.5 ms); waking 500 in one
@@ -116,8 +108,6 @@ class Changes:
         self._positions: Positions = {}
         self._positions_at = -POSITION_INTERVAL  # loop time of that look-up
         self._positions_version = -1  # ``version`` at that look-up
-        self.interval = POSITION_INTERVAL
-        """Seconds between two look-ups now (``LOOK_UP_SHARE``)."""
         self._late: set[asyncio.Event] = set()  # to wake at the next look-up allowed
         self._look_up: Callable[[], Positions] | None = None  # the streams' (``position``)
         self._told: dict[asyncio.Event, object] = {}
@@ -140,12 +130,12 @@ class Changes:
             self._tick = self.loop.call_at(when, self._wake_watchers)
 
     def _wake_watchers(self) -> None:
-        """Look the positions up (at most every ``interval``), then wake the
+        """Look the positions up (at most every ``POSITION_INTERVAL``), then wake the
         watching streams whose shown place changed, a batch a turn."""
         self._tick = None
         look_up, loop = self._look_up, self.loop
         if look_up is not None and loop is not None and self._positions_version != self.version:
-            allowed = self._positions_at + self.interval
+            allowed = self._positions_at + POSITION_INTERVAL
             if loop.time() < allowed:
                 self._tick_at(allowed)
                 return
@@ -168,12 +158,9 @@ class Changes:
         return woken
 
     def _refresh(self, look_up: Callable[[], Positions], now: float) -> None:
-        began = time.perf_counter()
         self._positions = look_up()
-        took = time.perf_counter() - began
         self._positions_at = now
         self._positions_version = self.version
-        self.interval = min(MAX_INTERVAL, max(POSITION_INTERVAL, took / LOOK_UP_SHARE))
 
     def _wake_some(self, waiting: Iterator[asyncio.Event]) -> None:
         # WAKE_BATCH a loop turn, the rest in the next turns (WAKE_BATCH).
@@ -196,7 +183,7 @@ class Changes:
         self, job_id: int, wake: asyncio.Event, look_up: Callable[[], Positions]
     ) -> tuple[int, int] | None:
         """Where ``job_id`` waits, from ``look_up`` (the policy's dispatch order)
-        called at most every ``interval``; between, the last answer.
+        called at most every ``POSITION_INTERVAL``; between, the last answer.
 
         Every admission changes the queue, so looking up per stream start costs
         O(queue log queue) each: 500 requests arriving together held the event
@@ -211,7 +198,7 @@ class Changes:
             return look_up().get(job_id)
         self._look_up = look_up
         now = loop.time()
-        next_allowed = self._positions_at + self.interval
+        next_allowed = self._positions_at + POSITION_INTERVAL
         if now >= next_allowed:
             self._refresh(look_up, now)
             where = self._positions.get(job_id)
