@@ -249,15 +249,18 @@ def test_simultaneous_chats_spread_over_idle_replicas(url: str) -> None:
         wait_for_replicas(REPLICAS)
         start = threading.Barrier(burst)
 
-        def chat(start: threading.Barrier = start) -> str | None:
+        def chat(person: int, start: threading.Barrier = start, burst: int = burst) -> str | None:
             start.wait()
-            replica, text, status = stream(url, "sim-a", "chat", 100)
+            # Different people: one person's turns keep to their replica
+            # (session affinity), other people's spread.
+            session = {"X-Tierlm-Session": f"burst{burst}-person{person}"}
+            replica, text, status = stream(url, "sim-a", "chat", 100, headers=session)
             assert status == 200 and "[DONE]" in text, text
             assert content(text) == expected(100)
             return replica
 
         with ThreadPoolExecutor(burst) as pool:
-            where = [f.result(WAIT) for f in [pool.submit(chat) for _ in range(burst)]]
+            where = [f.result(WAIT) for f in [pool.submit(chat, i) for i in range(burst)]]
         assert len(set(where)) == REPLICAS, where
 
 
