@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tierlm.cluster import STATS_VERSION, rank, views
+from tests.cluster.replica_stats import idle_replica
+from tierlm.cluster import rank, views
 from tierlm.ray.affinity import with_home
 from tierlm.ray.homes import Homes
 
@@ -18,16 +19,7 @@ NOW = 1000.0
 
 
 def stats(**fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "v": STATS_VERSION,
-        "at": NOW,
-        "loaded_model": "m0",
-        "chat_run_s": 2.0,
-        "swap_s": 10.0,
-        "chat_classes": ["chat"],
-    }
-    base.update(fields)
-    return base
+    return idle_replica(NOW, **{"loaded_model": "m0", **fields})
 
 
 def placed(cluster: dict[str, Any], home: str | None, **kw: Any) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tierlm.cluster import STATS_VERSION
+from tests.cluster.replica_stats import idle_replica
 from tierlm.ray.moves import Mover, Waiting
 
 pytestmark = pytest.mark.fast
@@ -16,16 +16,8 @@ NOW = 1000.0
 
 
 def stats(**fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "v": STATS_VERSION,
-        "at": NOW,
-        "loaded_model": "m0",
-        "swap_s": 2.0,
-        "run_s": {"gana": 3.0},
-        "chat_classes": ["chat"],
-    }
-    base.update(fields)
-    return base
+    defaults: dict[str, Any] = {"loaded_model": "m0", "swap_s": 2.0, "run_s": {"gana": 3.0}}
+    return idle_replica(NOW, **{**defaults, **fields})
 
 
 BUSY = stats(busy=True, backlog_s=15.0, queued_by_class={"gana": 4}, queued_by_model={"m0": 4})

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tierlm.cluster import STALE_AFTER, STATS_VERSION, PlacementLog, View, rank
+from tests.cluster.replica_stats import idle_replica
+from tierlm.cluster import STALE_AFTER, PlacementLog, View, rank
 
 pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
 
@@ -18,28 +19,7 @@ NOW = 1000.0
 
 
 def stats(**fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "v": STATS_VERSION,
-        "at": NOW,
-        "loaded_model": None,
-        "swapping_to": None,
-        "busy": False,
-        "slots": 1,
-        "running": {},
-        "chat_queued": 0,
-        "queued_by_model": {},
-        "queued_by_class": {},
-        "backlog_s": 0.0,
-        "swap_s": 10.0,
-        "chat_run_s": 2.0,
-        "run_s": {"gana": 2.0},
-        "chat_classes": ["chat"],
-        "full": [],
-        "draining": False,
-        "paused": False,
-    }
-    base.update(fields)
-    return base
+    return idle_replica(NOW, **fields)
 
 
 # -- examples -------------------------------------------------------------------
