@@ -13,6 +13,7 @@ import pytest
 from tests.core.test_affinity_across_models import chat_wait, device
 from tests.helpers import SWAP, work_for
 from tierlm import JobContext, Scheduler, SchedulerConfig
+from tierlm.core.classes import TaskClass, Tier, default_classes
 
 READING = 45.0  # the person's gap between messages (seed scenario 6's "keeps chatting")
 FACTOR = SchedulerConfig().grace_factor  # the bound on finishing: 3 swaps
@@ -117,3 +118,43 @@ async def test_on_time_finishing_is_bounded_by_grace_factor_swaps() -> None:
 def test_an_unknown_mode_names_the_field_and_the_accepted_values() -> None:
     with pytest.raises(ValueError, match=r"deadlines: must be one of 'after-people', 'on-time'"):
         SchedulerConfig(deadlines="asap")
+
+
+async def first_start_beside_a_reader(mode: str) -> tuple[float, str]:
+    """A person chats once on m1, at the open chat page; 5 s later an
+    operator's own tier-3 class (``report``, no deadline) queues a job on m3
+    and a cron job already overdue queues on m2. How long after that the
+    first of them starts, and which."""
+    classes = {**default_classes(), "report": TaskClass("report", Tier.T3)}
+    starts: list[tuple[float, str]] = []
+    sent: list[float] = []
+
+    def noting(name: str) -> Callable[[JobContext], Awaitable[int]]:
+        async def job(ctx: JobContext) -> int:
+            starts.append((asyncio.get_running_loop().time(), name))
+            return await work_for(1)(ctx)
+
+        return job
+
+    async with Scheduler(device("m1", "m2", "m3"), classes, SchedulerConfig(deadlines=mode)) as s:
+        s.set_foreground("chat")
+        await chat_wait(s, then=5)
+        sent.append(asyncio.get_running_loop().time())
+        report = s.submit("report", "m3", noting("report"), producer="reports")
+        cron = s.submit("gana", "m2", noting("cron"), producer="gana:cron", deadline=s.now() - 1)
+        await asyncio.gather(report, cron)
+    at, first = min(starts)
+    return at - sent[0], first
+
+
+async def test_work_without_a_deadline_never_jumps_overdue_work_on_time() -> None:
+    """docs/design.md §4.8: "no deadline" means never due, in every rule. By
+    default the device holds for the person (~30 s), then runs the overdue
+    cron job first (EDF); on time the overdue job gets its swap at once. The
+    pressing scan read "no deadline" as due at 0: the report job, never
+    due, jumped the overdue one and took the swap at once."""
+    default_after, default_first = await first_start_beside_a_reader("after-people")
+    assert default_first == "cron" and default_after >= 20, (default_after, default_first)
+    on_time_after, on_time_first = await first_start_beside_a_reader("on-time")
+    assert on_time_first == "cron", (on_time_after, on_time_first)
+    assert on_time_after <= SWAP + 0.5, on_time_after

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from tierlm.core.classes import default_classes
+from tierlm.core.classes import TaskClass, Tier, default_classes
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.device import Device
 from tierlm.core.jobs import Job
@@ -170,3 +170,29 @@ def test_the_policy_wakes_when_work_starts_to_press() -> None:
     assert decision.start == ()
     assert decision.wake_at == 200.0 - 3 * SWAP
     assert started(p, 170.0, both) == (cron,)
+
+
+@pytest.mark.parametrize("mode", ["on-time", "after-people"])
+def test_work_never_due_is_not_overdue(mode: str) -> None:
+    """docs/design.md §4.8: an operator's tier-3 class without a deadline
+    (``report``) and an overdue cron job wait on two other models while the
+    person who just chatted may type again on m1. Read as due at 0, the
+    report job was "overdue first" and took its swap at once, on time; it is
+    never due: on time the overdue job goes at once, by default both wait
+    for the hold (30 s: ``grace_factor`` swaps), then the overdue job first."""
+    classes = {**CLASSES, "report": TaskClass("report", Tier.T3)}
+    p = TieredPolicy(classes, SchedulerConfig(deadlines=mode))
+    chat = Job(next(ids), classes["chat"], "m1", "alice", None, None, 0.0)
+    p.submit(chat, 0.0)
+    assert started(p, 0.0, Device("m1", swap_estimate=SWAP)) == (chat,)
+    p.finished(chat, 1.0)
+    report = Job(next(ids), classes["report"], "m3", "reports", None, None, 1.0)
+    cron = Job(next(ids), classes["gana"], "m2", "gana:cron", None, 0.5, 1.0)
+    p.submit(report, 1.0)
+    if mode == "on-time":  # alone, work never due waits as in the default
+        assert started(p, 1.0, Device("m1", swap_estimate=SWAP)) == ()
+    p.submit(cron, 1.0)
+    if mode == "after-people":
+        assert started(p, 30.5, Device("m1", swap_estimate=SWAP)) == ()
+    first = 1.0 if mode == "on-time" else 31.0
+    assert started(p, first, Device("m1", swap_estimate=SWAP)) == (cron,)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from tierlm.core.anticipation import Anticipation
 from tierlm.core.classes import Tier
 from tierlm.core.holds import SwapHolds
-from tierlm.core.jobs import Job
-from tierlm.core.on_time import OnTime, due_or_never
+from tierlm.core.jobs import Job, due_or_never
+from tierlm.core.on_time import OnTime
 from tierlm.core.queues import Candidate
 
 __all__ = ["Choice", "choose"]
@@ -72,9 +72,11 @@ def choose(
     the one due first (id, job); ``loaded_pressing``: then, the loaded
     model's pressing job due first (queued, or the running one asked about)."""
     rank, _key, best_id = best
-    loaded_overdue = best_loaded is not None and (
-        best_loaded[0] == Tier.T3
-        or (on_time is not None and loaded_job is not None and on_time.pressing(loaded_job, now))
+    loaded_overdue = (
+        on_time is not None
+        and best_loaded is not None
+        and loaded_job is not None
+        and on_time.presses(best_loaded[0], loaded_job, now)
     )
     if (
         person_model is not None
@@ -86,7 +88,7 @@ def choose(
         # type on, only work that has waited the bound runs, then the device
         # goes back, so the person's next message finds their model loaded.
         waited = loaded_job is not None and now >= loaded_job.submitted_at + max_affinity_wait
-        if waited or (on_time is not None and loaded_overdue):
+        if waited or loaded_overdue:
             assert best_loaded is not None
             return Choice(best_loaded[2])
         if best_job.model_id == person_model:

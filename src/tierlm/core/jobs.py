@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tierlm.core.classes import TaskClass
 
-__all__ = ["Foreground", "Job", "Person", "Subject"]
+__all__ = ["NEVER", "Foreground", "Job", "Person", "Subject", "due_or_never"]
 
 Subject = str | int
 """What a foreground or a job is about: a note id, a Gana id (docs/design.md §6.2)."""
@@ -67,6 +68,18 @@ class Job:
         return (
             f"<Job #{self.id} {self.class_name} model={self.model_id!r} producer={self.producer!r}>"
         )
+
+
+NEVER = math.inf
+"""The due time of work without a deadline, in every rule that orders or
+presses by due time (EDF in T3, deadlines on time): after every real due
+time, and never reached (docs/design.md §4.2, §4.8)."""
+
+
+def due_or_never(job: Job | None) -> float:
+    """A job's due time (``Job.due``); ``NEVER`` without a job or a deadline."""
+    due = job.due if job is not None else None
+    return NEVER if due is None else due
 
 
 @dataclass(frozen=True, slots=True)

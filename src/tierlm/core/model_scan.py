@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tierlm.core.book import JobBook
 from tierlm.core.classes import T3
-from tierlm.core.jobs import Foreground, Job
+from tierlm.core.jobs import NEVER, Foreground, Job, due_or_never
 from tierlm.core.on_time import OnTime, due_first
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.queues import Candidate
@@ -28,8 +28,9 @@ class ModelScan:
     oldest: tuple[int, Job] | None = None
     """Of the best jobs of the models not loaded, the one submitted first."""
     overdue: tuple[int, Job] | None = None
-    """With ``on_time``: of the other models' jobs that are overdue (T3) or
-    pressing, any place in their queue, the one due first."""
+    """With ``on_time``: of the other models' jobs that are overdue (T3 with
+    a due time: never due is never overdue) or pressing, any place in their
+    queue, the one due first."""
     presses_at: float | None = None
     """With ``on_time``: when a job not yet pressing may start to (a wake-up)."""
     loaded_pressing: Job | None = None
@@ -89,7 +90,7 @@ def scan_models(
         job = job_of(candidate[2])
         if scan.oldest is None or job.submitted_at < scan.oldest[1].submitted_at:
             scan.oldest = (candidate[2], job)
-        if on_time is not None and candidate[0] == T3:
+        if on_time is not None and candidate[0] == T3 and due_or_never(job) != NEVER:
             scan.overdue = due_first(scan.overdue, (candidate[2], job))
     if on_time is not None:
         pressing = on_time.scan(book, now, skip, running)

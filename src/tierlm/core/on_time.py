@@ -20,18 +20,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tierlm.core.book import JobBook
+from tierlm.core.classes import T3
 from tierlm.core.config import SchedulerConfig
-from tierlm.core.jobs import Job
+from tierlm.core.jobs import NEVER, Job, due_or_never
 
-__all__ = ["OnTime", "Pressing", "due_first", "due_or_never"]
+__all__ = ["OnTime", "Pressing", "due_first"]
 
 
 def due_first(current: tuple[int, Job] | None, candidate: tuple[int, Job]) -> tuple[int, Job]:
     """Of two pressing (id, job) candidates, the one due first (then submitted
-    first): EDF among the models waiting for a swap."""
+    first): EDF among the models waiting for a swap. No deadline is
+    ``NEVER``, as everywhere: read as 0, work never due jumped overdue work."""
     if current is None:
         return candidate
-    return min(current, candidate, key=lambda pair: (pair[1].due or 0.0, pair[1].id))
+    return min(current, candidate, key=lambda pair: (due_or_never(pair[1]), pair[1].id))
 
 
 @dataclass(slots=True)
@@ -69,10 +71,10 @@ class OnTime:
         """How long before its due time work on ``model_id`` presses."""
         return self.lead_swaps * self.swap_estimate(model_id)
 
-    def presses_at(self, job: Job) -> float | None:
-        """When ``job`` starts to press; None: it has no deadline."""
-        due = job.due
-        return None if due is None else due - self.lead(job.model_id)
+    def presses_at(self, job: Job) -> float:
+        """When ``job`` starts to press; ``NEVER`` without a deadline."""
+        due = due_or_never(job)
+        return NEVER if due == NEVER else due - self.lead(job.model_id)
 
     def pressing(self, job: Job, now: float) -> bool:
         """Whether ``job`` presses now. Neither its producer's loan (its
@@ -81,8 +83,14 @@ class OnTime:
         94-169 s late on the code trace at 8 slots and 62-118 s on conv
         (FIFO's: 53-84 s), the gana class's eligibility flipping as its
         producers came and went."""
-        at = self.presses_at(job)
-        return at is not None and now >= at
+        return now >= self.presses_at(job)
+
+    def presses(self, rank: int, job: Job, now: float) -> bool:
+        """Whether ``job``, ranked ``rank``, is work this mode swaps for:
+        overdue (T3) with a due time, or pressing. Work never due (an
+        operator's tier-3 class without a deadline) never presses: read as
+        due at 0 it jumped overdue work and took its swap at once."""
+        return (rank == T3 and due_or_never(job) != NEVER) or self.pressing(job, now)
 
     def scan(
         self,
@@ -98,14 +106,14 @@ class OnTime:
         would have hidden it, lead and all)."""
         leads = {model: self.lead(model) for model in book.models}
         jobs, later = book.deadline_jobs(now + max(leads.values(), default=0.0))
-        if running is not None and running.due is not None:
+        if running is not None and due_or_never(running) != NEVER:
             jobs.append(running)
         pressing = Pressing()
         if later is not None:  # nothing due sooner was left out: a lower bound
             pressing.next_at = later - max(leads.values(), default=0.0)
         for job in jobs:
             at = self.presses_at(job)
-            if at is None or job.class_name in skip:
+            if at == NEVER or job.class_name in skip:
                 continue
             if now < at:
                 if pressing.next_at is None or at < pressing.next_at:
@@ -137,9 +145,3 @@ class OnTime:
             return None
         until = person.submitted_at + self.lead(running.model_id)
         return until if now < until else None
-
-
-def due_or_never(job: Job | None) -> float:
-    """A job's due time; +inf without a job or a deadline (it sorts last)."""
-    due = job.due if job is not None else None
-    return due if due is not None else float("inf")

@@ -11,13 +11,12 @@ not in which order. O(n log n), off the dispatch path.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tierlm.core.classes import Tier
 from tierlm.core.fairness import FairPool
-from tierlm.core.jobs import Job
+from tierlm.core.jobs import Job, due_or_never
 from tierlm.core.pool_order import turn_order
 
 __all__ = ["dispatch_order", "policy_order"]
@@ -52,7 +51,7 @@ def dispatch_order(
         if job_rank == _T4:
             key: tuple[Any, ...] = (pool_position.get(job.id, len(pool_position)), job.id)
         elif job_rank in (_T3, _T3 + 2):
-            key = (job.due if job.due is not None else math.inf, job.id)
+            key = (due_or_never(job), job.id)
         elif job_rank == _T0 and chat_order is not None and job.id in chat_order:
             key = (chat_order[job.id],)  # persons in turn (docs/design.md §4.2)
         else:

@@ -12,11 +12,10 @@ re-queued gets a new version, so entries of its earlier stay never come back.
 from __future__ import annotations
 
 import heapq
-import math
 from typing import Any, TypeVar
 
 from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass, Tier
-from tierlm.core.jobs import Foreground, Job, Person, Subject
+from tierlm.core.jobs import Foreground, Job, Person, Subject, due_or_never
 from tierlm.core.turns import ChatTurns
 
 __all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue", "running_candidate"]
@@ -80,7 +79,7 @@ class ClassQueue:
         self.count = 0
         self.fifo: list[_FifoEntry] = []
         self.subjects: dict[Subject, list[_FifoEntry]] = {}
-        # T3 classes: every job, by due time (+inf without a deadline).
+        # T3 classes: every job, by due time (``NEVER`` without a deadline).
         self.deadlines: list[_DeadlineEntry] = []
         # The policy's cache of this class's best job at its base tier: valid
         # until the queue changes.
@@ -97,8 +96,7 @@ class ClassQueue:
             heapq.heappush(self.people.setdefault(job.chat_person, []), entry)
         self.count += 1
         if self.task_class.tier == Tier.T3:
-            due = job.due if job.due is not None else math.inf
-            heapq.heappush(self.deadlines, (due, job.id, version))
+            heapq.heappush(self.deadlines, (due_or_never(job), job.id, version))
 
     def removed(self, job: Job) -> None:
         """``job`` left the queue (its version is already gone from ``live``)."""
@@ -222,8 +220,7 @@ def running_candidate(rank: int, job: Job, skip: frozenset[str]) -> Candidate | 
     if rank >= T2 and job.class_name in skip:
         return None
     if rank in (T3, T3_AFTER_POOL):
-        due = job.due if job.due is not None else math.inf
-        return (rank, (due, job.id), job.id)
+        return (rank, (due_or_never(job), job.id), job.id)
     if rank == T4:
         return None
     return (rank, (job.id,), job.id)
