@@ -30,13 +30,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.helpers import wait_until_blocking
 from tests.runners.helpers import (
     FakeServer,
     FakeState,
@@ -220,17 +220,19 @@ def llama_server(
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"llama_cpp.server exited:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.TransportError):
+            return httpx.get(f"{url}/v1/models", timeout=1).status_code == 200
+        return False
+
     try:
-        deadline = time.monotonic() + 180  # a hang guard: start-up at load 25 on 2 cores
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama_cpp.server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
+        try:  # a hang guard: start-up at load 25 on 2 cores
+            wait_until_blocking(up, "llama_cpp.server to answer", timeout=180, every=0.1)
+        except AssertionError as error:
+            raise RuntimeError(f"{error}:\n{log.read_text()[-3000:]}") from None
         yield LlamaServer(url, tiny_models, process, log)
     finally:
         process.terminate()
@@ -261,11 +263,13 @@ def fake_server() -> Iterator[FakeServer]:
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
+
+    def started() -> bool:
+        if not thread.is_alive():
             raise RuntimeError("fake server did not start")
-        time.sleep(0.01)
+        return bool(server.started)
+
+    wait_until_blocking(started, "the fake server to start", timeout=10)
     try:
         yield FakeServer(f"http://127.0.0.1:{port}", state)
     finally:

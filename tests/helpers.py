@@ -1,9 +1,10 @@
-"""Shared helpers for the scheduling tests: jobs that spend simulated device
-time, and a recorder of who held the device when."""
+"""Shared helpers of the tests: the one bounded wait (``wait_until``), jobs that
+spend simulated device time, and a recorder of who held the device when."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -12,6 +13,60 @@ from tierlm import JobContext, JobHandle, JobStarted, RunEnded, Scheduler, Sched
 from tierlm.runners import GenerationRequest, SimulatedRunner
 
 E = TypeVar("E")
+T = TypeVar("T")
+
+HANG_GUARD = 180.0
+"""Seconds after which a wait that would otherwise hang fails: a bound on a
+wait that the property under test ends, never a measure of speed (a real
+model at load 25 on 2 cores answers a short chat in tens of seconds)."""
+
+
+async def wait_until(
+    probe: Callable[[], T | Awaitable[T]],
+    what: str,
+    *,
+    until: Callable[[T], object] = bool,
+    timeout: float = HANG_GUARD,
+    every: float = 0.01,
+) -> T:
+    """Call ``probe()`` (a plain or an async function) every ``every`` seconds
+    until ``until`` holds for what it returned (by default: until it returns
+    something true); return that value. The one polling loop of the tests,
+    for state that signals nothing (another thread's or process's).
+
+    Seconds are the running loop's: virtual on the virtual-time loop, the
+    wall clock's elsewhere. ``timeout`` is a hang guard, never a measure of
+    speed: past it, an ``AssertionError`` naming ``what`` (what was awaited)
+    and the last value the probe returned. ``probe`` may raise to end the
+    wait early (a server process that exited)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = probe()
+        if inspect.isawaitable(value):
+            value = await value
+        if until(cast("T", value)):
+            return cast("T", value)
+        if loop.time() >= deadline:
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting for {what}; last: {value!r}"
+            )
+        await asyncio.sleep(every)
+
+
+def wait_until_blocking(
+    probe: Callable[[], T | Awaitable[T]],
+    what: str,
+    *,
+    until: Callable[[T], object] = bool,
+    timeout: float = HANG_GUARD,
+    every: float = 0.01,
+) -> T:
+    """``wait_until`` for a test without an event loop of its own (a plain
+    function watching a gateway in a thread or a process): the same wait,
+    on a loop of its own."""
+    return asyncio.run(wait_until(probe, what, until=until, timeout=timeout, every=every))
+
 
 TOKEN = 0.05  # token interval of the tests' device: 20 tokens/s
 SWAP = 10.0  # the seed's ~10 s swap

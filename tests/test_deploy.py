@@ -7,6 +7,7 @@ it serves, then stops on SIGTERM with status 0 within ``TimeoutStopSec``."""
 from __future__ import annotations
 
 import configparser
+import contextlib
 import json
 import os
 import re
@@ -14,12 +15,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_until_blocking
 from tests.runners.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,16 +144,14 @@ def test_the_systemd_unit_s_command_serves_and_stops_on_sigterm(tmp_path: Path) 
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
+
+        def up() -> bool:
             assert process.poll() is None, process.communicate()[0]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the gateway did not come up"
-            time.sleep(0.2)
+            with contextlib.suppress(httpx.TransportError):
+                return httpx.get(f"{url}/health", timeout=2).status_code == 200
+            return False
+
+        wait_until_blocking(up, "the gateway to come up", timeout=120, every=0.2)
         answer = httpx.post(
             f"{url}/v1/chat/completions",
             json={

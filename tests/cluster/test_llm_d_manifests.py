@@ -14,12 +14,12 @@ checked, not applied.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers import wait_until_blocking
 from tests.server.test_llm_d_metrics import families, select
 
 yaml = pytest.importorskip("yaml")
@@ -143,17 +144,15 @@ def endpoint(tmp_path: Path) -> Iterator[tuple[str, str]]:
         [sys.executable, "-m", "tierlm.cli", *args], env=env, stdout=log, stderr=log, cwd=tmp_path
     )
     url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert process.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{url}/ready", timeout=5).status_code == 200
+        return False
+
     try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
-            try:
-                if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "tierlm serve did not get ready"
-            time.sleep(0.2)
+        wait_until_blocking(ready, "tierlm serve to get ready", timeout=WAIT, every=0.2)
         yield url, key
     finally:
         process.terminate()

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
+from tests.helpers import wait_until_blocking
 from tierlm.ray.app import LOOPBACK_ENV
 
 ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
@@ -106,14 +107,19 @@ def url() -> Iterator[str]:
 
 def wait_live(url: str, count: int) -> dict[str, Any]:
     """Until the ingress's /health counts ``count`` live replicas."""
-    deadline = time.monotonic() + WAIT
-    while True:
+
+    def health() -> tuple[int, dict[str, Any]]:
         response = httpx.get(f"{url}/health", timeout=WAIT)
-        body = response.json()
-        if response.status_code == 200 and body.get("live_replicas") == count:
-            return dict(body)
-        assert time.monotonic() < deadline, body
-        time.sleep(0.3)
+        return response.status_code, dict(response.json())
+
+    _, body = wait_until_blocking(
+        health,
+        f"{count} live replicas",
+        until=lambda answer: answer[0] == 200 and answer[1].get("live_replicas") == count,
+        timeout=WAIT,
+        every=0.3,
+    )
+    return body
 
 
 ROLLOUT_WAIT = 1800.0
@@ -134,15 +140,19 @@ def wait_for_replicas(
     """Until Serve runs ``count`` replicas of ``deployment`` and nothing else
     (a replica replaced before is up again), then until the router has read
     their stats again."""
-    deadline = time.monotonic() + wait
-    while True:
+
+    def states() -> dict[str, int]:
         app = serve.status().applications.get("default")
         found = app.deployments.get(deployment) if app is not None else None
-        states = found.replica_states if found is not None else {}
-        if states.get("RUNNING", 0) == count and sum(states.values()) == count:
-            break
-        assert time.monotonic() < deadline, f"{deployment}: {states}"
-        time.sleep(0.2)
+        return dict(found.replica_states) if found is not None else {}
+
+    wait_until_blocking(
+        states,
+        f"{count} replicas of {deployment} running",
+        until=lambda s: s.get("RUNNING", 0) == count and sum(s.values()) == count,
+        timeout=wait,
+        every=0.2,
+    )
     time.sleep(3 * STATS_PERIOD)
 
 
@@ -363,10 +373,12 @@ def test_a_stream_whose_replica_dies_continues_on_another(url: str) -> None:
     assert status == 200 and replica == victim
     assert text.rstrip().endswith("data: [DONE]"), text[-300:]
     assert content(text) == expected(tokens)
-    deadline = time.monotonic() + 30
-    while not serve_logs("job continued on replica"):
-        assert time.monotonic() < deadline, "no line in Serve's log of the ingress"
-        time.sleep(0.5)
+    wait_until_blocking(
+        lambda: serve_logs("job continued on replica"),
+        "the ingress's line in Serve's log",
+        timeout=30,
+        every=0.5,
+    )
     wait_for_replicas(REPLICAS)  # Serve started another
 
 
@@ -443,24 +455,28 @@ def test_a_stalled_replica_turns_unhealthy_and_is_replaced(url: str) -> None:
     ):
         assert response.status_code == 200
         victim = response.headers["x-tierlm-replica"]
-        deadline = time.monotonic() + WAIT
-        seen_unhealthy = False
-        while not seen_unhealthy:
+
+        def unhealthy() -> bool:
             health = http.get(f"{url}/health").json()
             entry = health.get("replicas", {}).get(victim)
-            if isinstance(entry, dict) and entry.get("status") == "unhealthy":
-                seen_unhealthy = True
-                assert health["status"] == "degraded"
-                assert "stalled" in entry["reason"], entry
-                assert http.get(f"{url}/ready").status_code == 200
-            assert time.monotonic() < deadline, "the stalled replica never said so"
-            time.sleep(0.3)
+            if not (isinstance(entry, dict) and entry.get("status") == "unhealthy"):
+                return False
+            assert health["status"] == "degraded"
+            assert "stalled" in entry["reason"], entry
+            assert http.get(f"{url}/ready").status_code == 200
+            return True
+
+        seen_unhealthy = wait_until_blocking(
+            unhealthy, "the stalled replica to say so", timeout=WAIT, every=0.3
+        )
         # Leaving the block closes the stream: the request (the unhealthy
         # replica ended it; the ingress queued it on another) is cancelled.
-    deadline = time.monotonic() + REPLICA_START_WAIT
-    while victim in running_replicas():
-        assert time.monotonic() < deadline, "the stalled replica was not replaced"
-        time.sleep(0.3)
+    wait_until_blocking(
+        lambda: victim not in running_replicas(),
+        "the stalled replica to be replaced",
+        timeout=REPLICA_START_WAIT,
+        every=0.3,
+    )
     assert seen_unhealthy
     wait_for_replicas(REPLICAS)
     assert victim not in running_replicas() and len(running_replicas() - before) >= 1

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
+from tests.helpers import wait_until_blocking
 
 ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
 serve = pytest.importorskip("ray.serve")
@@ -73,16 +74,14 @@ def url() -> Iterator[str]:
 
 
 def wait_health(url: str, done: Any, wait: float = WAIT) -> dict[str, Any]:
-    deadline = time.monotonic() + wait
-    while True:
+
+    def health() -> dict[str, Any]:
         try:
-            body = dict(httpx.get(f"{url}/health", timeout=WAIT).json())
+            return dict(httpx.get(f"{url}/health", timeout=WAIT).json())
         except httpx.HTTPError as exc:
-            body = {"error": str(exc)}
-        if done(body):
-            return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.3)
+            return {"error": str(exc)}
+
+    return wait_until_blocking(health, "/health to answer so", until=done, timeout=wait, every=0.3)
 
 
 def test_operations_answer_on_rays_default_router(url: str) -> None:

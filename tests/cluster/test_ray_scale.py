@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
+from tests.helpers import wait_until_blocking
 
 ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
 serve = pytest.importorskip("ray.serve")
@@ -126,10 +126,9 @@ def burst(url: str, then: Any) -> None:
     there; every stream must end whole."""
     with ThreadPoolExecutor(BURST) as pool:
         futures = [pool.submit(stream, url, TOKENS) for _ in range(BURST)]
-        deadline = time.monotonic() + WAIT
-        while held(url) < BURST:  # the burst waits on the one replica
-            assert time.monotonic() < deadline, "the burst never arrived"
-            time.sleep(0.3)
+        wait_until_blocking(  # the burst waits on the one replica
+            lambda: held(url) >= BURST, "the burst to arrive", timeout=WAIT, every=0.3
+        )
         then()
         results = [f.result(WAIT) for f in futures]
     expected = "".join(f"w{i} " for i in range(TOKENS))
@@ -174,10 +173,9 @@ def test_the_autoscaler_adds_replicas_and_queued_work_moves_to_them(url: str) ->
     serve.run(build({**ARGS, "autoscaling": scaling}), route_prefix="/")
 
     def grown() -> None:
-        deadline = time.monotonic() + WAIT
-        while replicas_running() < 2:
-            assert time.monotonic() < deadline, "Serve added no replica"
-            time.sleep(0.3)
+        wait_until_blocking(
+            lambda: replicas_running() >= 2, "Serve to add a replica", timeout=WAIT, every=0.3
+        )
 
     burst(url, grown)
     ran = completed(url)

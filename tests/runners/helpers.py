@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tests.helpers import wait_until
+
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Coroutine
@@ -20,17 +22,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-HANG_GUARD = 180.0
-"""Seconds after which a test that would otherwise hang fails: a bound on a
-wait that the property under test ends, never a measure of speed."""
-
-
 async def disconnected(state: FakeState, model: str) -> None:
     """Until the fake server has seen the client leave ``model``'s request
     (its state lives in the server's thread: polled)."""
-    async with asyncio.timeout(HANG_GUARD):
-        while model not in state.disconnects:  # noqa: ASYNC110 (another thread's state)
-            await asyncio.sleep(0.01)
+    await wait_until(lambda: model in state.disconnects, f"the client to leave {model}")
 
 
 def free_port() -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.helpers import wait_until
 from tests.runners.helpers import run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.requests import GenerationRequest
@@ -56,8 +57,11 @@ async def evaluated_at_least(runner: LlamaCppRunner, tokens: int) -> None:
     """Wait until the running generation's sequence holds ``tokens``."""
     engine = runner._supervisor.worker._service._engine  # thread isolation: in this process
     # Polled: the decode thread advances n_past and signals nothing.
-    while not engine._running or engine._running[0].n_past < tokens:  # noqa: ASYNC110
-        await asyncio.sleep(0.001)
+    await wait_until(
+        lambda: engine._running and engine._running[0].n_past >= tokens,
+        f"the sequence to hold {tokens} tokens",
+        every=0.001,
+    )
 
 
 def test_a_cut_prompt_resumes_from_the_chunks_it_finished(model: Path) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.helpers import wait_until
 from tests.runners.helpers import run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.requests import GenerationRequest
@@ -71,8 +72,9 @@ async def evaluated_at_least(runner: LlamaCppRunner, tokens: int) -> None:
     kv_slots = worker._service._engine._kv_slots
     # Polled: the decode thread extends the one KV slot's tokens after each
     # step and signals nothing.
-    while len(kv_slots[0].tokens) < tokens:  # noqa: ASYNC110
-        await asyncio.sleep(0.001)
+    await wait_until(
+        lambda: len(kv_slots[0].tokens) >= tokens, f"{tokens} tokens evaluated", every=0.001
+    )
 
 
 async def generate_until(

@@ -9,7 +9,6 @@ one needs an Intel CPU with AMX and a quantized model): FAULT INJECTION
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import signal
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.helpers import wait_until
 from tests.runners.helpers import run
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.errors import RunnerError
@@ -136,8 +136,7 @@ def test_a_worker_that_died_while_idle_is_restarted_on_the_next_call(
         assert pid is not None
         os.kill(pid, signal.SIGSEGV)
         # The runner notices the exit on its reader thread (nothing to await).
-        while runner.worker_pid is not None:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: runner.worker_pid is None, "the runner to see the worker exit")
         assert runner.loaded_model == "a"  # what the scheduler believes stays true
         assert await text(runner, chat()) == expected
         assert runner.restarts == 1

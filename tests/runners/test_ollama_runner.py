@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.runners.helpers import HANG_GUARD, disconnected, free_port, run
+from tests.helpers import HANG_GUARD
+from tests.runners.helpers import disconnected, free_port, run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.ollama import OllamaRunner

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.runners.helpers import HANG_GUARD, disconnected, free_port, run
+from tests.helpers import HANG_GUARD, wait_until
+from tests.runners.helpers import disconnected, free_port, run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError
 from tierlm.runners.openai_compat import OpenAIRunner, render_chat_template
@@ -324,8 +325,7 @@ def test_cancel_before_the_server_answers_at_all(fake: FakeServer) -> None:
             async def cancel_once_it_arrived() -> None:
                 # The request reached the server (a fixed delay may fire before
                 # it does on a busy machine, and test nothing).
-                while silent_requests() == before:  # noqa: ASYNC110 (another thread's state)
-                    await asyncio.sleep(0.01)
+                await wait_until(lambda: silent_requests() != before, "the request to arrive")
                 token.cancel(CancelReason.PREEMPTED)
 
             async with asyncio.timeout(HANG_GUARD):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import openai
 from openai.types import Batch
 
+from tests.helpers import wait_until_blocking
 from tests.server.helpers import WAIT
 
 FINAL = ("completed", "failed", "expired", "cancelled")
@@ -60,14 +60,13 @@ def wait_batch(
     timeout: float = WAIT,
 ) -> Batch:
     """Poll ``batches.retrieve`` until ``until`` holds (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        batch = client.batches.retrieve(batch_id)
-        if until(batch):
-            return batch
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for batch {batch_id}: {batch}")
-        time.sleep(0.02)
+    return wait_until_blocking(
+        lambda: client.batches.retrieve(batch_id),
+        f"batch {batch_id}",
+        until=until,
+        timeout=timeout,
+        every=0.02,
+    )
 
 
 def lines_of(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,6 +32,8 @@ import uvicorn
 from openai.types.chat import ChatCompletionChunk
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers import wait_until_blocking
+from tests.payloads import story
 from tierlm.embedding import Embedder
 from tierlm.runners.protocol import Runner
 from tierlm.server.app import create_app
@@ -50,7 +51,6 @@ SWAP = 0.05
 # hang guard, never a measure of speed: generous, as a real model at load 25 on
 # 2 cores answers a short chat in tens of seconds.
 WAIT = 120.0
-MESSAGES = [{"role": "user", "content": "hello"}]
 TEST_DATA_ROOT = Path(tempfile.gettempdir()) / f"tierlm-tests-{os.getpid()}"
 """Where each test gateway gets a data directory of its own (``fresh_data_dir``):
 one gateway per data directory (a lock), and never the user's own."""
@@ -127,14 +127,7 @@ class Gateway:
 
     def wait(self, predicate: Callable[[dict[str, Any]], Any], what: str) -> dict[str, Any]:
         """Poll the state API until ``predicate(state)`` holds (bounded)."""
-        deadline = time.monotonic() + WAIT
-        while True:
-            state = self.state()
-            if predicate(state):
-                return state
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; state: {state}")
-            time.sleep(0.005)
+        return wait_until_blocking(self.state, what, until=predicate, timeout=WAIT, every=0.005)
 
     def wait_running(self, class_name: str) -> dict[str, Any]:
         state = self.wait(
@@ -191,11 +184,13 @@ def run_app(app: Any, on_stop: Callable[[], None] | None = None) -> Iterator[str
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + WAIT
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
+
+    def started() -> bool:
+        if not thread.is_alive():
             raise RuntimeError("the server did not start")
-        time.sleep(0.01)
+        return bool(server.started)
+
+    wait_until_blocking(started, "the server to start", timeout=WAIT)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -346,10 +341,6 @@ def read_into(chunks: Iterator[ChatCompletionChunk], pieces: list[str]) -> None:
             pieces.append(chunk.choices[0].delta.content)
 
 
-def chat_body(model: str = "sim-a", max_tokens: int = 5, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": MESSAGES, "max_tokens": max_tokens, **extra}
-
-
 def in_queue(state: Mapping[str, Any], job_id: int) -> int | None:
     """The tier a job is queued in, None if it is not queued."""
     for tier, jobs in state["queued"].items():
@@ -397,7 +388,7 @@ class BackgroundStreams:
     def _stream(self, i: int) -> None:
         body = {
             "model": self.model,
-            "messages": [{"role": "user", "content": f"Tell me story number {i}."}],
+            "messages": story(i),
             "max_tokens": self.max_tokens,
             "temperature": 0,
             "logit_bias": self.no_end,  # no end of text: it runs as long as the test

@@ -7,11 +7,11 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
 
+from tests.helpers import wait_until_blocking
 from tests.runners.helpers import free_port
 from tests.server.helpers import WAIT, fresh_data_dir
 
@@ -35,17 +35,16 @@ def tierlm_serve(
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"tierlm serve exited: {process.stdout.read()}")  # type: ignore[union-attr]
+        with contextlib.suppress(httpx.TransportError):
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        return False
+
     try:
-        deadline = time.monotonic() + start_timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"tierlm serve exited: {process.stdout.read()}")  # type: ignore[union-attr]
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("tierlm serve did not start")
-            time.sleep(0.05)
+        wait_until_blocking(up, "tierlm serve to answer", timeout=start_timeout, every=0.05)
         yield url, process
     finally:
         if process.poll() is None:

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+from tests.payloads import MESSAGES
 from tests.runners.fake_servers import make_app
 from tests.runners.helpers import FakeState, free_port
-from tests.server.helpers import MESSAGES, Gateway, run_app, serve
+from tests.server.helpers import Gateway, run_app, serve
 from tierlm.server.settings.embedders import minilm_installed
 from tierlm.server.settings.sources import settings_from_dict
 

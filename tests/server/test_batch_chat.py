@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.payloads import MESSAGES
 from tests.server.batch_helpers import chat_line, start, wait_batch
-from tests.server.helpers import MESSAGES, Gateway, serve, sim_settings
+from tests.server.helpers import Gateway, serve, sim_settings
 
 TOKEN = 0.02  # seconds a token: the wait is read in these
 CHATS = 5

@@ -3,7 +3,6 @@ bad lines, limits, cancel, expiry, and what a batch is scheduled as."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.helpers import wait_until_blocking
 from tests.server.batch_helpers import chat_line, lines_of, start, upload, wait_batch
 from tests.server.helpers import Gateway, serve, sim_settings
 
@@ -157,9 +157,9 @@ def test_metrics_count_batches_and_their_requests(gw: Gateway) -> None:
     assert gw.metric("tierlm_batch_requests_total", outcome="completed") == before + 5
     # The batch's status is stored as its run ends; its task's end, which the
     # counters follow, comes a moment later: wait for it (a hang guard only).
-    deadline = time.monotonic() + 60
-    while gw.metric("tierlm_batches_running") != 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until_blocking(
+        lambda: gw.metric("tierlm_batches_running") == 0, "no batch running", timeout=60
+    )
     assert gw.metric("tierlm_batches_total", status="completed") == ended + 1
     assert gw.metric("tierlm_batches_running") == 0
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.helpers import Gateway, chat_body, serve, sim_settings, sse
+from tests.payloads import chat_body
+from tests.server.helpers import Gateway, serve, sim_settings, sse
 
 pytestmark = pytest.mark.browser
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip)")

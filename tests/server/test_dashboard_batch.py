@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.helpers import Gateway, chat_body, serve, sim_settings, sse
+from tests.payloads import chat_body
+from tests.server.helpers import Gateway, serve, sim_settings, sse
 from tests.server.test_dashboard import ARGS, CHROMIUM, LONG, TIMEOUT_MS
 
 pytestmark = pytest.mark.browser

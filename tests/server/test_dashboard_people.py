@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.helpers import WAIT, Gateway, chat_body, serve, sim_settings, sse
+from tests.payloads import chat_body
+from tests.server.helpers import WAIT, Gateway, serve, sim_settings, sse
 from tests.server.test_dashboard import ARGS, CHROMIUM, TIMEOUT_MS
 
 pytestmark = [

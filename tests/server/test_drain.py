@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 import pytest
 
-from tests.server.helpers import MESSAGES, WAIT, chat_body, read_into, serve, sse
+from tests.helpers import wait_until_blocking
+from tests.payloads import MESSAGES, chat_body
+from tests.server.helpers import WAIT, read_into, serve, sse
 from tests.server.serve_process import tierlm_serve
 
 QUIET = ("--log-level", "warning")
@@ -46,14 +47,15 @@ def wait_refused(url: str) -> None:
     """Poll until a new connection is refused: the listening socket is closed.
     A connection the kernel accepted into the socket's backlog just before it
     closed is reset instead of refused: the same answer, never served."""
-    deadline = time.monotonic() + WAIT
-    while True:
+
+    def refused() -> bool:
         try:
             httpx.get(f"{url}/health", timeout=WAIT)
         except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
-            return
-        assert time.monotonic() < deadline, "still accepting connections"
-        time.sleep(0.02)
+            return True
+        return False
+
+    wait_until_blocking(refused, "new connections to be refused", timeout=WAIT, every=0.02)
 
 
 def test_sigterm_lets_running_and_queued_streams_finish() -> None:
@@ -68,10 +70,11 @@ def test_sigterm_lets_running_and_queued_streams_finish() -> None:
         next(chunks)  # the role chunk: the job runs
         # A second chat waits behind it (chats are first come, first served).
         queued = pool.submit(read_raw_stream, url, 50)
-        deadline = time.monotonic() + WAIT
-        while not httpx.get(f"{url}/v1/scheduler/state").json()["queued"]["0"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until_blocking(
+            lambda: httpx.get(f"{url}/v1/scheduler/state").json()["queued"]["0"],
+            "the second chat queued",
+            timeout=WAIT,
+        )
         process.send_signal(signal.SIGTERM)
         wait_refused(url)  # stops accepting...
         # ... and both accepted streams finish, every token.

@@ -18,15 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.server.helpers import (
-    MESSAGES,
-    WAIT,
-    Gateway,
-    chat_body,
-    module_gateway,
-    serve,
-    sim_settings,
-)
+from tests.payloads import MESSAGES, chat_body
+from tests.server.helpers import WAIT, Gateway, module_gateway, serve, sim_settings
 from tierlm.server.settings.sources import settings_from_dict
 
 gw = module_gateway({"limits": {"max_body_bytes": 100_000}})

@@ -30,7 +30,8 @@ import openai
 import pytest
 
 from tests.embedding.helpers import RecordingEmbedder
-from tests.server.helpers import MESSAGES, WAIT, Gateway, chat_body, serve, sim_settings
+from tests.payloads import MESSAGES, chat_body
+from tests.server.helpers import WAIT, Gateway, serve, sim_settings
 from tierlm.embedding import SimulatedEmbedder, Vector
 from tierlm.errors import install_hint
 from tierlm.server import serve_cli as cli

@@ -9,7 +9,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.server.helpers import MESSAGES, Gateway, chat_body, module_gateway
+from tests.payloads import MESSAGES, chat_body
+from tests.server.helpers import Gateway, module_gateway
 from tierlm.server.openai.compat import TOOL
 
 # One gateway for the module: each test also checks it still serves.

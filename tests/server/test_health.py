@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.helpers import MESSAGES, Gateway, chat_body, serve, sim_settings
+from tests.payloads import MESSAGES, chat_body
+from tests.server.helpers import Gateway, serve, sim_settings
 from tierlm.server.settings.sources import settings_from_dict
 
 LONE = "x\ud800y"  # a lone surrogate: valid JSON (as "\ud800"), no valid text

@@ -16,10 +16,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+from tests.payloads import MESSAGES, chat_body
 from tests.server.helpers import (
-    MESSAGES,
     Gateway,
-    chat_body,
     error_message,
     in_queue,
     module_gateway,

@@ -6,12 +6,8 @@ import httpx
 import openai
 import pytest
 
-from tests.server.helpers import (
-    MESSAGES,
-    Gateway,
-    error_message,
-    module_gateway,
-)
+from tests.payloads import MESSAGES
+from tests.server.helpers import Gateway, error_message, module_gateway
 
 KEYS = [
     {"key": "sk-chat", "name": "chat-ui", "classes": ["chat"]},

@@ -16,10 +16,10 @@ else with this interpreter if it can import the proxy, else skips.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,10 @@ import httpx
 import openai
 import pytest
 
+from tests.helpers import wait_until_blocking
+from tests.payloads import MESSAGES
 from tests.runners.helpers import free_port
-from tests.server.helpers import MESSAGES, WAIT, Gateway, serve, sim_settings
+from tests.server.helpers import WAIT, Gateway, serve, sim_settings
 from tests.server.loopback import loopback_only
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # no fetch of the price map
@@ -155,17 +157,15 @@ def proxy(gw: Gateway, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     url = f"http://127.0.0.1:{port}"
     with Path(home, "proxy.log").open("w") as log:
         process = subprocess.Popen(command, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+        def up() -> bool:
+            assert process.poll() is None, Path(home, "proxy.log").read_text()[-2000:]
+            with contextlib.suppress(httpx.TransportError):
+                return httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200
+            return False
+
         try:
-            deadline = time.monotonic() + WAIT
-            while True:
-                assert process.poll() is None, Path(home, "proxy.log").read_text()[-2000:]
-                try:
-                    if httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the LiteLLM proxy did not start"
-                time.sleep(0.2)
+            wait_until_blocking(up, "the LiteLLM proxy to start", timeout=WAIT, every=0.2)
             yield url
         finally:
             process.terminate()

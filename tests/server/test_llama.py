@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.server.helpers import MESSAGES, WAIT, Gateway, serve
+from tests.payloads import MESSAGES
+from tests.server.helpers import WAIT, Gateway, serve
 from tests.server.test_errors import error_of
 from tierlm.server.settings.embedders import minilm_installed
 from tierlm.server.settings.sources import settings_from_dict

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.server.helpers import chat_body, serve, sim_settings, sse
+from tests.payloads import chat_body
+from tests.server.helpers import serve, sim_settings, sse
 
 KEYS = [{"key": "sk-admin", "admin": True}, {"key": "sk-app", "name": "app"}]
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server.helpers import Gateway, chat_body, serve, sim_settings
+from tests.payloads import chat_body
+from tests.server.helpers import Gateway, serve, sim_settings
 from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.simulated import SimulatedRunner
 from tierlm.server.gateway.admission import RunTimes

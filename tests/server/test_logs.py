@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.helpers import MESSAGES, WAIT
+from tests.payloads import MESSAGES
+from tests.server.helpers import WAIT
 from tests.server.serve_process import tierlm_serve
 from tierlm.server.settings.sources import ConfigError, load_settings
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from tests.server.helpers import MESSAGES, WAIT, serve, sim_settings
+from tests.payloads import MESSAGES
+from tests.server.helpers import WAIT, serve, sim_settings
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.simulated import SimulatedRunner

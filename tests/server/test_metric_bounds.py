@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.server.helpers import MESSAGES, serve
+from tests.payloads import MESSAGES
+from tests.server.helpers import serve
 from tierlm.server.gateway.metrics import OTHER_PRODUCERS, PRODUCER_SERIES
 
 

@@ -4,13 +4,14 @@ unloading by hand (admin, through the scheduler), and the idle time to live
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
-from tests.server.helpers import MESSAGES, WAIT, Gateway, module_gateway, serve, sim_settings
+from tests.helpers import wait_until_blocking
+from tests.payloads import MESSAGES
+from tests.server.helpers import WAIT, Gateway, module_gateway, serve, sim_settings
 from tierlm.server.settings.sources import settings_from_dict
 
 if TYPE_CHECKING:
@@ -102,11 +103,7 @@ def test_an_upstream_backend_cannot_unload(gw: Gateway) -> None:
 
 
 def wait_for(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    wait_until_blocking(predicate, what, timeout=WAIT, every=0.02)
 
 
 def test_keep_alive_unloads_an_idle_model() -> None:

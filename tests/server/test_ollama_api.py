@@ -18,17 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.helpers import (
-    MESSAGES,
-    TOKEN,
-    WAIT,
-    Gateway,
-    chat_body,
-    in_queue,
-    serve,
-    sim_settings,
-    sse,
-)
+from tests.payloads import MESSAGES, chat_body
+from tests.server.helpers import TOKEN, WAIT, Gateway, in_queue, serve, sim_settings, sse
 
 ollama = pytest.importorskip("ollama", reason="needs the ollama client (the dev extra)")
 

@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.helpers import MESSAGES, WAIT, Gateway, serve, sim_settings
+from tests.payloads import MESSAGES
+from tests.server.helpers import WAIT, Gateway, serve, sim_settings
 
 ollama = pytest.importorskip("ollama", reason="needs the ollama client (the dev extra)")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.server.helpers import MESSAGES, Gateway
+from tests.payloads import MESSAGES
+from tests.server.helpers import Gateway
 
 
 def test_models_and_health(gateway: Gateway) -> None:

@@ -11,7 +11,6 @@ their first tokens is the order persons in turn serves them.
 from __future__ import annotations
 
 import threading
-import time
 import tomllib
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import httpx
 import pytest
 from starlette.requests import Request
 
+from tests.helpers import wait_until_blocking
 from tests.server.helpers import WAIT
 from tests.server.serve_process import tierlm_serve
 from tierlm.server.gateway.auth import KeyRing
@@ -102,10 +102,7 @@ def queued(url: str) -> int:
 
 
 def wait_queued(url: str, count: int) -> None:
-    deadline = time.monotonic() + WAIT
-    while queued(url) < count:
-        assert time.monotonic() < deadline, f"{queued(url)} queued, not {count}"
-        time.sleep(0.02)
+    wait_until_blocking(lambda: queued(url) >= count, f"{count} queued", timeout=WAIT, every=0.02)
 
 
 def first_tokens(url: str, flood_key: str) -> list[str]:

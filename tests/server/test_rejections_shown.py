@@ -6,7 +6,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.server.helpers import Gateway, chat_body
+from tests.payloads import chat_body
+from tests.server.helpers import Gateway
 
 
 def test_a_rejected_request_shows_in_the_state_api_and_the_dashboard(gateway: Gateway) -> None:

@@ -6,7 +6,8 @@ window as the dashboard; under vLLM's names with ``vllm_compat``.
 
 from __future__ import annotations
 
-from tests.server.helpers import MESSAGES, TOKEN, chat_body, serve, sim_settings, sse
+from tests.payloads import MESSAGES, chat_body
+from tests.server.helpers import TOKEN, serve, sim_settings, sse
 from tierlm.runners.simulated import SimulatedRunner
 
 CONTEXT = 512

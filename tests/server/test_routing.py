@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.server.helpers import Gateway, chat_body, serve, sim_settings
+from tests.payloads import chat_body
+from tests.server.helpers import Gateway, serve, sim_settings
 from tierlm.cluster import STATS_VERSION, rank
 from tierlm.server.ops.routing import routing_stats
 

@@ -20,16 +20,8 @@ import httpx
 import openai
 import pytest
 
-from tests.server.helpers import (
-    MESSAGES,
-    WAIT,
-    Gateway,
-    chat_body,
-    in_queue,
-    serve,
-    sim_settings,
-    sse,
-)
+from tests.payloads import MESSAGES, chat_body
+from tests.server.helpers import WAIT, Gateway, in_queue, serve, sim_settings, sse
 
 QUEUED = re.compile(r": tierlm queued job=(\d+) tier=T(\d) position=(\d+)")
 GANA = {"X-Tierlm-Class": "gana"}

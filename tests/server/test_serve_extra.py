@@ -10,15 +10,16 @@ About a minute; skipped when no package index can be reached.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.helpers import wait_until_blocking
 from tests.runners.helpers import free_port
 from tests.server.helpers import WAIT
 
@@ -59,17 +60,15 @@ def test_the_serve_extra_alone_uploads_a_file(tmp_path: Path) -> None:
     argv += ["--data-dir", str(tmp_path / "data"), "--log-level", "warning"]
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        with contextlib.suppress(httpx.TransportError):
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        return False
+
     try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "tierlm serve did not start"
-            time.sleep(0.1)
+        wait_until_blocking(up, "tierlm serve to start", timeout=WAIT, every=0.1)
         line = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
         answer = httpx.post(
             f"{url}/v1/files",

@@ -4,7 +4,8 @@ state show every slot (docs/design.md §2 slots, §4.7)."""
 
 from __future__ import annotations
 
-from tests.server.helpers import MESSAGES, serve, sim_settings
+from tests.payloads import MESSAGES
+from tests.server.helpers import serve, sim_settings
 
 LONG = 4000  # tokens: far longer than the test lets them run
 

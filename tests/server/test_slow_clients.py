@@ -18,7 +18,8 @@ import time
 import httpx
 import pytest
 
-from tests.server.helpers import WAIT, Gateway, chat_body, module_gateway, serve, sim_settings
+from tests.payloads import chat_body
+from tests.server.helpers import WAIT, Gateway, module_gateway, serve, sim_settings
 from tests.server.serve_process import tierlm_serve
 
 gw = module_gateway(

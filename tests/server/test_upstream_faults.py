@@ -7,16 +7,17 @@ address; ``/ready`` says whether the upstream answers."""
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
+from tests.helpers import wait_until_blocking
+from tests.payloads import MESSAGES
 from tests.runners.helpers import free_port
 from tests.server.fake_upstream import FakeLog, make_fake_upstream
-from tests.server.helpers import MESSAGES, WAIT, Gateway, read_into, run_app, serve
+from tests.server.helpers import WAIT, Gateway, read_into, run_app, serve
 from tierlm.server.serve_cli import add_arguments, settings_from_args
 from tierlm.server.settings.sources import settings_from_dict
 
@@ -45,10 +46,9 @@ def gw(upstream: tuple[str, FakeLog]) -> Iterator[Gateway]:
 def wait_closed(log: FakeLog, model: str) -> None:
     """The fake saw its client leave: the upstream stream was closed (a
     bounded poll of the fake's own record, in another thread)."""
-    deadline = time.monotonic() + WAIT
-    while model not in log.closed_early:
-        assert time.monotonic() < deadline, f"the {model} stream was never closed"
-        time.sleep(0.01)
+    wait_until_blocking(
+        lambda: model in log.closed_early, f"the {model} stream to close", timeout=WAIT
+    )
 
 
 @pytest.mark.parametrize("model", ["stall-mid", "stall-headers"])
