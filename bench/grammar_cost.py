@@ -9,7 +9,7 @@ per token, not per answer.
 Then what a refused grammar costs: the issue's schemas of a few bytes that ask
 for a grammar of gigabytes, each sent to ``count_prompt_tokens`` (the check
 before a request is queued) until its 400, and the worker's memory before and
-after them (docs/design.md §1 "Bounded admission": priced, never built).
+after them (docs/design.md §1.8: priced, never built).
 
     python bench/grammar_cost.py [--repeats 5] [--tokens 80]
 

@@ -1,7 +1,6 @@
 """Keyless streams: eight requests as a plain OpenAI client sends them, against
 the same eight as background producers, through one `tierlm serve` (real
-SmolLM2-135M-Instruct, default 8 slots), in the same run (docs/design.md §4.7
-persons).
+SmolLM2-135M-Instruct, default 8 slots), in the same run (docs/design.md §4.7 (rule 3)).
 
 A request with no ``X-Tierlm-*`` header is of the default class, ``chat``: a
 person. The chat latency guard used to cut the batch around each person, so

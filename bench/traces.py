@@ -1,5 +1,5 @@
 """People, cron and the pool on both Azure traces, at 1 and k slots, against
-the baselines that resume (docs/design.md §4.4, §4.5, §4.7, §8 trace replay).
+the baselines that resume (docs/design.md §4.4, §4.5, §4.7, §8.5).
 
 Runs ``azure-chat`` (the trace's chats beside a deck, an extraction backfill
 and Gana cron ticks with deadlines), ``azure-pool`` (the trace's chats over
@@ -55,7 +55,7 @@ POLICIES = ("tierlm", "tierlm:on-time", "fifo+resume", "strict-priority+resume")
 ON_TIME = ":on-time"
 """``tierlm:on-time``: tierlm with ``SchedulerConfig(deadlines="on-time")``,
 the operator's choice of punctual deadlines over the person's idle gap
-(docs/design.md §4.8 deadlines on time)."""
+(docs/design.md §4.8 (deadlines on time))."""
 WORKLOADS = ("azure-chat", "azure-pool", "chats-alone")
 CHATS_ALONE = ("azure-chat", {"background": 0})
 """``chats-alone``: the trace's chats with no background: what the device

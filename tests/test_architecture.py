@@ -21,10 +21,10 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "tierlm"
 MAX_LINES = 500  # a module past this is doing two jobs (the bound; ~400 is the aim)
 
-# The asyncio shell: docs/design.md §1 "the shell imports core and the runner protocol".
+# The asyncio shell: docs/design.md §1.1: "the shell imports core and the runner protocol".
 SHELL = "tierlm.shell"
 
-# The gateway's floors, lowest first (docs/design.md §1 gateway): a floor imports
+# The gateway's floors, lowest first (docs/design.md §1.1): a floor imports
 # only the floors below it (and everything outside tierlm.server).
 SERVER_FLOORS = (
     "tierlm.server.settings",
@@ -195,7 +195,7 @@ LLAMA = "tierlm.runners.llama_cpp"
 LLAMA_PROCESSES = (f"{LLAMA}.host", f"{LLAMA}.worker")
 LLAMA_SHARED = (f"{LLAMA}.wire", f"{LLAMA}.model", f"{LLAMA}.prompt")
 # The one door across: with isolation="thread" the runner runs the worker's
-# service in threads of its own process (docs/design.md §1 runners).
+# service in threads of its own process (docs/design.md §1.2).
 LLAMA_DOORS = {(f"{LLAMA}.host.transport", f"{LLAMA}.worker.service")}
 
 

@@ -1,4 +1,4 @@
-"""``tierlm demo | simulate | serve | bench`` (docs/design.md §1 cli).
+"""``tierlm demo | simulate | serve | bench`` (docs/design.md §1.1).
 
 Each subcommand lives with the layer it drives, in a module named after it
 (``tierlm.sim.demo_cli``, ``tierlm.sim.simulate_cli``,

@@ -174,7 +174,7 @@ async def test_work_on_another_model_gets_its_swap_in_a_persons_idle_gap() -> No
     never ended and a job on m2 waited 1 210 s. Now, once it has waited
     max_affinity_wait, it swaps in right after the person's next chat ends,
     and the device returns to the chat's model after it, so the person's
-    next message still finds m1 loaded (docs/design.md §4.8 excursions)."""
+    next message still finds m1 loaded (docs/design.md §4.8 (excursions))."""
     waits, chat_waits = await chats_beside_work_on_m2(turns=16, reading=45)
     # max_affinity_wait, then at most one gap between two chats (45 s) and
     # the chat, and its swap.
@@ -188,7 +188,7 @@ async def test_one_quick_reply_among_long_reads_does_not_hold_the_excursions() -
     """The excursion's bet was the shortest of the person's last four gaps:
     one quick reply (15 s) among long reads (45 s) held a job on m2 for the
     whole session (the Azure conversation trace at 8 slots: cron 30 min
-    late). The bet is their median gap now (docs/design.md §4.8 excursions):
+    late). The bet is their median gap now (docs/design.md §4.8 (excursions)):
     the job waits max_affinity_wait and about two gaps; a message after a long
     read never waits, one after the quick reply may wait for the swap back."""
     gaps = (15, 45, 45, 45)
@@ -221,7 +221,7 @@ async def test_a_person_who_reads_past_a_minute_is_not_taken_for_gone() -> None:
     work on m2, and the message typed 5 s later waited for that swap and the
     swap back, again and again (the Azure conversation trace: 29 of 200
     messages waited, 20 under strict-priority). Their own gaps now stretch
-    the hold (docs/design.md §4.8 holds): after the first two gaps no message
+    the hold (docs/design.md §4.8 (holds)): after the first two gaps no message
     waits, and the work on m2 still gets its excursions in the gaps."""
     waits, chat_waits = await chats_beside_work_on_m2(turns=14, reading=65)
     assert max(chat_waits[3:]) <= 2 * TOKEN, chat_waits
@@ -233,7 +233,7 @@ async def test_an_excursion_that_empties_the_queue_goes_back() -> None:
     """One job on m2 and nothing else queued beside a person typing every
     45 s: the excursion ran it and then, with nothing to choose from, the
     device stayed on m2, so the person's next message waited for the swap
-    back (10 s). It goes back now (docs/design.md §4.8 excursions)."""
+    back (10 s). It goes back now (docs/design.md §4.8 (excursions))."""
     async with Scheduler(device("m1", "m2")) as sched:
         sched.set_foreground("chat")
         waits = [await chat_wait(sched, then=45)]

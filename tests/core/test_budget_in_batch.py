@@ -1,4 +1,4 @@
-"""docs/design.md §4.7 budgets in a batch: on k slots, extraction keeps to
+"""docs/design.md §4.7 (budgets in a batch): on k slots, extraction keeps to
 its cap of slot-time while other work runs beside it, and still fills every
 slot when nothing else wants one. Through the real Scheduler, in virtual time;
 shares are counted from the scheduler's own events (who ran when)."""

@@ -71,7 +71,7 @@ async def test_one_persons_twenty_chats_delay_nine_others_by_one_answer_at_most(
 
 
 def test_a_keys_named_persons_share_its_turn() -> None:
-    """docs/design.md §4.2 who is a person: a key's 24 chats under 24 names
+    """docs/design.md §4.2 (whose turns): a key's 24 chats under 24 names
     are served in turn among themselves, within the key's one turn: another
     person waits for one of them, not for all 24 (it waited for all 24 when
     each name was a person of its own); the key's unnamed chats are one more
@@ -102,7 +102,7 @@ def test_a_keys_named_persons_share_its_turn() -> None:
 
 @pytest.mark.parametrize("slots", [1, 8])
 def test_ten_people_sending_five_chats_at_once_are_served_round_by_round(slots: int) -> None:
-    """docs/design.md §4.7 persons in turn on slots: every person's r-th chat
+    """docs/design.md §4.7 (persons in turn on slots): every person's r-th chat
     starts before anyone's (r+1)-th, on one slot and on eight, though the
     first person's five arrive while eight slots are free."""
 

@@ -1,4 +1,4 @@
-"""People on a batched device (docs/design.md §4.7 persons): the chat latency
+"""People on a batched device (docs/design.md §4.7 (rule 3)): the chat latency
 guard shields people from background work, never from each other, and never
 a page from its own work. Virtual time, 8 simulated slots on the 2-thread CPU
 curve; counts of steps, never wall time."""
@@ -212,7 +212,7 @@ def test_a_pool_producer_gets_a_slot_from_one_holding_two_beside_a_chat() -> Non
     and a second producer's job waited for one of them to end (the Azure pool
     replay at 8 slots: 11.6 s, a 15.7 % service gap in a minute; here 70 s).
     Now that the batch cut by the guard counts as full and a slice counts the
-    pool's sequences only (docs/design.md §4.7 fairness in a batch), one of the
+    pool's sequences only (docs/design.md §4.7 (fairness in a batch)), one of the
     two yields at the end of its slice once the pool's order (EEVDF) picks the
     newcomer: it starts within the pool's lag bound, two slices (§4.4), and
     nothing of the yielded job is lost."""
@@ -250,7 +250,7 @@ def test_two_pool_producers_take_turns_on_the_one_slot_the_guard_leaves() -> Non
     to yield only on a full device, and its slice ran at a third of the clock
     (shared with the two chats). The Azure pool replay at 8 slots: a 7.5 s
     service gap in one minute (12.5 %). The one slot now rotates between the
-    two at the pool's slices (docs/design.md §4.7 fairness in a batch): the
+    two at the pool's slices (docs/design.md §4.7 (fairness in a batch)): the
     newcomer starts within the pool's lag bound, two slices, and the long job
     loses nothing."""
 
@@ -288,7 +288,7 @@ def test_a_producer_running_all_it_has_gains_no_credit_to_take_a_cut_batch() -> 
     the average, and when a chat cut the batch to two background slots it
     held both until repaid (the Azure pool replay at 8 slots: 8 s of one
     minute). It now gains no lag while it has nothing queued (docs/design.md
-    §4.7 fairness in a batch, max-min), and the two share the cut batch
+    §4.7 (fairness in a batch)), and the two share the cut batch
     (here 221 tokens to 63 before)."""
 
     async def main() -> dict[str, int]:

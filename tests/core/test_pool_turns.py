@@ -1,4 +1,4 @@
-"""docs/design.md §4.4 turns: a pool producer's turn is one slice of device
+"""docs/design.md §4.4 (turns): a pool producer's turn is one slice of device
 time, whether it spends it on one job or several. Through the real Scheduler
 on one simulated slot, in virtual time; turns are read from the scheduler's
 own events (who ran when)."""

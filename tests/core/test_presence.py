@@ -1,5 +1,5 @@
 """A person on another AI surface, or away from all of them (docs/design.md
-§4.8 presence). Virtual time, the tests' device (20 tokens/s, 10 s swaps):
+§4.8 (presence)). Virtual time, the tests' device (20 tokens/s, 10 s swaps):
 a background backlog on m1, one job on m2 that reaches the starvation bound
 (120 s)."""
 

@@ -205,7 +205,7 @@ def test_a_segfault_through_the_scheduler_re_queues_that_job_once_and_the_next_s
 def test_a_preempted_generation_resumed_from_its_kv_snapshot_is_exact_20_of_20(
     smollm2: Path,
 ) -> None:
-    """docs/design.md §4 zero-loss preemption on the real model: the resume
+    """docs/design.md §4.9 on the real model: the resume
     restores the preempted run's KV state and evaluates one token. (Evaluating
     prompt + partial output again in one batch is not exact on this quantized
     model: llama.cpp's batched kernels round differently from one token at a

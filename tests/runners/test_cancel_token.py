@@ -1,6 +1,6 @@
 """``CancelToken`` and a generation call's view of it (``CallToken``): level
 triggered, a stronger reason replaces a weaker one, and a yield never cuts a
-prompt evaluation (docs/design.md §2 cancel, §4 preemption kinds)."""
+prompt evaluation (docs/design.md §2.9, §4.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A grammar's bounds, known before it is built (``prompt/grammar_bounds.py``,
-docs/design.md §1 "Bounded admission"):
+docs/design.md §1.8):
 
 - a schema whose repetitions would make a grammar over a bound is refused
   naming the keyword, before anything is built, and before the worker is asked;

@@ -1,5 +1,5 @@
-"""The preemption kinds on the HTTP runners (docs/design.md §4 preemption
-kinds): a yield lets the server finish the prompt's evaluation and closes the
+"""The preemption kinds on the HTTP runners (docs/design.md §4.6): a yield lets the server finish
+the prompt's evaluation and closes the
 stream after the first token; a person's preemption closes it at once, a
 yield under way included.
 

@@ -1,5 +1,5 @@
 """``LlamaCppRunner(slots=k)``: concurrent generations decode together in one
-``llama_batch`` per step (docs/design.md §1 runners, batched decode), on the real
+``llama_batch`` per step (docs/design.md §1.6), on the real
 SmolLM2-135M-Instruct (Q4_1): quantized, so batched decodes take the code paths
 the generated f16 models never do.
 
@@ -405,7 +405,7 @@ def test_a_new_sequence_fills_the_gap_between_running_ids(smollm2: Path) -> None
 def test_a_persons_prompt_is_evaluated_before_an_earlier_background_prompt(
     smollm2: Path, person: bool
 ) -> None:
-    """docs/design.md §4.7 the step plan: the step's prompt budget goes to a
+    """docs/design.md §4.7 (the step plan): the step's prompt budget goes to a
     person's prompt first. A person's short chat that joins while a long
     background prompt is being evaluated gets its first token before the
     background request does; the same chat sent as background waits its turn

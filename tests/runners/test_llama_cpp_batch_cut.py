@@ -1,5 +1,5 @@
 """A prompt cut short on the batched engine keeps what it evaluated
-(docs/design.md §4.7 the step plan, §4.9 zero-loss preemption).
+(docs/design.md §4.7 (the step plan), §4.9 (KV snapshots)).
 
 The batched engine reads a prompt a chunk a step (``PREFILL_CHUNK`` tokens)
 and stops a sequence between steps, so a preemption in the middle of a long

@@ -1,4 +1,4 @@
-"""KV snapshots (docs/design.md §4 zero-loss preemption), for real in the worker.
+"""KV snapshots (docs/design.md §4.9), for real in the worker.
 
 A preempted generation's KV state is kept in a bounded pool; its resume
 restores it and evaluates only the last token again. Asserted in token counts

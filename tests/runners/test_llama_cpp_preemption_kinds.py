@@ -1,5 +1,4 @@
-"""The preemption kinds on the real llama.cpp worker (docs/design.md §4
-preemption kinds, zero-loss preemption).
+"""The preemption kinds on the real llama.cpp worker (docs/design.md §4.6, zero-loss preemption).
 
 A yield lets a prompt evaluation finish, produces one token, stops, and keeps
 the KV state; a person's preemption aborts the evaluation at once (a yield

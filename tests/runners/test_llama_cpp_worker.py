@@ -400,8 +400,8 @@ def threads_of(pid: int) -> set[str]:
 def test_the_worker_waits_passively_and_decodes_on_one_persistent_thread(
     tiny_models: TinyModels,
 ) -> None:
-    """The worker's OpenMP threads spin briefly, then sleep (docs/design.md §1
-    "OpenMP waits"), unless the user chose how they wait; and no new thread per
+    """The worker's OpenMP threads spin briefly, then sleep (docs/design.md §1.5), unless the user
+    chose how they wait; and no new thread per
     generation (a fresh OpenMP team per thread costs first-token time): the
     worker's threads are the same after many generations as after the first."""
 

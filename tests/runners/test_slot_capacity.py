@@ -1,5 +1,5 @@
-"""How many slots llama.cpp gets when nobody says (docs/design.md §2 "How many
-slots"): the KV a token takes, read from the GGUF header, against what
+"""How many slots llama.cpp gets when nobody says (docs/design.md §2.8): the KV a token takes, read
+from the GGUF header, against what
 llama.cpp itself keeps; and the memory rule that picks 8, fewer, or one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The llama.cpp worker's step plan (docs/design.md §4.7 the step plan), a
+"""The llama.cpp worker's step plan (docs/design.md §4.7 (the step plan)), a
 pure function: checked without llama.cpp."""
 
 from __future__ import annotations

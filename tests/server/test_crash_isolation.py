@@ -2,7 +2,7 @@
 streams on a real ``tierlm serve`` (llama.cpp, 8 slots): it alone fails, with
 an error naming why, after two tries; the 7 streams it crashed continue from
 their partial output, in the same stream, to the same text as without the
-crash (docs/design.md §4.9 re-queue after a crash). Counted in tokens and
+crash (docs/design.md §4.9 (re-queue after a crash)). Counted in tokens and
 statuses, never in milliseconds.
 
 FAULT INJECTION, a mock for a fault that cannot be produced for real: a

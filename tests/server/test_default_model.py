@@ -115,7 +115,7 @@ def test_a_worker_crash_re_queues_the_answer_once_and_a_second_crash_fails_it(
     """SIGSEGV of the worker mid-answer: the answer goes back to the queue and
     continues, in the same stream, once a new worker holds the model; a second
     crash under the same answer fails it with the crash's message, and the
-    next request is served (docs/design.md §4.9 re-queue after a crash)."""
+    next request is served (docs/design.md §4.9 (re-queue after a crash))."""
     url, _ = served
     runner = state(url)["gateway"]["runner"]  # type: ignore[index]
     pid, restarts = runner["worker_pid"], runner["restarts"]

@@ -1,5 +1,5 @@
 """A grammar that would crash, freeze or bloat the worker is a 400 at once, and
-the batch runs on (docs/design.md §1 "Bounded admission"), as a client of
+the batch runs on (docs/design.md §1.8), as a client of
 plain ``tierlm serve`` (real process on 127.0.0.1, the embedded SmolLM2, the
 default slots) sees it:
 

@@ -183,7 +183,7 @@ def test_only_an_admin_key_sets_the_foreground(gw: Gateway) -> None:
     ],
 )
 def test_one_keys_many_producers_share_its_part_of_the_pool(ids: list[str]) -> None:
-    """docs/design.md §4 fair pool: the pool is shared down producer paths, and
+    """docs/design.md §4.4: the pool is shared down producer paths, and
     a key's producers are all under its name, so eight ids of key ``many``
     together get what the one producer of key ``one`` gets (the fair pool v2
     target for this case: the single producer >= 45 %, asserted >= 40 % here).

@@ -116,7 +116,7 @@ def test_chat_preempts_a_background_request_across_a_swap(gw: Gateway) -> None:
 
     future = gw.background(background)
     gw.wait_running("gana")
-    # A person on the other model: T0 swaps at once (docs/design.md §4 affinity).
+    # A person on the other model: T0 swaps at once (docs/design.md §4.8).
     chat = gw.openai().chat.completions.create(model="tiny-b", messages=MESSAGES, max_tokens=8)
     assert len(chat.choices[0].message.content or "") == 8
     assert not future.done()

@@ -1,5 +1,5 @@
 """What a request or an event costs the gateway does not grow with idle
-queued streams (issue 57; docs/design.md §1, the edge): admission counts
+queued streams (issue 57; docs/design.md §1.11): admission counts
 come from a book kept per event (``QueueBook``), and a waiting stream is
 woken only when the place it shows changes (``Changes``)."""
 

@@ -1,5 +1,5 @@
 """A real agent framework that sends no header, beside background, on the real
-default model (docs/design.md §4.11 who is a person).
+default model (docs/design.md §4.11).
 
 pydantic-ai's ``Agent`` (``OpenAIChatModel`` on the gateway, as its docs show
 for any OpenAI-compatible server) runs one agent call after another, as an

@@ -1,6 +1,6 @@
 """A batched device behind the gateway (sim backend, ``[backend] slots``):
 requests stream side by side, and the state API, /metrics and the dashboard's
-state show every slot (docs/design.md §2 slots, §4.7)."""
+state show every slot (docs/design.md §2.3, §4.7)."""
 
 from __future__ import annotations
 

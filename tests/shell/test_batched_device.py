@@ -1,5 +1,5 @@
 """A batched device through the real Scheduler, in virtual time
-(docs/design.md §2 slots, §4.7): counts of tokens and steps, never wall time."""
+(docs/design.md §2.3, §4.7): counts of tokens and steps, never wall time."""
 
 from __future__ import annotations
 

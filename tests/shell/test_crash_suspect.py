@@ -2,7 +2,7 @@
 after the crash the batch's jobs come back one at a time, so the one that
 crashes it again is named the cause; it alone fails (``CrashedTwice``), and
 every other stream continues from its partial output to its full text
-(docs/design.md §4.9 re-queue after a crash). Virtual time.
+(docs/design.md §4.9 (re-queue after a crash)). Virtual time.
 
 FAULT INJECTION, a mock for a fault that cannot be produced for real here:
 ``CulpritRunner`` raises the error a crashed llama.cpp worker gives

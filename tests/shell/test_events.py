@@ -1,4 +1,4 @@
-"""Typed scheduler events (docs/design.md §2 events): one frozen dataclass per
+"""Typed scheduler events (docs/design.md §2.5): one frozen dataclass per
 kind, with exactly the fields its listeners read, in virtual time."""
 
 from __future__ import annotations

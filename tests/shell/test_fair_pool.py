@@ -1,4 +1,4 @@
-"""Fair pool v2 (docs/design.md §4 fair pool, deadlines, slices, affinity; §6.10).
+"""Fair pool v2 (docs/design.md §4.4, §4.5, §4.6, §4.8; §6.10).
 
 One test per case of the "nothing below a person starves, nothing is gamed"
 table, each asserting the bound the pool must keep, measured in virtual time
@@ -229,7 +229,7 @@ async def test_chat_page_left_open_does_not_hold_other_work_forever() -> None:
 
 def test_weights_apply_at_every_level() -> None:
     """Class weights share the pool's top level, path weights a producer
-    path's level (docs/design.md §4 fair pool): nataraj at weight 3 against
+    path's level (docs/design.md §4.4): nataraj at weight 3 against
     gana gets 3/4; inside gana, "swarm" (weight 2, its ids sharing it) gets
     2/3 against "solo"."""
     config = SchedulerConfig(class_weights={"nataraj": 3}, weights={"swarm": 2})
@@ -290,7 +290,7 @@ async def test_a_deadline_already_past_counts_as_its_submission_time() -> None:
 async def test_a_slice_starts_after_the_swap_it_paid_for() -> None:
     """A pool job that needed a 10 s swap is charged for it ("you ran, you
     pay") but still gets a whole slice of tokens before it yields to the
-    producer it now trails (docs/design.md §4 preemption inside the pool)."""
+    producer it now trails (docs/design.md §4.6)."""
 
     async with Scheduler(runner("m1")) as sched:
         rec = Recorder.attach(sched)

@@ -1,4 +1,4 @@
-"""The chat latency guard is bounded (docs/design.md §4.7 guard relief): while
+"""The chat latency guard is bounded (docs/design.md §4.7 (guard relief)): while
 people keep a batched device busy without a pause, background keeps one slot
 once they have held it ``GUARD_SPAN`` seconds; people who pause reset it.
 Virtual time, the steep 1-thread CPU curve (the guard pauses every background

@@ -1,5 +1,5 @@
-"""Journal replay for closure jobs (docs/design.md §4 re-queue and zero-loss
-preemption), in virtual time on the simulated device (20 tokens/s).
+"""Journal replay for closure jobs (docs/design.md §4.9), in virtual time on the simulated device
+(20 tokens/s).
 
 The runner is wrapped to count the tokens it really generates, per prompt, so
 the tests see what the device did, not only what the job returned.
@@ -272,7 +272,7 @@ def test_many_preempted_jobs_stay_within_the_total_bound() -> None:
 
 @pytest.mark.parametrize("resume", ["re-evaluate", "restore"])
 def test_a_round_past_its_journal_bound_still_finishes_between_slices(resume: str) -> None:
-    """docs/design.md §4.6 a slice worth its resume, for closure jobs: with no
+    """docs/design.md §4.6 (a slice worth its resume), for closure jobs: with no
     journal a resumed round generates its calls again, so a 6 s round cut at
     every 3 s slice redid its 3 s and was cut again, and never finished. The
     run's redo counts as what its resume costs (time until it passes what its

@@ -1,4 +1,4 @@
-"""The two kinds of preemption (docs/design.md §4 preemption kinds), in virtual time.
+"""The two kinds of preemption (docs/design.md §4.6), in virtual time.
 
 Only a person waiting (T0 or T1 work: a chat, the foreground) may cut a
 prompt evaluation short: it is aborted at once. Every other preemption (a
@@ -357,7 +357,7 @@ async def test_a_device_without_snapshots_loses_a_cut_evaluation() -> None:
 async def test_kept_batches_whose_state_was_evicted_are_evaluated_again_as_waste() -> None:
     """The pool holds 1 100 tokens of state: a second cut evaluation evicts
     the first one's; its resume evaluates everything, and the 1 024 tokens it
-    had kept count as work redone (docs/design.md §8 wasted device time)."""
+    had kept count as work redone (docs/design.md §8.4)."""
 
     loop = asyncio.get_running_loop()
     calls: list[SimulatedCall] = []
@@ -382,7 +382,7 @@ def test_work_that_drives_the_runner_itself_is_never_cut_by_a_slice() -> None:
     journal: preempted, it starts over. Cut at every slice it could never
     finish (two such producers with jobs longer than a slice would take turns
     forever), so the pool's fairness leaves it alone; a higher tier still
-    preempts it (docs/design.md §4 preemption kinds)."""
+    preempts it (docs/design.md §4.6)."""
     tokens = round(6.0 / TOKEN)  # 6 s of decoding: longer than the 4 s slice
 
     async def direct(ctx: JobContext) -> int:

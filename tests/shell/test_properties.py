@@ -332,7 +332,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     )
     def contend(self, model: str, seconds: float, prompt: int) -> None:
         """Two Gana producers at once, prompts of up to 15 s: slices end in
-        the middle of evaluations (docs/design.md §4 preemption kinds)."""
+        the middle of evaluations (docs/design.md §4.6)."""
 
         async def go() -> None:
             now = self.sched.now()

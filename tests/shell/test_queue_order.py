@@ -1,6 +1,6 @@
 """The real queue order (``Policy.queue_order``, ``Scheduler.queue_positions``):
-positions are the order in which the jobs then really run (docs/design.md §2
-snapshot, §4), in virtual time."""
+positions are the order in which the jobs then really run (docs/design.md §2.6, §4), in virtual
+time."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tierlm.testing import run_virtual
 
 def test_positions_are_the_real_dispatch_order_at_every_tier() -> None:
     # Chats, the opened card and extraction take most of the device, so the
-    # pool floor (docs/design.md §4 deadlines are loans) would close the
+    # pool floor (docs/design.md §4.5) would close the
     # overdue rounds' loans halfway through: it is left out of this queue.
     config = SchedulerConfig(pool_floor=0.0)
 

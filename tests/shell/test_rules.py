@@ -133,7 +133,7 @@ def test_deadline_passing_while_queued_preempts_t4_without_any_other_event() -> 
 
 
 async def test_new_producer_starts_level_and_a_forgotten_one_starts_afresh() -> None:
-    """docs/design.md §4 fair pool: a newcomer is placed at the average of the
+    """docs/design.md §4.4: a newcomer is placed at the average of the
     producers present (zero lag), so it neither runs alone on "credit" nor
     waits behind their history; one away longer than idle_reset is forgotten."""
 
@@ -207,7 +207,7 @@ def test_short_absence_banks_no_credit() -> None:
 def test_return_keeps_what_was_owed_and_banks_nothing() -> None:
     """The pool's lag rule on the pure core: a producer that leaves owed keeps
     what it was owed (clamped to two slices), earns nothing while away, and is
-    forgotten after idle_reset (docs/design.md §4 fair pool)."""
+    forgotten after idle_reset (docs/design.md §4.4)."""
     classes = default_classes()
     policy = TieredPolicy(classes, SchedulerConfig())
     slice_ = policy.config.slice
@@ -245,7 +245,7 @@ def test_return_keeps_what_was_owed_and_banks_nothing() -> None:
 
 
 def test_chat_page_open_holds_the_model_until_chat_idle_then_swaps() -> None:
-    """docs/design.md §4 affinity: while the chat page is open, no swap away
+    """docs/design.md §4.8: while the chat page is open, no swap away
     until the last chat is chat_idle (60 s) old, never longer. grace_factor is
     raised so the ski-rental cap (tested below) does not bind first."""
     config = SchedulerConfig(grace_factor=100.0)
@@ -293,7 +293,7 @@ def test_decay_period_has_no_effect_and_says_so() -> None:
     """The seed halved every vruntime every 300 s so that history faded. The
     EEVDF pool keeps no history to fade (lag is clamped to two slices and
     forgotten after idle_reset), so decay_period is deprecated: setting it
-    warns, and a vruntime is never halved (docs/design.md §4 fair pool)."""
+    warns, and a vruntime is never halved (docs/design.md §4.4)."""
     with pytest.warns(DeprecationWarning, match="decay_period has no effect"):
         SchedulerConfig(decay_period=60.0)
 

@@ -238,7 +238,7 @@ async def test_scenario_7_opened_note_extract_promoted_to_t1_preempts_nataraj() 
 
 
 async def test_scenario_8_backgrounded_scheduler_is_dormant_and_workmanager_runs() -> None:
-    """App backgrounded: pause() (docs/design.md §4 lifecycle). Nothing is dispatched;
+    """App backgrounded: pause() (docs/design.md §4.10). Nothing is dispatched;
     the running Gana is re-queued; the workmanager's own direct runner (its own
     isolate in the seed) runs unaffected. On resume, queued work runs."""
 

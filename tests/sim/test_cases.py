@@ -71,7 +71,7 @@ def test_many_producers_runs() -> None:
 
 def test_a_prompt_longer_than_a_slice_is_not_evaluated_over_and_over() -> None:
     """A slice yields at the first token after a prompt evaluation, never in
-    its middle (docs/design.md §4 preemption kinds); before, this prompt was
+    its middle (docs/design.md §4.6); before, this prompt was
     cut at every slice and evaluated again (47.6 % of the device wasted)."""
     workload = get_workload("long-prompt")
     result = compare(workload, ["tierlm", "fifo"], duration=600.0)
@@ -82,7 +82,7 @@ def test_a_prompt_longer_than_a_slice_is_not_evaluated_over_and_over() -> None:
 
 
 def test_the_trace_over_background_producers_keeps_their_service_even() -> None:
-    """``azure-pool`` (docs/design.md §4.4 turns, §8): over 4 simulated hours
+    """``azure-pool`` (docs/design.md §4.4 (turns), §8): over 4 simulated hours
     of the Azure trace's chats and four pool producers that come and go, two
     backlogged producers' service differs by at most 12 % of any 60 s window,
     and no producer waits longer than under FIFO for its first dispatch after

@@ -1,4 +1,4 @@
-"""The excursion metric (docs/design.md §4.8 excursions, ``tierlm.sim.excursions``):
+"""The excursion metric (docs/design.md §4.8 (excursions), ``tierlm.sim.excursions``):
 a swap away from the person's model with the chat page open is a bet on
 their reading gap, lost when a chat comes before the device is back."""
 

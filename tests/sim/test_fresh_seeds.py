@@ -1,4 +1,4 @@
-"""The headline on seeds nobody tuned on (docs/design.md §4.8 presence, §8):
+"""The headline on seeds nobody tuned on (docs/design.md §4.8 (presence), §8):
 ``issue118`` on thirty seeds (200-229), one and eight slots. On such seeds a
 swap to another model for an overdue cron job started while the person was
 on the deck page, and their first chat met the swap back (10 s; seed 25 at 8

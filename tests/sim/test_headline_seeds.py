@@ -1,4 +1,4 @@
-"""The headline on every seed (docs/design.md §4.8 holds, §8 targets): the bug
+"""The headline on every seed (docs/design.md §4.8 (holds), §8.8): the bug
 tierlm was built for, ``issue118``, replayed on ten seeds at one and eight
 slots. A target met on one seed is not met: half the seeds made a chat wait
 9-16 s for two swaps when a model swap away started as the chat page opened."""

@@ -395,7 +395,7 @@ def test_work_on_another_model_contends_while_a_swap_is_allowed() -> None:
 
 def test_work_only_a_held_swap_could_reach_does_not_contend() -> None:
     # A chat on m1 ended at 2 s with the chat surface open: no swap away from
-    # m1 (docs/design.md §4 affinity), so the Gana round on m2 cannot run.
+    # m1 (docs/design.md §4.8), so the Gana round on m2 cannot run.
     jobs = [
         job(1, "chat", 0.0, [(0.0, 2.0)]),
         job(2, "extract", 0.0, [(2.0, 600.0)]),

@@ -1,5 +1,5 @@
 """``tierlm simulate --workload azure-chat`` from a non-editable install, outside
-the repository: the trace travels inside the wheel (docs/design.md §8 trace).
+the repository: the trace travels inside the wheel (docs/design.md §8.5).
 
 Builds the wheel from this checkout with the build backend the project
 declares (hatchling, from the dev extra; no build isolation, so no network),

@@ -1,6 +1,6 @@
 """bench/real_model.py's KV-snapshot sections on SmolLM2-135M-Instruct (Q4_1).
 
-docs/design.md §4 zero-loss preemption; the targets of the issue "Zero-loss
+docs/design.md §4.9; the targets of the issue "Zero-loss
 preemption":
 
 ``resume``: a long-prompt generation (~1 500 tokens) is preempted after a few

@@ -4,7 +4,7 @@
 process (the default) against the same decode code in this process
 (``isolation="thread"``), in interleaved pairs (A/B, B/A, ...) so that the
 machine's noise hits both alike; the median of the pairs' ratios, target
->= 0.98 (docs/design.md §1 runners: what crash isolation costs).
+>= 0.98 (docs/design.md §1.2: what crash isolation costs).
 """
 
 from __future__ import annotations

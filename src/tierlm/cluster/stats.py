@@ -31,7 +31,7 @@ __all__ = [
 STATS_VERSION = 1
 """``v`` of the dict this module reads; another version is treated as stale."""
 # Until a replica has measured a swap, the seed's ~10 s (as the policy assumes,
-# docs/design.md §4 affinity: ski rental).
+# docs/design.md §4.8 (ski rental)).
 DEFAULT_SWAP_S = 10.0
 # A run's cost before one of its class was measured (Admission's 1 s floor).
 DEFAULT_RUN_S = 1.0

@@ -42,7 +42,7 @@ class Choice:
     hold_expiry: float | None = None
     return_to: str | None = None
     """With no job to run: load this model, the one a person may type on
-    (docs/design.md §4.8 excursions)."""
+    (docs/design.md §4.8 (excursions))."""
 
 
 def choose(
@@ -84,7 +84,7 @@ def choose(
         and loaded_model != person_model
         and rank > Tier.T1
     ):
-        # docs/design.md §4.8 excursions: away from the model a person may
+        # docs/design.md §4.8 (excursions): away from the model a person may
         # type on, only work that has waited the bound runs, then the device
         # goes back, so the person's next message finds their model loaded.
         waited = loaded_job is not None and now >= loaded_job.submitted_at + max_affinity_wait
@@ -95,7 +95,7 @@ def choose(
             return Choice(best_id)
         return Choice(None, return_to=person_model)
     if on_time is not None and overdue is not None and loaded_model is not None and rank > Tier.T1:
-        # docs/design.md §4.8 deadlines on time: the operator chose punctual
+        # docs/design.md §4.8 (deadlines on time): the operator chose punctual
         # deadlines over the person's idle gap, so no hold and no gap bet; the
         # loaded model's overdue or pressing work due as early goes first (one
         # swap; else the device, draining for the swap, would keep it out).
@@ -121,8 +121,8 @@ def choose(
         target_id, target = (waiting_id, waiting) if older else (best_id, best_job)
         loaded_older = loaded_job is not None and loaded_job.submitted_at <= target.submitted_at
         if loaded_older and not holds.presence.away:
-            # With no AI surface open the swap goes now (docs/design.md §4.8
-            # presence): after the loaded model's older work it met the
+            # With no AI surface open the swap goes now (docs/design.md §4.8 (presence)): after the
+            # loaded model's older work it met the
             # person back on a page, then their chat met the swap back.
             assert best_loaded is not None
             return Choice(best_loaded[2])

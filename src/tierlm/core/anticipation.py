@@ -30,7 +30,7 @@ __all__ = ["MAX_PRODUCERS", "MIN_HOLD", "SWAP_SHARE", "Anticipation"]
 MAX_PRODUCERS = 4096
 """Producer-model pairs remembered, least recently seen dropped first:
 producer ids are the client's choice, so the memory must not be
-(docs/design.md §1 bounded admission)."""
+(docs/design.md §1.8)."""
 
 MIN_HOLD = 0.1
 """Seconds: a local client's round trip and its own processing between an
@@ -93,7 +93,7 @@ class Anticipation:
     def turn_hold(self, now: float) -> tuple[str, float] | None:
         """(the producer, until when) to keep a free slot for the pool producer
         whose job just ended mid-turn, when it sends its next within a round
-        trip (docs/design.md §4.4 turns); None when it does not."""
+        trip (docs/design.md §4.4 (turns)); None when it does not."""
         ended = self._ended
         if ended is None:
             return None
@@ -107,7 +107,7 @@ class Anticipation:
         self, producer: str, now: float, turn_left: Callable[[str, float], bool]
     ) -> float | None:
         """Until when a free slot waits for the pool producer whose job ended
-        mid-turn rather than go to ``producer`` (docs/design.md §4.4 turns):
+        mid-turn rather than go to ``producer`` (docs/design.md §4.4 (turns)):
         one that sends its next within a round trip keeps its slot that long,
         rather than lose the rest of its turn in the instant between (an
         agent sending one job at a time lost it at every job). None: no hold."""

@@ -7,7 +7,7 @@
   and overdue jobs as loans.
 
 It also applies what time alone changes: a fair job whose deadline passes
-becomes overdue (docs/design.md §4 rule 4, §6.7), and producers away longer
+becomes overdue (docs/design.md §4.1 (rule 4), §6.7), and producers away longer
 than ``idle_reset`` are forgotten.
 """
 
@@ -43,7 +43,7 @@ class JobBook:
     def __init__(self, fair: FairPool) -> None:
         self.fair = fair
         self.turns = ChatTurns()
-        """Persons' last turns (docs/design.md §4.2 persons in turn)."""
+        """Persons' last turns (docs/design.md §4.2)."""
         self.jobs: dict[int, Job] = {}
         self.live: Live = {}
         self._version = 0
@@ -60,7 +60,7 @@ class JobBook:
         return len(self.jobs)
 
     def people_waiting(self) -> set[Person]:
-        """The persons with a chat queued (docs/design.md §4.7 persons in turn)."""
+        """The persons with a chat queued (docs/design.md §4.7 (persons in turn on slots))."""
         return {job.chat_person for job in self.jobs.values() if job.task_class.tier == Tier.T0}
 
     def add(self, job: Job, now: float) -> None:
@@ -114,8 +114,8 @@ class JobBook:
 
     def deadline_jobs(self, until: float) -> tuple[list[Job], float | None]:
         """The queued fair jobs with a deadline by ``until``, and every overdue
-        one (loan open or not), for deadlines on time (docs/design.md §4.8
-        pressing work); and the earliest deadline left out (None: none).
+        one (loan open or not), for deadlines on time (docs/design.md §4.8 (deadlines on time));
+        and the earliest deadline left out (None: none).
         Walks only the heap's entries due by ``until``, a child never being
         due before its parent; the overdue ones are usually few."""
         pending, live, jobs = self._pending, self.live, self.jobs

@@ -1,6 +1,6 @@
 """Rolling-window accounting of busy device time for a budgeted class.
 
-docs/design.md §4 budget: a class's share is its busy time over all busy time in the
+docs/design.md §4.3: a class's share is its busy time over all busy time in the
 last ``window`` seconds, counted continuously, including the running job's
 elapsed time (not only at completion, or one long job could overrun the cap
 unseen). Idle time counts for no one.
@@ -122,7 +122,7 @@ class Budgets:
     def over(self, now: float, running: Collection[Job], joining: bool) -> list[str]:
         """The classes past their cap now. ``joining``: for a free slot beside
         ``running``, also those whose part of the batch would pass their cap
-        with one more (docs/design.md §4.7 budgets in a batch: the meter sees a
+        with one more (docs/design.md §4.7 (budgets in a batch): the meter sees a
         filled batch only as its span runs, so k sequences started at once
         would overrun the cap by k jobs' length before it could say so)."""
         over = [name for name, meter in self._meters.items() if meter.share(now) > self._caps[name]]

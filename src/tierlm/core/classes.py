@@ -104,7 +104,7 @@ class TaskClass:
         if self.tier == Tier.T0 and self.requeue:
             raise ValueError(
                 f"task class {self.name!r}: tier 0 is a person waiting and is never "
-                f"re-queued (docs/design.md §4 chat); use requeue=False"
+                f"re-queued (docs/design.md §4.10); use requeue=False"
             )
         if self.budget is not None and self.tier == Tier.T0:
             raise ValueError(f"task class {self.name!r}: tier 0 cannot have a budget")

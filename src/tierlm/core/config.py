@@ -23,11 +23,11 @@ DEFAULT_DECAY_PERIOD = 300.0
 MIN_WEIGHT = 0.001
 MAX_WEIGHT = 1000.0
 """Fair-pool weights span six orders of magnitude: enough for any share, and
-precise as integer loads (docs/design.md §4 fair pool)."""
+precise as integer loads (docs/design.md §4.4)."""
 
 
 DEADLINE_MODES = ("after-people", "on-time")
-"""docs/design.md §4.8 deadlines on time: the accepted ``SchedulerConfig.deadlines``."""
+"""docs/design.md §4.8 (deadlines on time): the accepted ``SchedulerConfig.deadlines``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,41 +35,41 @@ class SchedulerConfig:
     """Tunables of the tiered policy and its shell (docs/design.md §4)."""
 
     max_affinity_wait: float = 120.0
-    """docs/design.md §4 affinity: the longest the best job waits behind same-model work
+    """docs/design.md §4.8: the longest the best job waits behind same-model work
     before its swap is forced (the starvation bound). 120 s = 12 swaps' worth of
     the seed's ~10 s swap, so affinity saves most swaps yet nothing waits long."""
 
     chat_grace: float = 30.0
-    """docs/design.md §4 affinity: no swap away from a model within this many seconds
+    """docs/design.md §4.8: no swap away from a model within this many seconds
     of its last chat, "a person likely types again" (seed scenario 6)."""
 
     chat_idle: float = 60.0
-    """docs/design.md §4 affinity: while the chat page is open, the no-swap hold
+    """docs/design.md §4.8: while the chat page is open, the no-swap hold
     lasts until the last chat is this old: one minute without a message means
     the person has stopped typing, not that they are about to. A person whose
-    own recent gaps ran longer holds it up to twice this (§4.8 holds,
+    own recent gaps ran longer holds it up to twice this (§4.8 (holds),
     ``holds.IDLE_STRETCH``)."""
 
     grace_factor: float = 3.0
-    """docs/design.md §4 affinity, ski rental: with work queued for another
+    """docs/design.md §4.8 (ski rental): with work queued for another
     model, the device idles at most this many measured swap times for a
     person who may type again. Renting (idling) until rent paid equals a few
     purchases (swaps) bounds the waste; 3 keeps the seed's 30 s hold for its
     ~10 s phone swap and shrinks it to 0.3 s for a 0.1 s swap."""
 
     slice: float = 3.0
-    """docs/design.md §4 preemption inside the pool: a pool job that has run this
+    """docs/design.md §4.6: a pool job that has run this
     long yields to an eligible producer with an earlier virtual deadline.
     Two backlogged producers stay within about two slices of each other over
     any minute (EEVDF's lag of about a slice each way), so 3 s keeps their
     service within 10 % of any 60 s window (VTC's measure): the seed's 4 s
     allowed 13.3 %, and on the `azure-pool` trace case 13.6 % over 116 h
     against 9.5 % at 3 s. 3 s is 60 tokens at the seed's 20 tokens/s, and a
-    preemption (a re-prefill at worst, nothing with a KV snapshot; §4.6 a
-    slice worth its resume) costs little against it."""
+    preemption (a re-prefill at worst, nothing with a KV snapshot; §4.6 (a slice worth its resume))
+    costs little against it."""
 
     pool_floor: float = 0.1
-    """docs/design.md §4 deadlines are loans: overdue work never pushes a
+    """docs/design.md §4.5: overdue work never pushes a
     backlogged fair pool below this share of busy device time in a 300 s window
     (the seed's budget window): cron that falls behind cannot starve the pool."""
 
@@ -77,8 +77,7 @@ class SchedulerConfig:
     """Deprecated, no effect: the seed halved every vruntime every 300 s so that
     history faded. The EEVDF pool keeps no history to fade: a present producer's
     lag is held within about a slice by the picker, an absent one's is clamped
-    to two slices and forgotten after ``idle_reset`` (docs/design.md §4 fair
-    pool). Setting it warns."""
+    to two slices and forgotten after ``idle_reset`` (docs/design.md §4.4). Setting it warns."""
 
     idle_reset: float = DEFAULT_IDLE_RESET
     """Seed: a producer that "returns after being absent for > 5 min" starts
@@ -87,13 +86,13 @@ class SchedulerConfig:
     weights: Mapping[str, float] = field(default_factory=dict)
     """Fair-pool weight per producer path, e.g. ``{"swarm": 2, "swarm/1": 0.5}``:
     a weight applies to that path's node at its own level, whatever the class
-    (docs/design.md §4 fair pool). Default 1."""
+    (docs/design.md §4.4). Default 1."""
 
     class_weights: Mapping[str, float] = field(default_factory=dict)
     """Fair-pool weight per fair task class, at the pool's top level. Default 1."""
 
     chat_slowdown: float = 1.25
-    """docs/design.md §4.7 chat latency guard: while a person's sequence (T0, T1)
+    """docs/design.md §4.7 (chat latency guard): while a person's sequence (T0, T1)
     runs on a batched device, the batch around it is cut so that its time per
     output token stays within this factor of running alone, by the step-time
     curve the runner reports. 1.25: a chat at 80 % of its solo speed reads as
@@ -101,7 +100,7 @@ class SchedulerConfig:
     measured llama.cpp CPU curve it still admits a few background sequences."""
 
     deadlines: str = "after-people"
-    """docs/design.md §4.8 deadlines on time: ``"after-people"`` (the seed's
+    """docs/design.md §4.8 (deadlines on time): ``"after-people"`` (the seed's
     order: overdue work on another model waits for a person's idle gap, so a
     message waits for background swaps only when a bet on that gap is lost);
     ``"on-time"``: work presses ``grace_factor`` swaps before it is due (so
@@ -118,7 +117,7 @@ class SchedulerConfig:
     5 s is many tokens even on a phone."""
 
     journal_bytes_per_job: int = 1 << 20
-    """docs/design.md §4 zero-loss preemption: memory one closure job's journal of
+    """docs/design.md §4.9: memory one closure job's journal of
     its ``ctx.generate`` output may hold (1 MiB). A recorded token costs ~60 B
     (a small str and its list slot), so this is ~17 000 tokens: every call of an
     agent round of several 4 000-token calls, 14 minutes of decoding at the

@@ -3,7 +3,7 @@
 vLLM v1's ``SchedulerOutput`` is the model: the shell describes the device
 (``Device``: the model it holds, its slots, who holds them), the policy answers
 one plan for this step (``Decision``: who starts, who stops and why, when to ask
-again), and the shell applies it (docs/design.md §2 decide). A policy never
+again), and the shell applies it (docs/design.md §2.2). A policy never
 hands state to the shell any other way.
 """
 
@@ -20,7 +20,7 @@ __all__ = ["Decision", "Device"]
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """The device as the shell sees it at a decision (docs/design.md §2 decide)."""
+    """The device as the shell sees it at a decision (docs/design.md §2.2)."""
 
     loaded_model: str | None
     """The model the device holds, or is swapping to."""
@@ -31,7 +31,7 @@ class Device:
     stopping: Mapping[int, CancelReason] = field(default_factory=dict)
     """Running jobs already told to stop (by job id), and why: they hold their
     slot until they end. Only a ``YIELD`` may still be turned into a
-    ``PREEMPTED`` (docs/design.md §4.6 preemption kinds); any other stop is
+    ``PREEMPTED`` (docs/design.md §4.6 (preemption kinds)); any other stop is
     final."""
     can_start: bool = True
     """False while paused, held for a load or unload, swapping or closing:
@@ -50,8 +50,8 @@ class Device:
     evaluations: Mapping[int, float] = field(default_factory=dict)
     """Seconds each running job's current run spent before its first token
     (so far, while it has none): the evaluation a resume without its KV state
-    would redo. A fair slice grows to be worth it (docs/design.md §4.6 a slice
-    worth its resume). Empty when the runner restores KV state
+    would redo. A fair slice grows to be worth it (docs/design.md §4.6 (a slice worth its resume)).
+    Empty when the runner restores KV state
     (``Abilities.restores_kv``); a job still swapping is absent."""
 
     def __post_init__(self) -> None:
@@ -66,18 +66,18 @@ class Device:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The policy's plan for one step (docs/design.md §2 decide)."""
+    """The policy's plan for one step (docs/design.md §2.2)."""
 
     start: tuple[Job, ...] = ()
     """Jobs to run now, already out of the queue, best first. A job on another
     model than the loaded one starts alone, on an empty device (its swap)."""
     stop: tuple[tuple[Job, CancelReason], ...] = ()
     """Running jobs to stop, and why: ``CancelReason.YIELD`` (for fairness) or
-    ``CancelReason.PREEMPTED`` (a person is waiting), docs/design.md §4.6
-    preemption kinds. The shell cancels the job's token with that reason."""
+    ``CancelReason.PREEMPTED`` (a person is waiting), docs/design.md §4.6 (preemption kinds). The
+    shell cancels the job's token with that reason."""
     wake_at: float | None = None
     """When to ask again with no event (a hold ending, a deadline, a slice)."""
     load: str | None = None
     """With nothing to start on an empty device: load this model, with no job
     (the model a person may type on, after an excursion to another one,
-    docs/design.md §4.8 excursions)."""
+    docs/design.md §4.8 (excursions))."""

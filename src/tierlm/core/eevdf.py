@@ -1,6 +1,6 @@
 """One level of the fair pool: its entities and the EEVDF index over them.
 
-docs/design.md §4 fair pool. An ``Entity`` is anything that holds a share of the
+docs/design.md §4.4. An ``Entity`` is anything that holds a share of the
 device at one level of the pool: a task class, a producer path component
 ("swarm" of "swarm/3"), or the jobs a producer submits itself (the leaf).
 Every entity has a virtual runtime ``v`` (device time received, divided by its
@@ -267,7 +267,7 @@ class ChildIndex:
 
     def best_loan(self, node: Entity) -> Loan | None:
         """The earliest overdue job that may borrow among the eligible
-        children's subtrees (docs/design.md §4 deadlines are loans)."""
+        children's subtrees (docs/design.md §4.5)."""
         if len(self._state) == 1:
             ((sole, state),) = self._state.items()
             loan_of_sole = state[3]
@@ -300,7 +300,7 @@ def to_ns(seconds: float) -> int:
 
 
 def no_credit_when_served(charged: dict[Entity, int], sums: dict[Entity, int]) -> None:
-    """docs/design.md §4.7 fairness in a batch, max-min: an entity with no job
+    """docs/design.md §4.7 (fairness in a batch): an entity with no job
     queued below it, all its jobs running, has all it asks for; while so it
     gains no lag on its siblings, though its share of the steps is less than
     theirs: its ``v`` rises as much as the average of the siblings that want

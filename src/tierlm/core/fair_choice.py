@@ -1,4 +1,4 @@
-"""Decisions and views over the fair pool (docs/design.md §4 fair pool, deadlines).
+"""Decisions and views over the fair pool (docs/design.md §4.4, §4.5).
 
 Read-only queries over ``FairPool``'s entities: the EEVDF pick restricted to
 one model, the earliest open loan, and each producer's virtual runtime. A pick
@@ -24,7 +24,7 @@ def best(
     (a preemption that leads back to it never happens, docs/design.md §6.6).
     Answers for different models compare by their ranks as the unrestricted
     pick would order them, so the best of the per-model answers is the pool's
-    best job (docs/design.md §4 affinity)."""
+    best job (docs/design.md §4.8)."""
     job = running_job
     found = pool.running_path(job) if job is not None else None
     running = found is not None

@@ -1,6 +1,6 @@
 """The fair pool: hierarchical EEVDF over classes, producers and producer paths.
 
-docs/design.md §4 fair pool, §6.10. Device time in the pool is shared level by
+docs/design.md §4.4, §6.10. Device time in the pool is shared level by
 level, like cgroups: first among the pool's task classes, then among the
 producers of a class, then down each producer path split at "/" ("swarm/1"
 and "swarm/2" share the part of "swarm"). A producer's own jobs sit in a leaf
@@ -202,7 +202,7 @@ class FairPool:
         self._refresh(leaf, None if moved else model)
 
     def mark_overdue(self, job: Job) -> None:
-        """docs/design.md §4 rule 4: the job's deadline passed while it waited."""
+        """docs/design.md §4.1 (rule 4): the job's deadline passed while it waited."""
         leaf, ticket = self._queued[job.id]
         self._push_overdue(leaf, job, ticket)
         self._refresh(leaf, job.model_id)  # only this model's loans can change
@@ -265,7 +265,7 @@ class FairPool:
         """Charge the running paths for the device time since the last charge.
 
         A batch step's time is shared equally by the sequences in it
-        (docs/design.md §4.7 fairness in a batch): with n running, each path
+        (docs/design.md §4.7 (fairness in a batch)): with n running, each path
         is charged 1/n of the elapsed time. With one slot, all of it."""
         if not self._running:
             return

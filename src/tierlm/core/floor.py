@@ -1,4 +1,4 @@
-"""The fair pool's floor against overdue work (docs/design.md §4 deadlines are loans).
+"""The fair pool's floor against overdue work (docs/design.md §4.5).
 
 Overdue work (T3) outranks the fair pool, so cron that falls behind, or a T3
 class that never runs dry, could take the whole device. The floor: while the

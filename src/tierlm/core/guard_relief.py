@@ -1,4 +1,4 @@
-"""The chat latency guard is bounded (docs/design.md §4.7 guard relief).
+"""The chat latency guard is bounded (docs/design.md §4.7 (guard relief)).
 
 The guard cuts background out of a person's batch. While real people keep the
 device busy without a pause, one after another, it would cut background for

@@ -1,4 +1,4 @@
-"""How long to hold a model for a person who may type again (docs/design.md §4 affinity).
+"""How long to hold a model for a person who may type again (docs/design.md §4.8).
 
 Two holds keep the device on the model that served the last chat instead of
 swapping away for background work on another model:
@@ -42,19 +42,19 @@ background throughput. Ten swaps keep the whole 60 s ``chat_idle`` on the
 seed's 10 s swap, and a 0.1 s swap still frees the device after 1 s."""
 
 EXCURSION_SWAPS = 3.0
-"""docs/design.md §4.8 excursions: the part of a person's chat idle gap an
+"""docs/design.md §4.8 (excursions): the part of a person's chat idle gap an
 excursion to another model needs, in swap times: the swap there, its job
 (about a swap's length, the unit ski rental bets in), and the swap back."""
 
 IDLE_STRETCH = 2.0
-"""docs/design.md §4.8 holds: a person's own reading gaps stretch ``chat_idle``
+"""docs/design.md §4.8 (holds): a person's own reading gaps stretch ``chat_idle``
 to at most this many times it (two minutes on the default, which is
 ``max_affinity_wait``): one long absence with the page open must not hold the
 device's other models for the next four messages."""
 
 GAPS_KEPT = 4
 """A person's last reading gaps remembered; their median is the bet
-(docs/design.md §4.8 excursions)."""
+(docs/design.md §4.8 (excursions))."""
 
 DEFAULT_SWAP_ESTIMATE = 10.0
 """Seed: "a model swap costs ~10 s". Used until a swap has been measured."""
@@ -89,12 +89,12 @@ class SwapHolds:
         self._last_swap: float | None = None
         self._held_since: float | None = None
         # When the chat page last opened, and the model of the last chat then:
-        # a person opens the page to type (docs/design.md §4.8 holds).
+        # a person opens the page to type (docs/design.md §4.8 (holds)).
         self._page_opened: tuple[float, str] | None = None
         self.runner_estimate: float | None = None
         """The runner's own swap estimate (``Device.swap_estimate``), used until
         a swap is measured."""
-        self.presence = Presence()  # docs/design.md §4.8 presence
+        self.presence = Presence()  # docs/design.md §4.8 (presence)
 
     def chat_ended(self, model_id: str, now: float) -> None:
         self._last_chat[model_id] = now
@@ -152,7 +152,7 @@ class SwapHolds:
         ``target_model`` (None: no person may use it). ``idle``: nothing else
         on the loaded model can run meanwhile, so the device would idle;
         ``present_until``: the latest a person on another AI surface holds it
-        (docs/design.md §4.8 presence: work past the starvation bound is held
+        (docs/design.md §4.8 (presence): work past the starvation bound is held
         so for at most one more bound)."""
         last_chat = self._last_chat.get(loaded_model)
         opened = self._page_opened
@@ -170,7 +170,7 @@ class SwapHolds:
         if present is not None:
             end = max(end, min(present, present_until))
         if idle:
-            # docs/design.md §4.8 ski rental. With a person at the chat page or
+            # docs/design.md §4.8 (ski rental). With a person at the chat page or
             # another AI surface a lost bet costs them the swap back, so the
             # hold may idle up to OPEN_PAGE_SWAPS swaps: a person typing every
             # 40-50 s under the 3-swap cap waited 10-20 s on most messages.
@@ -184,7 +184,7 @@ class SwapHolds:
         stopped typing: ``chat_idle``, or, when their recent reading gaps ran
         longer, the longest of them and a swap (the swap away would otherwise
         land where they type), never past ``IDLE_STRETCH`` x ``chat_idle``
-        (docs/design.md §4.8 holds). A person reading each reply for 40-70 s
+        (docs/design.md §4.8 (holds)). A person reading each reply for 40-70 s
         was taken for gone at 60 s, and a swap to another model then made a
         fifth of their messages wait for it and the swap back (the Azure
         conversation trace, 8 slots: 29 messages waited, 20 with
@@ -215,7 +215,7 @@ class SwapHolds:
         """A person sent a message: the time since their last chat ended is
         one of their reading gaps (reading the reply, typing the next),
         unless the chat page opened in it: they were away, and a few minutes
-        away are no reading time (docs/design.md §4.8 excursions)."""
+        away are no reading time (docs/design.md §4.8 (excursions))."""
         if self._last_chat:
             last = max(self._last_chat.values())
             opened = self._page_opened
@@ -224,7 +224,7 @@ class SwapHolds:
 
     def gap_fits(self, now: float, model_id: str, since: float, target_model: str) -> bool:
         """Whether an excursion to ``target_model`` fits in the person's chat
-        idle gap (docs/design.md §4.8 excursions; seed scenario 6: work on
+        idle gap (docs/design.md §4.8 (excursions); seed scenario 6: work on
         another model "waits for a chat idle gap"): a gap that began at or
         after ``since`` (their last chat on ``model_id`` ended then, and the
         page has not opened again since: a person who just opened it is about

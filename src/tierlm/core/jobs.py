@@ -13,7 +13,7 @@ Subject = str | int
 """What a foreground or a job is about: a note id, a Gana id (docs/design.md §6.2)."""
 
 Person = tuple[str, ...]
-"""Whose turn a chat takes (docs/design.md §4.2 persons in turn): ``(who,)``,
+"""Whose turn a chat takes (docs/design.md §4.2): ``(who,)``,
 or ``(who, name)`` for a person named under ``who`` (an API key), who shares
 ``who``'s turns."""
 
@@ -23,7 +23,7 @@ class Job:
     """A unit of device work as the policy sees it.
 
     ``id`` is the submit order: FIFO tiers order by it, so a re-queued job, which
-    keeps its id, goes back to the front of its tier (docs/design.md §4 re-queue).
+    keeps its id, goes back to the front of its tier (docs/design.md §4.9).
     ``submitted_at`` is the first submit, so waiting time survives re-queues
     (the ``max_affinity_wait`` starvation bound counts from it).
     """
@@ -43,7 +43,7 @@ class Job:
     """A preemption loses nothing: a generation resumes, a closure job replays
     its journal. The shell clears it when the job's work drives the runner
     itself (``ctx.runner``): such a job starts over when preempted, so the
-    pool's fairness never cuts it (docs/design.md §4 preemption kinds)."""
+    pool's fairness never cuts it (docs/design.md §4.6)."""
 
     @property
     def class_name(self) -> str:
@@ -59,7 +59,7 @@ class Job:
         """The deadline that orders overdue work: a deadline already past at
         submission counts as the submission time, so claiming "due long ago"
         buys no place ahead of work that really was due earlier
-        (docs/design.md §4 deadlines are loans)."""
+        (docs/design.md §4.5)."""
         if self.deadline is None:
             return None
         return max(self.deadline, self.submitted_at)
@@ -90,7 +90,7 @@ class Foreground:
     subject: Subject | None = None
 
     def matches(self, job: Job) -> bool:
-        """docs/design.md §4 rule 2: same class, and no subject or the same subject."""
+        """docs/design.md §4.1 (rule 2): same class, and no subject or the same subject."""
         return job.class_name == self.class_name and (
             self.subject is None or job.subject == self.subject
         )

@@ -120,7 +120,7 @@ class Pacing:
 class PeopleJudge:
     """Judges each request's identity person or program (module docstring).
 
-    Time is passed in (sans-I/O, docs/design.md §1 core)."""
+    Time is passed in (sans-I/O, docs/design.md §1.1)."""
 
     __slots__ = ("_table", "forget_after", "reading_gap", "remembered")
 

@@ -47,19 +47,19 @@ class Policy(Protocol):
         """The surface the person looks at changed (None: no AI surface open)."""
 
     def decide(self, now: float, device: Device) -> Decision:
-        """This step's plan (docs/design.md §2 decide): which queued jobs start
+        """This step's plan (docs/design.md §2.2): which queued jobs start
         (taken out of the queue, counted as running from ``now``), which running
         jobs stop and how, and when to ask again with no event. The shell asks
         at every event and applies the answer; nothing else passes between
         them. One slot: start the best job when the device is free, else
-        whether the running one should stop (docs/design.md §4.7 for k)."""
+        whether the running one should stop (docs/design.md §4.7)."""
 
     def finished(self, job: Job, now: float) -> None:
         """``job`` stopped running: completed, failed, cancelled or preempted."""
 
     def swapped(self, model_id: str, seconds: float, now: float) -> None:
         """The runner finished loading ``model_id``; the swap took ``seconds``
-        (the tiered policy caps its chat holds by it: docs/design.md §4 affinity)."""
+        (the tiered policy caps its chat holds by it: docs/design.md §4.8)."""
 
     def tier(self, job: Job, now: float) -> int:
         """The job's effective tier now (for snapshots and metrics)."""

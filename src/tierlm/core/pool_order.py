@@ -1,6 +1,6 @@
 """The order in which the fair pool's queued jobs get their first turn.
 
-docs/design.md §2 queue positions, §4 fair pool and slices. A pool job runs at
+docs/design.md §2.6, §4.4. A pool job runs at
 most one slice while an eligible producer with an earlier virtual deadline
 waits, so the pool serves its producers in turns, not one producer's whole
 queue after another. Listing a producer's jobs together (the order successive

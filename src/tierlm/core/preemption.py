@@ -1,5 +1,5 @@
 """Whether a running job stops for the best of the queue, and how
-(docs/design.md §4.6 preemption kinds): the rank comparison of
+(docs/design.md §4.6 (preemption kinds)): the rank comparison of
 ``TieredPolicy.should_preempt``, as a pure function of the two ranks.
 
 - A higher tier stops the running job: ``PREEMPT`` when a person waits (T0,
@@ -35,7 +35,7 @@ def preemption(
     """How the running job (``run_rank``) stops for the best job (``best_rank``),
     or None. ``best_budgeted``: the best job's class has a budget;
     ``person_just_left``: the running job is on the surface the person just
-    left (§4.6 flapping); ``requeues_whole``: the running job goes back to the
+    left (§4.6 (foreground flapping)); ``requeues_whole``: the running job goes back to the
     queue and resumes losing nothing; ``in_slice``: it is within its slice."""
     if best_rank >= T2 and best_budgeted:
         return None

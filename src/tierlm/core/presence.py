@@ -1,5 +1,5 @@
 """Whether a person is in the app's AI surfaces, and on which models
-(docs/design.md §4.8 presence).
+(docs/design.md §4.8 (presence)).
 
 The chat holds (``core/holds``) watch the chat page. A person on another AI
 surface (a T1 page: the deck they swipe, a note they opened) is as present:

@@ -33,7 +33,7 @@ ranks then the id for the pool (T4)."""
 
 T3_AFTER_POOL = 5
 """The rank of overdue work while the fair pool is owed its floor: after the
-pool (docs/design.md §4 deadlines are loans)."""
+pool (docs/design.md §4.5)."""
 
 
 _K = TypeVar("_K", int, float)
@@ -130,7 +130,7 @@ class ClassQueue:
 
     def next_person(self) -> Candidate | None:
         """T0: the oldest job of the person served least recently (docs/design.md
-        §4.2 persons in turn); key (its key's last turn, its own, the job's id)."""
+        §4.2); key (its key's last turn, its own, the job's id)."""
         best: Candidate | None = None
         for person, heap in list(self.people.items()):
             _clean(heap, self.live)
@@ -184,7 +184,7 @@ class ModelQueue:
         self, skip: frozenset[str], foreground: Foreground | None, floor_owed: bool
     ) -> Candidate | None:
         """The best queued job of this model outside the pool's own order:
-        T0, the foreground (T1), T2 and T3 classes (docs/design.md §4 rules 1-3).
+        T0, the foreground (T1), T2 and T3 classes (docs/design.md §4.1 (rules 1-3)).
         Hot path: plain ints."""
         best: Candidate | None = None
         fg_class = foreground.class_name if foreground is not None else None

@@ -1,6 +1,6 @@
 """Each running job's slice, counted in its share of the device's time.
 
-docs/design.md §4.7 fairness in a batch: a step's time is shared equally by the
+docs/design.md §4.7 (fairness in a batch): a step's time is shared equally by the
 sequences in it, so a job running beside n - 1 others uses its slice n times
 more slowly than alone. Counted in wall time instead, a batch of 8 would cut
 each job at every slice of the clock, rotating producers eight times as often
@@ -8,11 +8,11 @@ as fairness asks; 32 streams on 8 llama.cpp slots then lost a quarter of
 their throughput to the hand-overs (bench/vs_llama_server.py). With one slot
 the share is all of it: the slice is the wall-clock slice, as before.
 
-A slice is a producer's turn (docs/design.md §4.4 turns), so a pool job counts
+A slice is a producer's turn (docs/design.md §4.4 (turns)), so a pool job counts
 its producer's share: m of its producer's jobs among n running use each of
 their slices at m / n. Counted per job alone, a producer holding all 8 slots
 used a slice in eight times its length, and one arriving beside it waited as
-long for a slot (docs/design.md §4.7 fairness in a batch).
+long for a slot (docs/design.md §4.7 (fairness in a batch)).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tierlm.core.jobs import Job
 __all__ = ["RESUME_SHARE", "SliceClocks", "turn_of"]
 
 RESUME_SHARE = 0.25
-"""docs/design.md §4.6 a slice worth its resume: a fair slice never cuts a job
+"""docs/design.md §4.6 (a slice worth its resume): a fair slice never cuts a job
 whose resume would redo more than this share of the slice. A backend without
 KV restore re-evaluates the prompt on resume; a 20 000-token prompt (10 s) cut
 at every 4 s slice advanced about a token per turn and finished after 414 s
@@ -56,7 +56,7 @@ class SliceClocks:
         self._clock = 0.0
         self.evaluations: Mapping[int, float] = {}
         """The last decision's ``Device.evaluations``: what each running job's
-        resume would redo (docs/design.md §4.6 a slice worth its resume)."""
+        resume would redo (docs/design.md §4.6 (a slice worth its resume))."""
 
     def length(self, job_id: int) -> float:
         """Its slice: the configured one, or longer so that what a resume
@@ -81,8 +81,8 @@ class SliceClocks:
         what the pool has, and with two chats and one pool job in the batch
         that job holds all of it; counted among the chats, its slice ran at a
         third of the clock and a producer waiting beside it for the one slot
-        the chat latency guard left waited three slices (docs/design.md §4.7
-        fairness in a batch)."""
+        the chat latency guard left waited three slices (docs/design.md §4.7 (fairness in a
+        batch))."""
         turn = self._turn.get(job_id)
         if turn is None:
             return 1 / len(self._used)
@@ -93,8 +93,8 @@ class SliceClocks:
         """A job holds a slot; its slice begins now, or when ``restart`` says.
 
         ``turn``: its producer. A producer whose job ended at this instant,
-        not preempted, goes on with the slice it was in (docs/design.md §4.4
-        turns): a job that finished 3.5 s into a 4 s slice leaves its
+        not preempted, goes on with the slice it was in (docs/design.md §4.4 (turns)): a job that
+        finished 3.5 s into a 4 s slice leaves its
         successor 0.5 s, not a fresh 4 s, or a producer of short jobs would
         hold the device for up to two slices at a turn."""
         self._tick(now)

@@ -21,8 +21,8 @@ by the same rules:
   is cut to the largest size whose step time stays within ``chat_slowdown`` of
   one sequence's, by the runner's step-time curve; while its prompt is still
   evaluated, within ``PROMPT_SLOWDOWN`` (the first token is what a person
-  waits for). The sequences left out yield (their KV kept, docs/design.md §2
-  slots) and rejoin when it ends. With deadlines on time, pressing deadline
+  waits for). The sequences left out yield (their KV kept, docs/design.md §2.3) and rejoin when it
+  ends. With deadlines on time, pressing deadline
   work is not cut (``shielded``, docs/design.md §4.8).
 
 With one slot this is exactly the single-sequence shell: start the pick when
@@ -72,8 +72,8 @@ class SlotRules(Protocol):
 
 
 def guard_cap(step_cost: Sequence[float], chat_slowdown: float | None, slots: int) -> int:
-    """The largest batch a person's sequence may share (docs/design.md §4.7
-    chat latency guard): its step time within ``chat_slowdown`` of one
+    """The largest batch a person's sequence may share (docs/design.md §4.7 (chat latency guard)):
+    its step time within ``chat_slowdown`` of one
     sequence's. No curve (or no guard): every slot."""
     if chat_slowdown is None or not step_cost:
         return slots
@@ -100,7 +100,7 @@ def plan(
     ``shielded``: background the chat latency guard neither cuts nor keeps
     out (pressing deadline work, with deadlines on time: docs/design.md §4.8);
     ``relieved``: people have held the device long enough that the guard
-    keeps one background sequence (docs/design.md §4.7 guard relief)."""
+    keeps one background sequence (docs/design.md §4.7 (guard relief))."""
     loaded = device.loaded_model
     staying = [j for j in device.running if j.id not in device.stopping]
     starts: list[Job] = []
@@ -128,7 +128,7 @@ def plan(
         if device.free - len(starts) <= 0:
             return False
         if not guarded(job):
-            # docs/design.md §4.7 persons: the guard shields people from
+            # docs/design.md §4.7 (rule 3): the guard shields people from
             # background, never from each other nor a page from its own work
             # (nor, with deadlines on time, from pressing work: §4.8).
             return True
@@ -155,14 +155,14 @@ def plan(
 
     stops: list[tuple[Job, CancelReason]] = []
     # A yield under way is asked again: a person's preemption then cuts its
-    # prompt evaluation short (docs/design.md §4.6 preemption kinds).
+    # prompt evaluation short (docs/design.md §4.6 (preemption kinds)).
     for job in device.running:
         yielding = device.stopping.get(job.id) is CancelReason.YIELD
         if yielding and rules.should_preempt(job, now, loaded) is CancelReason.PREEMPTED:
             stops.append((job, CancelReason.PREEMPTED))
     # No room for the best waiting job: the slots are full, or the chat latency
     # guard cut the batch; either way a running job past its slice yields to it
-    # (docs/design.md §4.7 fairness in a batch). Asked only on a full device,
+    # (docs/design.md §4.7 (fairness in a batch)). Asked only on a full device,
     # two producers sharing the one slot the guard leaves never took turns.
     full = no_room or len(device.running) + len(starts) >= device.slots
     if staying and (full or draining):
@@ -209,7 +209,7 @@ def _turn_stops(
     people_waiting: Callable[[], Collection[Person]],
     stopping: list[Job],
 ) -> list[Job]:
-    """docs/design.md §4.7 persons in turn: on a device full of people's
+    """docs/design.md §4.7 (persons in turn on slots): on a device full of people's
     sequences, each person with a chat queued and no slot gets one from the
     person holding the most (while they hold two or more), whose latest
     sequence yields and resumes later, its text kept (§4.9). Named persons

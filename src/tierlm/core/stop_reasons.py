@@ -1,5 +1,5 @@
 """Why a job is told to stop: the one word the policy core, the shell and the
-runners share (docs/design.md §4.6 preemption kinds).
+runners share (docs/design.md §4.6 (preemption kinds)).
 
 The policy answers ``CancelReason.YIELD`` or ``CancelReason.PREEMPTED`` for a
 running job it stops (``Decision.stop``), the shell cancels the job's token
@@ -19,7 +19,7 @@ __all__ = ["CancelReason"]
 
 
 class CancelReason(enum.Enum):
-    """Why a job was told to stop (docs/design.md §4.6 preemption kinds).
+    """Why a job was told to stop (docs/design.md §4.6 (preemption kinds)).
 
     ``YIELD`` and ``PREEMPTED`` are the two kinds of preemption, the two a
     policy decides: both re-queue a re-queueable job, but only ``PREEMPTED``
@@ -50,7 +50,7 @@ class CancelReason(enum.Enum):
     @property
     def preempts(self) -> bool:
         """The job goes back to the queue and resumes: a runner keeps its KV
-        state (docs/design.md §4 zero-loss preemption)."""
+        state (docs/design.md §4.9)."""
         return self in (CancelReason.PREEMPTED, CancelReason.YIELD)
 
     def stops(self, produced: int) -> bool:

@@ -1,6 +1,6 @@
 """tierlm's policy: tiers, foreground, EDF, budgets, the EEVDF fair pool, affinity.
 
-A pure state machine (docs/design.md §1 core): the shell passes time in and tells it
+A pure state machine (docs/design.md §1.1): the shell passes time in and tells it
 what happened; it answers what to run and whether to preempt. Every rule cites
 docs/design.md §4, the normative statement of what it implements.
 """
@@ -40,7 +40,7 @@ __all__ = ["TieredPolicy"]
 
 # Ranks as plain ints for the hot path (IntEnum comparisons cost ~5x more).
 # A rank is the effective tier, except that overdue work waiting for the pool
-# floor ranks after the pool (docs/design.md §4 deadlines are loans).
+# floor ranks after the pool (docs/design.md §4.5).
 _T3_AFTER_POOL = T3_AFTER_POOL
 
 
@@ -71,7 +71,7 @@ class TieredPolicy:
         )
         self.floor = PoolFloor(config.pool_floor, exit_after=config.slice)
         self.holds = SwapHolds(config.chat_grace, config.chat_idle, config.grace_factor)
-        self.anticipation = Anticipation()  # docs/design.md §4.8 anticipatory holds
+        self.anticipation = Anticipation()  # docs/design.md §4.8 (anticipatory holds)
         self._on_time = OnTime.of(config, self.holds.swap_estimate)  # docs/design.md §4.8
         self.foreground: Foreground | None = None
         self._book = JobBook(self.fair)
@@ -86,13 +86,13 @@ class TieredPolicy:
         # Times at which this decision's answers would change by themselves: set
         # by each choice while ``decide`` runs, read by its ``wake_at``.
         self._wake: list[float] = []
-        # The model an idle device should go back to (docs/design.md §4.8
-        # excursions), set by the decision under way.
+        # The model an idle device should go back to (docs/design.md §4.8 (excursions)), set by the
+        # decision under way.
         self._return_to: str | None = None
         # The surface the person just left, and until when its running
         # evaluation is not cut for the new one (docs/design.md §4.6).
         self._flapping = Flapping(config.slice)
-        self.relief = GuardRelief()  # docs/design.md §4.7 guard relief
+        self.relief = GuardRelief()  # docs/design.md §4.7 (guard relief)
 
     # -- events ---------------------------------------------------------------
 
@@ -103,7 +103,7 @@ class TieredPolicy:
         self.holds.submitted(job, now)
 
     def requeue(self, job: Job, now: float) -> None:
-        """docs/design.md §4 re-queue: back to the front of its tier (it keeps its
+        """docs/design.md §4.9: back to the front of its tier (it keeps its
         id); in the pool a return at the same instant keeps its place."""
         self._book.advance(now)
         self._book.add(job, now)
@@ -119,7 +119,7 @@ class TieredPolicy:
         self._book.advance(now)
         was_open = self._chat_surface_open()
         if foreground != self.foreground and self.foreground is not None:
-            # docs/design.md §4.6 foreground flapping: for a slice, the surface
+            # docs/design.md §4.6 (foreground flapping): for a slice, the surface
             # the person just left keeps its running evaluation.
             self._flapping.left(self.foreground, now)
         self.foreground = foreground
@@ -130,8 +130,8 @@ class TieredPolicy:
         self._running[job.id] = job
         self._flapping.started(job, now)
         if job.task_class.tier == Tier.T0:
-            self._book.turns.served(job.chat_person)  # docs/design.md §4.2 persons in turn
-            self.relief.chat_started(job.chat_person)  # docs/design.md §4.7 guard relief
+            self._book.turns.served(job.chat_person)  # docs/design.md §4.2
+            self.relief.chat_started(job.chat_person)  # docs/design.md §4.7 (guard relief)
         # A job that needs a swap starts its slice when the swap ends (swapped).
         begun = job.model_id == self._loaded_at_pick
         self._slices.start(job.id, now, begun=begun, turn=turn_of(job))
@@ -160,7 +160,7 @@ class TieredPolicy:
         self._slices.stop(job.id, now, turn=turn_of(job))
         self._pool_running.discard(job.id)
         if job.task_class.fair:
-            # docs/design.md §4 fair pool: "you ran, you pay", cancelled or not, swap included.
+            # docs/design.md §4.4: "you ran, you pay", cancelled or not, swap included.
             self.fair.stop(job, now)
         self._remix(now)
         if job.task_class.tier == Tier.T0:
@@ -169,7 +169,7 @@ class TieredPolicy:
             self.anticipation.ended(job.producer, job.model_id, now)
 
     def swapped(self, model_id: str, seconds: float, now: float) -> None:
-        """The shell measured a swap (docs/design.md §4 affinity, ski rental).
+        """The shell measured a swap (docs/design.md §4.8 (ski rental)).
 
         The running job's slice starts after its swap: the swap is charged to
         it ("you ran, you pay") but is not a turn at the device, or every job
@@ -200,7 +200,7 @@ class TieredPolicy:
     # -- tiers and order ------------------------------------------------------
 
     def tier(self, job: Job, now: float) -> int:
-        """docs/design.md §4 effective tier, rules 1 to 5 in order; an overdue
+        """docs/design.md §4.1, rules 1 to 5 in order; an overdue
         fair job is T3 only while its loan is open (its producer eligible at
         every level, the pool not owed its floor)."""
         base = job.task_class.tier
@@ -249,11 +249,11 @@ class TieredPolicy:
         extra: Job | None,
         t4: bool,
     ) -> int | None:
-        """The best candidate of each model, then docs/design.md §4 affinity
-        and swaps (``affinity.choose``): the id of the job to run, or None.
+        """The best candidate of each model, then docs/design.md §4.8 (``affinity.choose``): the id
+        of the job to run, or None.
         Without ``t4`` the pool's own order is left out (``extra``, in it,
         stands for it): enough to know whether anything outranks ``extra``."""
-        on_time = self._on_time  # §4.8 deadlines on time
+        on_time = self._on_time  # §4.8 (deadlines on time)
         in_pool = mine = None
         if extra is not None:
             mine = running_candidate(self._rank(extra, now), extra, skip)
@@ -281,7 +281,7 @@ class TieredPolicy:
         best, best_loaded = scan.best, scan.best_loaded
         if best is None:
             if extra is None:
-                # docs/design.md §4.8 excursions: an excursion that emptied the
+                # docs/design.md §4.8 (excursions): an excursion that emptied the
                 # queue goes back too, or the person's next message met the
                 # swap back.
                 person = self.holds.expecting(now, chat_open=self._chat_surface_open())
@@ -335,12 +335,12 @@ class TieredPolicy:
             # Work-conserving budget (docs/design.md §6.4): the device never
             # idles for it. A free slot beside other classes' sequences may stay
             # free: the device is busy, and each sequence more slows every other
-            # one's step (docs/design.md §4.7 budgets in a batch).
+            # one's step (docs/design.md §4.7 (budgets in a batch)).
             choice = self._choose(now, loaded_model, _NO_SKIP, extra, t4)
         return choice
 
     def decide(self, now: float, device: Device) -> Decision:
-        """docs/design.md §2 decide: this step's plan, by the k-slot rules of
+        """docs/design.md §2.2: this step's plan, by the k-slot rules of
         §4.7 (``slots.plan``) over this policy's one-sequence answers."""
         self._wake = []
         self._return_to = None
@@ -354,7 +354,7 @@ class TieredPolicy:
         return self._go_back(decision, device)
 
     def _guard_relief(self, now: float, device: Device) -> bool:
-        """docs/design.md §4.7 guard relief (``GuardRelief``); woken for it only
+        """docs/design.md §4.7 (guard relief) (``GuardRelief``); woken for it only
         when it would change the batch: background queued, none running."""
         tiers = [self.tier(j, now) for j in device.running]
         busy = self._book.chats > 0 or any(t <= T1 for t in tiers)
@@ -362,7 +362,7 @@ class TieredPolicy:
         return self.relief.step(now, busy, device.slots, self._wake if gains else [])
 
     def _go_back(self, decision: Decision, device: Device) -> Decision:
-        """docs/design.md §4.8 excursions: an empty device with nothing to
+        """docs/design.md §4.8 (excursions): an empty device with nothing to
         start goes back to the model a person may type on, with no job."""
         back = self._return_to
         idle = not decision.start and not device.running and device.can_start
@@ -388,7 +388,7 @@ class TieredPolicy:
         return best
 
     def _held_for_turn(self, best: Job, now: float) -> bool:
-        """docs/design.md §4.4 turns (``Anticipation.holds_turn``), only
+        """docs/design.md §4.4 (turns) (``Anticipation.holds_turn``), only
         against the pool's own order: never against a person, a budget or a
         deadline."""
         if self._rank(best, now) != T4:
@@ -405,7 +405,7 @@ class TieredPolicy:
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
     ) -> CancelReason | None:
-        """docs/design.md §4 preemption: best = pick(queue + running), and
+        """docs/design.md §4.6: best = pick(queue + running), and
         whether and how to stop for it (``core/preemption.py``). Because the
         running job takes part in the pick, a preemption that would only lead
         back to it, or to a pointless swap, never happens (§6.6)."""
@@ -428,7 +428,7 @@ class TieredPolicy:
         redo, wake = self._slices.evaluations, self._wake
         just_left = self._flapping.just_left(running, now, redo, wake)
         if just_left and best_rank == Tier.T1:
-            # docs/design.md §4.6 foreground flapping.
+            # docs/design.md §4.6 (foreground flapping).
             self._flapping.cut(running)
             if self._flapping.owes_resume(running, now, redo, wake):
                 return None
@@ -479,8 +479,8 @@ class TieredPolicy:
         """Every queued job in the order ``pick`` would dispatch them, call after
         call, if the device freed now: tiers, each tier's order (the pool's
         turns, each charged one slice: ``pool_order``), affinity and swaps;
-        holds and deadlines still ahead are ignored (docs/design.md §2 queue
-        positions). It changes nothing but the pool floor's state, brought up
+        holds and deadlines still ahead are ignored (docs/design.md §2.6). It changes nothing but
+        the pool floor's state, brought up
         to now as a decision would (§4.3), so positions tell the next one."""
         self.floor.update(now, self._book.fresh > 0)
         skip = self._over_budget(now) if self._budgets else _NO_SKIP

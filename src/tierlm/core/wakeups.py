@@ -1,5 +1,5 @@
 """When the policy's last decision may change with no event: ``Decision.wake_at``
-(docs/design.md §2 decide).
+(docs/design.md §2.2).
 
 A fair job's deadline (it becomes T3 and may preempt), the end of a hold (a
 chat's, an anticipatory one, a best job reaching ``max_affinity_wait``, and,

@@ -1,5 +1,5 @@
 """A failing batch fails only the texts the embedder cannot take
-(docs/design.md §5 isolation).
+(docs/design.md §5.2).
 
 Batching puts strangers' texts in one embedder call; if that call fails, every
 text in it would fail, and one bad text (or one caller sending them) would

@@ -1,8 +1,8 @@
 """Run something until a ``CancelToken`` is cancelled: the one way tierlm races
-an await against a cancel (docs/design.md §2 cancel).
+an await against a cancel (docs/design.md §2.9).
 
 Either a token or a generation call's view of it (``CallToken``: a yield
-waits for the call's first token, docs/design.md §4 preemption kinds) will do.
+waits for the call's first token, docs/design.md §4.6) will do.
 
 ``cancelled_by(token)`` is an anyio cancel scope that is cancelled when the
 token is: at once if it already is (level-triggered, as the token: a cancel is

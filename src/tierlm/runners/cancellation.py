@@ -1,11 +1,11 @@
-"""Cancellation, level-triggered with a reason (docs/design.md §2 cancel).
+"""Cancellation, level-triggered with a reason (docs/design.md §2.9).
 
 trio's cancel scopes are the model: a ``CancelToken`` once cancelled stays
 cancelled, its reason is kept (a stronger reason replaces a weaker one, never
 the other way), and a callback added late runs at once, so a cancel is never
 lost and never counted twice. ``CallToken`` is one generation call's view of the
 job's token: a yield stops a call only once it produced a token
-(docs/design.md §4 preemption kinds). ``Cancelled`` is what the awaiter of a
+(docs/design.md §4.6). ``Cancelled`` is what the awaiter of a
 cancelled job gets. ``CancelReason``, why a job is told to stop, is the policy
 core's word (``tierlm.core.stop_reasons``), re-exported here.
 """
@@ -77,7 +77,7 @@ class CancelToken:
         self.cancelled: bool = False
         self.aborts_prompt: bool = False
         """Cancelled for a reason that may cut a prompt evaluation short: any
-        but ``YIELD`` (docs/design.md §4 preemption kinds)."""
+        but ``YIELD`` (docs/design.md §4.6)."""
         self.reason: CancelReason | None = None
         self._callbacks: list[Callable[[CancelToken], None]] = []
 
@@ -129,7 +129,7 @@ class CancelToken:
 
 class CallToken:
     """One generation call's view of its job's ``CancelToken``: when the call
-    must stop (docs/design.md §4 preemption kinds).
+    must stop (docs/design.md §4.6).
 
     ``cancelled`` is true, at a token boundary or while the prompt is
     evaluated, once the token ``aborts_prompt`` (a person is waiting, the

@@ -30,15 +30,14 @@ class DeviceCrashed(RunnerError):
 
     Nothing the job asked for caused it, as far as anyone knows yet, so the
     shell re-queues the job once, to continue from its partial output; a job
-    that cannot resume fails with this (docs/design.md §4.9 re-queue after a
-    crash)."""
+    that cannot resume fails with this (docs/design.md §4.9 (re-queue after a crash))."""
 
 
 class CrashedTwice(DeviceCrashed):
     """The device crashed a second time under this job, which had been
     re-admitted alone among the jobs of the first crash: it is taken for the
     cause, fails, and is not tried again; the others of that crash continue
-    (docs/design.md §4.9 re-queue after a crash). 500: the backend broke on it,
+    (docs/design.md §4.9 (re-queue after a crash)). 500: the backend broke on it,
     not a request proven invalid."""
 
     code = "worker_crashed_twice"

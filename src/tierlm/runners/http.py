@@ -163,7 +163,7 @@ class HttpRunner:
         self.slots = 1
         """Streams the upstream serves at once (its parallel slots: ``llama-server
         -np N``, vLLM's batch); the shell keeps at most this many open
-        (docs/design.md §2 slots)."""
+        (docs/design.md §2.3)."""
         self.loads = 0
         """How many times ``load`` switched the model."""
 
@@ -235,7 +235,7 @@ async def post_stream(
                     model_id=model_id,
                 )
             lines = bounded_lines(response, MAX_LINE_BYTES, model_id, url)
-            # Each read races the token, never the yield (docs/design.md §2 cancel).
+            # Each read races the token, never the yield (docs/design.md §2.9).
             while (line := await wait(anext(lines, None))) is not None:
                 yield line
         finally:

@@ -226,7 +226,7 @@ class OllamaRunner(HttpRunner):
         pieces = 0
         finished = False
         calls = ToolCallWriter()
-        # docs/design.md §4 preemption kinds: a yield lets the prompt's
+        # docs/design.md §4.6: a yield lets the prompt's
         # evaluation finish and ends the stream after its first token.
         stop = cancel.for_call(lambda: pieces)
         lines = post_stream(

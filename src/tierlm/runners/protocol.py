@@ -5,7 +5,7 @@ which model to hold (`load`) and what to generate (`generate`), and stops it
 through a `CancelToken`. The types it speaks in live beside it: ``requests`` (what to generate),
 ``cancellation`` (how to stop) and ``errors`` (how it fails); runners import
 nothing of tierlm outside ``tierlm.runners`` but the error root
-(docs/design.md §1 dependency rules).
+(docs/design.md §1.1).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Runner(Protocol):
     token boundary (ending the iteration normally; the scheduler reads the
     token to know why it ended). A prompt evaluation is aborted only for a
     reason that ``aborts_prompt``; a yield stops the call once it has produced
-    a token (``cancel.for_call``, docs/design.md §4 preemption kinds).
+    a token (``cancel.for_call``, docs/design.md §4.6).
 
     ``slots`` (``Batched``, read with ``runner_slots``) is how many sequences
     the runner decodes at once: the shell may run up to ``slots`` ``generate``
@@ -95,7 +95,7 @@ class Abilities:
     (``Describes.abilities``; ``abilities_of`` for any runner)."""
 
     slots: int = 1
-    """Sequences decoded at once (docs/design.md §2 slots)."""
+    """Sequences decoded at once (docs/design.md §2.3)."""
     step_cost: tuple[float, ...] = ()
     """A step's time with n = 1..slots sequences, relative to one: the chat
     latency guard reads it (docs/design.md §4.7); () = unknown (flat)."""

@@ -47,7 +47,7 @@ class GenerationRequest:
     """One generation: a prompt (completion) or messages (chat), not both.
 
     ``resume_text`` is output already produced by an earlier, preempted run of the
-    same request (docs/design.md §4 re-queue): the runner continues from prompt +
+    same request (docs/design.md §4.9): the runner continues from prompt +
     ``resume_text`` (for chat, as a continued assistant message) and yields only
     the new text. ``max_tokens`` counts the new tokens only.
 
@@ -73,7 +73,7 @@ class GenerationRequest:
     person: bool = False
     """A person waits on it (its job is T0 or T1 when it starts): a batched
     runner evaluates its prompt before background prompts (docs/design.md
-    §4.7 the step plan). The shell sets it; callers need not."""
+    §4.7 (the step plan)). The shell sets it; callers need not."""
     job_id: int | str | None = None
     """The scheduler job this generation belongs to, when known: a runner's
     errors name it (e.g. a crashed llama.cpp worker: "while generating for job 12")."""

@@ -19,9 +19,9 @@ Two ways to generate:
 Both stop at the next token boundary once cancelled. A prompt evaluation is
 aborted at once by a cancel that ``aborts_prompt`` (a person waiting, the
 caller, shutdown), as llama.cpp's abort callback allows; a ``YIELD`` lets it
-finish and stops after its first token (docs/design.md §4 preemption kinds).
+finish and stops after its first token (docs/design.md §4.6).
 
-**Resuming** (docs/design.md §4 re-queue and zero-loss preemption). A request
+**Resuming** (docs/design.md §4.9). A request
 with ``resume_text`` continues a preempted generation. What that costs depends
 on what the runner can do, ``resume``:
 
@@ -38,7 +38,7 @@ on what the runner can do, ``resume``:
   snapshot whose state was evicted falls back to re-evaluation, as the real
   runner does.
 
-**Slots** (docs/design.md §2 slots). With ``slots`` > 1 up to that many
+**Slots** (docs/design.md §2.3). With ``slots`` > 1 up to that many
 generations run at once, as one batch: a step with n sequences takes
 ``token_interval * (1 + batch_cost * (n - 1))`` and gives each one token
 (a prompt evaluation is slowed alike). ``batch_cost`` 0 is a flat curve (a GPU
@@ -124,7 +124,7 @@ class SimulatedCall:
     resume_seconds: float = 0.0
     """Of ``prompt_seconds``, what redid or restored the work of an earlier
     run: the restore, and evaluating again what had been evaluated and kept
-    (docs/design.md §8 resume cost)."""
+    (docs/design.md §8.2)."""
     kept_seconds: float = 0.0
     """Of a prompt evaluation cut before its first token, the first-time
     evaluation a KV snapshot keeps (its finished batches): not redone."""
@@ -228,12 +228,12 @@ class SimulatedRunner:
     @property
     def restores_kv(self) -> bool:
         """A preempted generation resumes from its snapshot (``resume="restore"``)
-        rather than re-evaluating (docs/design.md §4.6 a slice worth its resume)."""
+        rather than re-evaluating (docs/design.md §4.6 (a slice worth its resume))."""
         return self.resume == "restore"
 
     @property
     def swap_estimate(self) -> float:
-        """A swap's seconds, known before any (docs/design.md §4.8 ski rental)."""
+        """A swap's seconds, known before any (docs/design.md §4.8 (ski rental))."""
         return self.swap_seconds
 
     @property
@@ -314,7 +314,7 @@ class SimulatedRunner:
 
     def _stopped(self, request: GenerationRequest, cancel: CancelToken, tokens: int) -> None:
         """A generation stopped early: keep its sequence's state if it was
-        preempted (either kind: docs/design.md §4 zero-loss preemption)."""
+        preempted (either kind: docs/design.md §4.9)."""
         if self.resume != "restore" or tokens == 0:
             return
         if cancel.reason not in (CancelReason.PREEMPTED, CancelReason.YIELD):

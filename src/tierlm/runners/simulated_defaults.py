@@ -25,7 +25,7 @@ DEFAULT_SWAP_SECONDS = 10.0
 # many fit the pool.
 DEFAULT_KV_BYTES_PER_TOKEN = 23_000
 # The KV snapshot pool of the llama.cpp runner: 512 MiB by default (its
-# config; docs/design.md §4 zero-loss preemption). ~23 000 tokens of context.
+# config; docs/design.md §4.9). ~23 000 tokens of context.
 DEFAULT_SNAPSHOT_POOL_BYTES = 512 << 20
 # Save + restore of one snapshot, measured on the llama.cpp worker with
 # SmolLM2-135M on these machines (bench/results/real_model.json, section

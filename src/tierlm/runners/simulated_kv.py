@@ -1,7 +1,7 @@
 """The simulated device's KV snapshot pool: what a preempted sequence keeps.
 
 Models the llama.cpp worker's pool (``runners/llama_cpp/worker/kv_pool.py``,
-docs/design.md §4 zero-loss preemption): per sequence, the tokens of its
+docs/design.md §4.9): per sequence, the tokens of its
 context whose evaluation is kept, and whether their KV state is still in the
 pool. States are bounded in bytes (``kv_bytes_per_token`` a token of context)
 and evicted least recently saved first; an evicted state leaves its entry

@@ -344,7 +344,7 @@ class _Server(uvicorn.Server):
         # What start-up built (modules, settings, the runner, the app) lives as
         # long as the process: frozen out of the cyclic collector's scans, whose
         # full passes over it held the event loop for 0.1-0.3 s at a time under
-        # 500 streams (docs/design.md §1, the edge).
+        # 500 streams (docs/design.md §1.11).
         gc.freeze()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -37,7 +37,7 @@ class DecisionClock:
 
     def this_instant(self) -> None:
         """Decide once the events of this instant are all in (docs/design.md
-        §4.7 persons in turn on slots)."""
+        §4.7 (persons in turn on slots))."""
         if not self._due and self.loop is not None:
             self._due = True
             self.loop.call_soon(self._on_due)

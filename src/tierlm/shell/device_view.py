@@ -1,4 +1,4 @@
-"""What the policy sees of the device at a decision (docs/design.md §2 decide):
+"""What the policy sees of the device at a decision (docs/design.md §2.2):
 the running jobs' state as the shell knows it, in a ``Device``."""
 
 from __future__ import annotations

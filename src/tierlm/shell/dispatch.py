@@ -6,7 +6,7 @@ their cancel tokens, the loaded model, the wake-up timer and the lifecycle
 flags; at every event it describes the device to the policy (``Device``), gets
 one plan back (``Decision``) and applies it: start jobs, swap through the
 runner, stop jobs at their next token boundary, re-queue, resolve handles, tell
-listeners (docs/design.md §1 scheduler, §2 decide, §4). It makes no scheduling
+listeners (docs/design.md §1.1, §2.2, §4). It makes no scheduling
 decision itself. A job's state moves only in ``_transition`` (one table).
 """
 
@@ -68,7 +68,7 @@ class Dispatcher:
         # What the runner can do (runners.protocol.Abilities): its slots, step
         # cost curve, swap estimate before one is measured (docs/design.md
         # §4.8), and whether it resumes from KV snapshots, so that its slices
-        # need not stretch (§4.6 a slice worth its resume).
+        # need not stretch (§4.6 (a slice worth its resume)).
         abilities = abilities_of(runner)
         self.slots: int = abilities.slots
         self.step_cost: tuple[float, ...] = abilities.step_cost
@@ -103,7 +103,7 @@ class Dispatcher:
     def emit(self, event: SchedulerEvent) -> None:
         """Tell every listener. Listeners run synchronously inside the
         scheduler's step: one that raises is logged and the rest still hear the
-        event, so no listener can break the scheduler (docs/design.md §2 events)."""
+        event, so no listener can break the scheduler (docs/design.md §2.5)."""
         self.version += 1
         for listener in list(self.listeners):
             try:
@@ -158,7 +158,7 @@ class Dispatcher:
             if entry.job.task_class.requeue:
                 # The app is leaving the device to its other user (seed scenario 8):
                 # stopped at once, a prompt evaluation too, not yielded
-                # (docs/design.md §4 preemption kinds, lifecycle).
+                # (docs/design.md §4.6, §4.10).
                 self.stop_running(entry, CancelReason.PREEMPTED)
 
     def release(self) -> None:
@@ -208,7 +208,7 @@ class Dispatcher:
     # -- the decision point -----------------------------------------------------
 
     def reschedule(self) -> None:
-        """Describe the device to the policy, apply its plan (docs/design.md §2 decide)."""
+        """Describe the device to the policy, apply its plan (docs/design.md §2.2)."""
         if self.closed or self.loop is None:
             return
         self.version += 1
@@ -323,8 +323,8 @@ class Dispatcher:
         return ended - started
 
     def _return_to(self, model_id: str) -> None:
-        """Load ``model_id`` with no job (``Decision.load``, docs/design.md §4.8
-        excursions), a swap like any other; a chat arriving meanwhile waits
+        """Load ``model_id`` with no job (``Decision.load``, docs/design.md §4.8 (excursions)), a
+        swap like any other; a chat arriving meanwhile waits
         only for its rest."""
         assert self.loop is not None
         self.swapping_to = model_id
@@ -344,7 +344,7 @@ class Dispatcher:
 
     def _drives_runner(self, entry: Entry[Any]) -> None:
         """Its work uses ``ctx.runner`` itself: a preemption makes it start over
-        (docs/design.md §4.6 preemption kinds). It keeps its one slot (§4.7):
+        (docs/design.md §4.6 (preemption kinds)). It keeps its one slot (§4.7):
         its calls are one sequence of the batch, like ``ctx.generate``'s."""
         if entry.job.resumable:
             entry.job.resumable = False
@@ -362,7 +362,7 @@ class Dispatcher:
             self.emit(Preempting(self.loop.time(), entry.job, reason))
         # The grace runs from the first cancel that must stop the job within a
         # token. A yield lets a prompt evaluation finish first, however long it
-        # takes (docs/design.md §4 preemption kinds), so it starts none.
+        # takes (docs/design.md §4.6), so it starts none.
         if token.aborts_prompt and not aborted:
             self.loop.call_later(self.config.cancel_grace, self._on_stuck, entry, token)
 
@@ -436,7 +436,7 @@ class Dispatcher:
 
     def _decide_this_instant(self) -> None:
         """Decide now on one slot; on k, once the events of this instant are
-        all in (docs/design.md §4.7 persons in turn on slots: decided per
+        all in (docs/design.md §4.7 (persons in turn on slots): decided per
         event, the first person's five chats sent at once took five free
         slots before nine others' first chats were queued, and chats ending
         together were refilled one by one, each end a person's turn)."""
@@ -446,7 +446,7 @@ class Dispatcher:
             self.clock.this_instant()
 
     def _resolve(self, entry: Entry[Any], outcome: Outcome) -> None:
-        """End a job for good: exactly once (docs/design.md §7 invariant)."""
+        """End a job for good: exactly once (docs/design.md §7 (invariants))."""
         job = entry.job
         self.entries.pop(job.id, None)
         self.survivors.resolved(entry)

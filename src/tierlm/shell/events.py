@@ -3,7 +3,7 @@
 Modelled on h11's ``_events.py``: an event is a small immutable value whose type
 says what happened and whose fields carry exactly what a listener needs, so a
 listener dispatches on the type (``isinstance`` or ``match``) and reads typed
-fields, never a string-keyed dict (docs/design.md §2 events).
+fields, never a string-keyed dict (docs/design.md §2.5).
 
 Every event has ``time``, on the scheduler's clock (``Scheduler.now()``). The
 events about one job carry it in ``job``. Two base classes group the ends of a
@@ -120,7 +120,7 @@ class RunEnded(JobEvent):
 
 @dataclass(frozen=True, slots=True)
 class Requeued(RunEnded):
-    """The preempted job went back to the front of its tier (docs/design.md §4 re-queue)."""
+    """The preempted job went back to the front of its tier (docs/design.md §4.9)."""
 
     outcome: ClassVar[str] = "requeued"
 
@@ -162,7 +162,7 @@ class ForegroundChanged(Event):
 @dataclass(frozen=True, slots=True)
 class ModelReturned(Event):
     """The device went back, with no job, to the model a person may type on
-    after an excursion to another (docs/design.md §4.8 excursions)."""
+    after an excursion to another (docs/design.md §4.8 (excursions))."""
 
     model_id: str
     previous: str | None
@@ -172,7 +172,7 @@ class ModelReturned(Event):
 
 @dataclass(frozen=True, slots=True)
 class Paused(Event):
-    """``Scheduler.pause()``: nothing new is dispatched (docs/design.md §4 lifecycle)."""
+    """``Scheduler.pause()``: nothing new is dispatched (docs/design.md §4.10)."""
 
 
 @dataclass(frozen=True, slots=True)

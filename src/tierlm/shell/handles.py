@@ -176,15 +176,15 @@ class JobContext:
         are not the runner's): its prompt is evaluated."""
         self.person = False
         """A person waits on this run (T0 or T1 when it started): its
-        requests say so to the runner (docs/design.md §4.7 the step plan)."""
+        requests say so to the runner (docs/design.md §4.7 (the step plan))."""
         self.on_first_token: Callable[[], None] | None = None
         """Told once, at ``first_live_at`` (the shell decides again then)."""
         self.progress_at: float | None = None
         """When this run first went past what earlier runs of the job had
         produced: ``started_at`` to here is what the run redid (a prompt
         evaluated again, calls past the journal's bound generated again), what
-        the next resume will redo as well (docs/design.md §4.6 a slice worth
-        its resume). Without a journal every live token is new."""
+        the next resume will redo as well (docs/design.md §4.6 (a slice worth its resume)). Without
+        a journal every live token is new."""
 
     def _live(self, *, new: bool = True) -> None:
         """The runner produced a token for this run (``new``: past what earlier
@@ -204,7 +204,7 @@ class JobContext:
         Such work is not replayed from the job's journal, so a preemption
         makes it start over: from the first use on, the job is no longer
         cut by the fair pool's slices or its floor, only by a higher tier
-        (docs/design.md §4 preemption kinds). ``ctx.generate`` keeps it
+        (docs/design.md §4.6). ``ctx.generate`` keeps it
         zero-loss."""
         if self._on_direct is not None:
             self._on_direct()
@@ -227,8 +227,8 @@ class JobContext:
         Stops at the next token boundary once cancelled and then raises
         ``Cancelled``, so a preempted ``work`` ends without further code.
 
-        Replay after preemption (docs/design.md §4 re-queue and zero-loss
-        preemption): the job keeps a journal of its calls, numbered in the order
+        Replay after preemption (docs/design.md §4.9): the job keeps a journal of its calls,
+        numbered in the order
         ``work`` makes them. When a preempted job runs again, a call with the
         same request at the same position yields the output it produced before,
         at once and without the runner; the call that was interrupted yields its
@@ -250,7 +250,7 @@ class JobContext:
         )
         if request.job_id is None:  # so a runner's errors can name the job
             request = replace(request, job_id=self.job_id)
-        if self.person:  # docs/design.md §4.7 the step plan
+        if self.person:  # docs/design.md §4.7 (the step plan)
             request = replace(request, person=True)
         journal = self._journal
         if journal is None:
@@ -280,7 +280,7 @@ class JobContext:
 
 def continued(request: GenerationRequest, produced: Sequence[str]) -> GenerationRequest | None:
     """``request`` continued after ``produced`` (one piece per token), or None
-    when no token is left (docs/design.md §4 re-queue: resume)."""
+    when no token is left (docs/design.md §4.9: resume)."""
     if not produced:
         return request
     left = request.max_tokens - len(produced)
@@ -315,7 +315,7 @@ class GenerationRun:
 class ResumingGeneration:
     """A job's ``work`` that generates ``request`` and RESUMES when re-run.
 
-    docs/design.md §4 re-queue, §6.8: the text produced by earlier runs is kept;
+    docs/design.md §4.9, §6.8: the text produced by earlier runs is kept;
     a re-run continues from prompt + that text (``resume_text``) for the tokens
     still due, and only new pieces reach ``on_piece``, so whoever reads them sees
     one continuous stream, however many times the job was preempted. Returns
@@ -345,7 +345,7 @@ class ResumingGeneration:
             request = self.request
             if request.job_id is None:  # so a runner's errors can name the job
                 request = replace(request, job_id=ctx.job_id)
-            if ctx.person != request.person:  # docs/design.md §4.7 the step plan
+            if ctx.person != request.person:  # docs/design.md §4.7 (the step plan)
                 request = replace(request, person=ctx.person)
             live = continued(request, self.pieces)
             if live is not None:

@@ -1,6 +1,6 @@
 """A closure job's journal of its ``ctx.generate`` calls, replayed after preemption.
 
-docs/design.md §4 re-queue and zero-loss preemption. A preempted closure job
+docs/design.md §4.9. A preempted closure job
 (``submit(work=...)``) is run again from its start; without a journal it would
 generate again every call it had already made. With one, its ``ctx.generate``
 calls are numbered in the order the work makes them, and each call's output is
@@ -103,7 +103,7 @@ class Journal:
         """Per position, kept or not: the call's digest and the most pieces any
         run generated for it. A piece at or below that mark is earlier work
         done again, whether it comes from the journal or, past its bound, from
-        the runner (docs/design.md §4.6 a slice worth its resume). Small (a
+        the runner (docs/design.md §4.6 (a slice worth its resume)). Small (a
         digest and a count a call) and dropped with the journal."""
         self._call_pieces = 0
 

@@ -1,4 +1,4 @@
-"""The asyncio shell around the policy (docs/design.md §1 scheduler, §2 public API).
+"""The asyncio shell around the policy (docs/design.md §1.1, §2.1).
 
 ``Scheduler`` is what callers use: it checks what they pass, turns it into jobs
 and hands them to its ``Dispatcher`` (``tierlm.shell.dispatch``), which owns the
@@ -115,7 +115,7 @@ class Scheduler:
 
     @property
     def slots(self) -> int:
-        """Sequences the device decodes at once (``Runner.slots``; docs/design.md §2 slots)."""
+        """Sequences the device decodes at once (``Runner.slots``; docs/design.md §2.3)."""
         return self._dispatch.slots
 
     def now(self) -> float:
@@ -140,7 +140,7 @@ class Scheduler:
             await asyncio.wait(tasks)
 
     async def pause(self) -> None:
-        """The app went to the background (docs/design.md §4 lifecycle, seed scenario 8).
+        """The app went to the background (docs/design.md §4.10, seed scenario 8).
 
         Nothing new is dispatched; a running re-queueable job is preempted and
         re-queued; a running chat (or other non-re-queueable job) finishes.
@@ -234,7 +234,7 @@ class Scheduler:
         streaming (``generate`` and the gateway use it).
 
         Every piece (one per token) goes to ``on_piece`` once, as it is
-        produced; a preempted generation RESUMES (docs/design.md §4 re-queue,
+        produced; a preempted generation RESUMES (docs/design.md §4.9,
         §6.8), so the pieces form one continuous stream however often it was
         preempted. ``on_run`` is told each run's token count and token times
         when the run ends (the gateway's metrics). The handle is returned at
@@ -363,7 +363,7 @@ class Scheduler:
     def set_foreground(self, class_name: str | None, subject: Subject | None = None) -> None:
         """The person is looking at ``class_name`` (and ``subject``); None clears.
 
-        Its jobs become T1 (docs/design.md §4 rule 2, §6.2) and may preempt.
+        Its jobs become T1 (docs/design.md §4.1 (rule 2), §6.2) and may preempt.
         """
         self._bind_loop()
         if class_name is None:
@@ -427,7 +427,7 @@ class Scheduler:
             info = self._info(entry, now)
             queued[info.tier].append(info)
         # All slots, best-ranked first (by effective tier, then start order);
-        # ``running`` stays the best-ranked one (docs/design.md §2 slots).
+        # ``running`` stays the best-ranked one (docs/design.md §2.3).
         running = sorted(dispatch.running.values(), key=lambda e: self.policy.tier(e.job, now))
         caps = {name: c.budget.share for name, c in self.classes.items() if c.budget is not None}
         return SchedulerSnapshot(

@@ -1,4 +1,4 @@
-"""A point-in-time view of the scheduler (docs/design.md §2 snapshot).
+"""A point-in-time view of the scheduler (docs/design.md §2.6).
 
 The events it emits are in ``tierlm.shell.events``.
 """
@@ -74,8 +74,8 @@ class SchedulerSnapshot:
     slots: int = 1
     """Sequences the device decodes at once (``Runner.slots``)."""
     journal_bytes: int = 0
-    """Memory the closure jobs' journals hold (docs/design.md §4 zero-loss
-    preemption; bounded by ``SchedulerConfig.journal_bytes_total``)."""
+    """Memory the closure jobs' journals hold (docs/design.md §4.9; bounded by
+    ``SchedulerConfig.journal_bytes_total``)."""
 
     @property
     def queue_depth(self) -> int:

@@ -1,5 +1,5 @@
 """The jobs a crash of the device ran under, and how they come back
-(docs/design.md §4.9 re-queue after a crash).
+(docs/design.md §4.9 (re-queue after a crash)).
 
 A crash ends every sequence of the batch at once: the one that caused it (a
 request that makes llama.cpp abort) and its batch-mates alike, and nothing

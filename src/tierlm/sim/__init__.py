@@ -1,4 +1,4 @@
-"""The simulator: the REAL scheduler, a simulated device, virtual time (docs/design.md §1 sim).
+"""The simulator: the REAL scheduler, a simulated device, virtual time (docs/design.md §1.1).
 
 Workloads (``tierlm.sim.workloads``) are producers that submit jobs over time;
 ``tierlm.sim.engine`` runs one workload under one policy, ours or a baseline

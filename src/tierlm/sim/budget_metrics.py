@@ -1,8 +1,8 @@
-"""Budgeted classes' share of busy time (docs/design.md §8 budget).
+"""Budgeted classes' share of busy time (docs/design.md §8.4).
 
 Each budgeted class's share of busy device time in every 300 s window ending
 on a multiple of 30 s (docs/design.md §3: "per rolling 300 s"). The cap binds
-only while other work is RUNNABLE (docs/design.md §4 budget: skipped "AND some
+only while other work is RUNNABLE (docs/design.md §4.3: skipped "AND some
 other job is runnable"), so the bound is checked on the windows contended
 throughout by work the policy could have run instead:
 
@@ -11,7 +11,7 @@ throughout by work the policy could have run instead:
 - or on another model while a swap away is allowed: not within ``chat_grace``
   of the last chat on the held model, and not while the chat surface is open
   after a chat on it (for ``chat_idle`` after that chat, when the policy has
-  that limit), docs/design.md §4 affinity. Work that only a forbidden swap
+  that limit), docs/design.md §4.8. Work that only a forbidden swap
   could reach does not contend.
 """
 

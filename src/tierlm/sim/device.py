@@ -25,7 +25,7 @@ DEFAULT_SWAP_SECONDS = 10.0
 
 ResumeCost = Literal["restart", "re-evaluate", "restore"]
 """What a preempted job costs to resume, by what the runner can do
-(docs/design.md §8 resume cost):
+(docs/design.md §8.2):
 
 - ``restart``: nothing is kept; the job runs again from scratch (a closure job
   without a journal; every job of the baselines that restart, as the seed does);
@@ -39,7 +39,7 @@ ResumeCost = Literal["restart", "re-evaluate", "restore"]
 Under ``restart`` and ``re-evaluate`` a prompt evaluation cut short is lost.
 """
 RESUME_COSTS: tuple[str, ...] = get_args(ResumeCost)
-# llama.cpp with KV snapshots (docs/design.md §4 zero-loss preemption) is the
+# llama.cpp with KV snapshots (docs/design.md §4.9) is the
 # runner tierlm ships for local models.
 DEFAULT_RESUME: ResumeCost = "restore"
 

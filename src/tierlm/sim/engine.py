@@ -1,5 +1,5 @@
 """Run one workload under one policy: the real Scheduler, a SimulatedRunner,
-virtual time (docs/design.md §1 sim). No second scheduler exists here.
+virtual time (docs/design.md §1.1). No second scheduler exists here.
 
 Jobs spend device time through the runner's ``generate``, in a few timers per
 call, not one per token ("do not schedule one event per token when nothing
@@ -147,7 +147,7 @@ class _Progress:
 
 def _chat_idle(config: SchedulerConfig) -> float | None:
     """How long an open chat page holds a model after its last chat
-    (docs/design.md §4 affinity), if the policy limits that hold: the metrics'
+    (docs/design.md §4.8), if the policy limits that hold: the metrics'
     notion of work the policy could have run needs it."""
     chat_idle: float | None = getattr(config, "chat_idle", None)
     return None if chat_idle is None else max(config.chat_grace, chat_idle)

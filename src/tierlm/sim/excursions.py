@@ -1,5 +1,5 @@
 """How often the device's bets on a person's reading gap lose
-(docs/design.md §4.8 excursions), from the records alone.
+(docs/design.md §4.8 (excursions)), from the records alone.
 
 An *excursion* is a swap away from the model of the person's chats that
 starts while the chat page is open: the policy bet that the person would not

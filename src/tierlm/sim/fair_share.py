@@ -1,5 +1,5 @@
 """Each fair-pool producer's service against its max-min fair share, given
-when it had work (docs/design.md §8 fairness).
+when it had work (docs/design.md §8.4).
 
 The reference is fluid, hierarchical processor sharing over the pool's
 capacity, with demand read from the records: at every instant the capacity
@@ -7,7 +7,7 @@ the pool has (the device running a pool job, or idle while a pool job waits:
 a work-conserving policy could have used that time) is split equally among
 the pool's classes that have work queued or running, then among each class's
 producers with work, then down each producer path split at "/" ("swarm/1"
-and "swarm/2" share the part of "swarm"), as docs/design.md §4 fair pool
+and "swarm/2" share the part of "swarm"), as docs/design.md §4.4
 shares it (weights 1). A producer's fair share over a window is what that
 split gives it while it has work; the split is max-min fair at every instant
 (a producer with no work takes nothing, the others divide its part), so

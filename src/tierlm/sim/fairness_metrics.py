@@ -1,4 +1,4 @@
-"""Fairness among the fair pool's producers (docs/design.md §8 fairness).
+"""Fairness among the fair pool's producers (docs/design.md §8.4).
 
 - Each producer's service (device time of its jobs, swaps they caused
   included, as docs/design.md §4 charges them) against its max-min fair share
@@ -30,7 +30,7 @@ from tierlm.sim.stats import jain_index
 __all__ = ["FAIR_WINDOW", "FLOOR_STEP", "FLOOR_WINDOW", "fairness"]
 
 FAIR_WINDOW = 60.0  # VTC's window for the service difference
-FLOOR_WINDOW = 300.0  # docs/design.md §4 pool floor: "in a 300 s window"
+FLOOR_WINDOW = 300.0  # docs/design.md §4.5: "in a 300 s window"
 FLOOR_STEP = 30.0
 # A producer owed less than this (s) over the run is left out of the ratios:
 # a ratio over a few seconds measures one job's timing, not a share.

@@ -187,7 +187,7 @@ def _swaps(rec: SimRecords, busy: float) -> dict[str, Any]:
             count += 1
             end = run.swap_end if run.swap_end is not None else rec.horizon
             seconds += min(end, rec.horizon) - run.swap_start
-    for start, end in rec.returns:  # swaps back with no job (§4.8 excursions)
+    for start, end in rec.returns:  # swaps back with no job (§4.8 (excursions))
         if start < rec.horizon:
             count += 1
             seconds += min(end, rec.horizon) - start

@@ -6,7 +6,7 @@ A column of a comparison is a policy and whether its preempted jobs RESUME:
   partial output (``Scheduler.submit_generation``), and a closure job (an
   extraction, a Gana round) is re-run with its journal, so its finished
   ``ctx.generate`` calls replay for free and the interrupted one continues
-  (docs/design.md §4 re-queue and zero-loss preemption). What the interrupted
+  (docs/design.md §4.9). What the interrupted
   call still costs is the device's (``DeviceModel.resume``: re-evaluate, or
   restore a KV snapshot).
 - restart: every preempted job runs again from scratch, as the seed does

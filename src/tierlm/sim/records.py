@@ -52,7 +52,7 @@ class RunRecord:
     (all of it, or on a device with KV snapshots its aborted batch): redone later."""
     resume_seconds: float = 0.0
     """Re-evaluating prompt + partial output, or restoring a KV snapshot: what
-    resuming cost (docs/design.md §8 resume cost)."""
+    resuming cost (docs/design.md §8.2)."""
     reevaluations: int = 0
     restores: int = 0
 
@@ -86,7 +86,7 @@ class RunRecord:
 
 def run_waste(run: RunRecord, *, restarts: bool) -> float:
     """Device time of ``run`` whose work was thrown away or redone
-    (docs/design.md §8 wasted device time).
+    (docs/design.md §8.4).
 
     - A run stopped by a preemption of a job that RESTARTS: all of it (its
       swap aside): the next run does it all again.
@@ -186,7 +186,7 @@ class SimRecords:
     foreground: list[tuple[float, str]] = field(default_factory=list)
     """(time, class name or FOREGROUND_NONE) at every foreground change."""
     returns: list[tuple[float, float]] = field(default_factory=list)
-    """(start, end) of each swap back with no job (docs/design.md §4.8 excursions)."""
+    """(start, end) of each swap back with no job (docs/design.md §4.8 (excursions))."""
     fair_classes: list[str] = field(default_factory=list)
     """Classes in the fair pool (their producers are compared for fairness)."""
     budget_caps: dict[str, float] = field(default_factory=dict)
@@ -194,7 +194,7 @@ class SimRecords:
     initial_model: str | None = None
     """The model the device held at t = 0."""
     chat_grace: float = 0.0
-    """The policy's hold on swaps after a chat (docs/design.md §4 affinity), for
+    """The policy's hold on swaps after a chat (docs/design.md §4.8), for
     the metrics' notion of work the policy could have run."""
     chat_idle: float | None = None
     """How long after the last chat an open chat surface still holds swaps

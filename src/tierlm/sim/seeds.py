@@ -1,4 +1,4 @@
-"""Targets over several seeds (docs/design.md §8 targets): a target met on one
+"""Targets over several seeds (docs/design.md §8.8): a target met on one
 seed is not met. The headline (``issue118``, a chat's wait for the device)
 held on seed 1 and failed on half of seeds 1-10, and ``tierlm demo`` ran one.
 

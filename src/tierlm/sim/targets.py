@@ -95,7 +95,7 @@ def _issue118(
         chat = ours["chat"]
         # TTFT over (the chat's idle TTFT + one token interval): a running job
         # stops at its next token boundary, so up to one token of waiting is
-        # the rule itself, not a miss (docs/design.md §8 targets).
+        # the rule itself, not a miss (docs/design.md §8.8).
         ratio = chat["ratio_boundary_p99"]
         out.append(
             _check(

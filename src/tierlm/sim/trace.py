@@ -10,8 +10,8 @@ attribution), read through ``importlib.resources``, so the workloads that
 replay it work from any install. ``$TIERLM_TRACE`` or ``--trace`` may point at
 another CSV of the same columns (plain or ``.gz``).
 
-``replay_plan`` fits the whole trace to a simulated run (docs/design.md §8
-trace replay): its hour is time-scaled onto the run, and an evenly spaced
+``replay_plan`` fits the whole trace to a simulated run (docs/design.md §8.5): its hour is
+time-scaled onto the run, and an evenly spaced
 sample of its requests is kept so that they offer a stated load.
 """
 
@@ -137,7 +137,7 @@ def load_trace(path: Path | None = None) -> tuple[TraceRequest, ...]:
 
 @dataclass(frozen=True, slots=True)
 class ReplayPlan:
-    """Which trace requests a run replays, and when (docs/design.md §8 trace replay)."""
+    """Which trace requests a run replays, and when (docs/design.md §8.5)."""
 
     arrivals: tuple[tuple[float, TraceRequest], ...]
     """(simulated time, request), in time order, all within [0, duration)."""

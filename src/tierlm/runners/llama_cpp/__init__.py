@@ -1,6 +1,6 @@
 """llama.cpp through llama-cpp-python, in a crash-isolated worker process.
 
-Its rooms follow the process boundary (docs/design.md §1 runners):
+Its rooms follow the process boundary (docs/design.md §1.2):
 
 - ``host/``: the runner's process. ``LlamaCppRunner`` (the asyncio side), the
   worker's transport and supervisor, the calls in flight, the slots it hands out;

@@ -5,7 +5,7 @@ waits in a queue and writes nothing may be never. The ASGI ``receive`` channel
 reports ``http.disconnect`` the moment the connection closes: ``client_gone``
 reads it in a task and cancels a token then (reason ``CALLER``), so a response
 races its waits against the token with the same primitive the runners use
-(docs/design.md §2 cancel).
+(docs/design.md §2.9).
 """
 
 from __future__ import annotations

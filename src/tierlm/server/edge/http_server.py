@@ -4,7 +4,7 @@ uvicorn bounds an idle kept-alive connection (``timeout_keep_alive``) and the
 size of a request head (h11's ``max_incomplete_event_size``). Its
 ``limit_concurrency`` is not used: it counts every open connection, so one
 client over it made every request 503; ``in_flight.InFlightLimit`` caps the
-requests in flight instead (docs/design.md §1, the edge).
+requests in flight instead (docs/design.md §1.11).
 It has no timeout for a client that sends a request head slowly (slowloris:
 any byte re-arms nothing, and a new connection has no timer at all), nor for a
 request body (``body.BodyLimits`` has that one). ``EdgeProtocol`` is uvicorn's

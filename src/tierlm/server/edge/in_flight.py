@@ -8,7 +8,7 @@ limit, every request that arrives is refused, the ones already connected
 included (51 clients at a limit of 50: 51 answers of 503). Here a request
 counts from its head to the end of its response (a stream: to its last
 chunk), so ``max_connections`` clients are all served and the next one is
-refused (docs/design.md §1, the edge). Sockets that have not sent a whole
+refused (docs/design.md §1.11). Sockets that have not sent a whole
 head are bounded by ``limits.header_timeout`` (``http_server.EdgeProtocol``)
 instead, so they cannot take a place.
 
@@ -24,7 +24,7 @@ them in the next turn held the loop for 1-1.5 s under the gateway benchmark,
 and every stream's tokens, every timer and ``/health`` waited behind them.
 Each counted request now waits for its turn: one starts a loop turn, and the
 tokens, timers and health checks due run between two admissions, whose cost
-(a few ms) is the longest any of them waits (docs/design.md §1, the edge).
+(a few ms) is the longest any of them waits (docs/design.md §1.11).
 """
 
 from __future__ import annotations

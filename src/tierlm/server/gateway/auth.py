@@ -38,7 +38,7 @@ class Principal:
     """Default producer; None: the scheduler's default (the class name)."""
     allow_deadline: bool = True
     """May send ``X-Tierlm-Deadline`` (a deadline is a loan of device time,
-    docs/design.md §4 deadlines: the operator decides who may ask for one)."""
+    docs/design.md §4.5: the operator decides who may ask for one)."""
     queue_limit: int | None = None
     """Its jobs queued at most, over all classes (None: no cap of its own)."""
     names_persons: bool = False
@@ -48,8 +48,8 @@ class Principal:
     (``[[keys]] person``, ``[people] keyless``; docs/design.md §4.11)."""
 
     def person(self, name: str | None) -> tuple[str, ...]:
-        """Whose turns a chat of this request takes (docs/design.md §4.2
-        persons in turn): with a key, the key's, so that inventing producer
+        """Whose turns a chat of this request takes (docs/design.md §4.2): with a key, the key's,
+        so that inventing producer
         ids (``name``) gains no turn; a key allowed to name persons gives
         each name its own turn within the key's. Without keys, () : the
         producer, as sent (each keyless client is a person)."""
@@ -62,7 +62,7 @@ class Principal:
     def producer_path(self, header: str | None) -> str | None:
         """The fair-pool producer of a request: with a key, under the key's name
         (``<key name>/<producer>``), so that however many ids a client uses they
-        share its part of the pool (docs/design.md §4 fair pool: paths split at
+        share its part of the pool (docs/design.md §4.4: paths split at
         "/"); without keys, the header as sent."""
         if self.name is None:
             return header if header is not None else self.producer

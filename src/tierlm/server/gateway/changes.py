@@ -88,7 +88,7 @@ WAKE_BATCH = 50
 """Waiting streams woken in one turn of the event loop; the rest in the next
 turns. Each wake-up writes its stream a comment (~0.5 ms); waking 500 in one
 turn held the loop for 0.2-0.4 s under the gateway benchmark, every token and
-timer waiting behind them (docs/design.md §1, the edge). 50 is ~25 ms a turn,
+timer waiting behind them (docs/design.md §1.11). 50 is ~25 ms a turn,
 and the 500th stream still hears within a tenth of a second."""
 
 
@@ -187,8 +187,7 @@ class Changes:
 
         Every admission changes the queue, so looking up per stream start costs
         O(queue log queue) each: 500 requests arriving together held the event
-        loop for seconds (bench/gateway_load.py; docs/design.md §2 "Snapshot and
-        queue order"). A job the
+        loop for seconds (bench/gateway_load.py; docs/design.md §2.6). A job the
         last answer does not know yet (it arrived since) gets None, and ``wake``
         is set when the next look-up is allowed if its place shows otherwise
         then; so is any stream given an answer older than the last event.

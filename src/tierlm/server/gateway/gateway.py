@@ -269,7 +269,7 @@ class Gateway:
     def _explain_waits(self, event: SchedulerEvent) -> None:
         """Say in the log, once per model until it is swapped in, why work for
         a model that is not loaded waits: the loaded model's work first, a chat
-        hold (docs/design.md §4 affinity), then the swap. Otherwise a request
+        hold (docs/design.md §4.8), then the swap. Otherwise a request
         that waits 40 s on the sim backend (30 s hold + 10 s swap) says nothing."""
         if isinstance(event, SwapStarted):
             self._waiting_for.discard(event.job.model_id)

@@ -6,8 +6,8 @@ within that, the headers choose:
 - ``X-Tierlm-Class``: the task class (403 if the key does not allow it);
 - ``X-Tierlm-Producer``: the fair-pool producer. With keys it is namespaced
   under the key, ``<key name>/<header>`` (default: the key's producer or name),
-  so one client's many ids share the key's part of the pool (docs/design.md §4
-  fair pool); without keys, the header as sent (default: the class name, the
+  so one client's many ids share the key's part of the pool (docs/design.md §4.4); without keys,
+  the header as sent (default: the class name, the
   scheduler's default). A chat's person, whose turns it takes, is the key
   (or a name within the key's turn, if the key ``names_persons``; §4.2);
   without keys, the producer;
@@ -17,7 +17,7 @@ within that, the headers choose:
   is set through the scheduler API, with an admin key;
 - ``X-Tierlm-Deadline``: seconds from now, or an RFC 3339 time; only for keys
   allowed to (``allow_deadline``, admin keys by default): a deadline is a loan of
-  device time (docs/design.md §4 deadlines).
+  device time (docs/design.md §4.5).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ swaps, and marks (a preemption, a foreground change, pause/resume). Closed items
 get increasing sequence numbers, so a live view fetches only what is new; the
 open runs and swap are reported separately. Items older than ``window`` are dropped.
 
-A batched device runs several jobs at once (docs/design.md §2 slots): every
+A batched device runs several jobs at once (docs/design.md §2.3): every
 job started holds an open run until it ends, each on a ``lane`` (the lowest
 lane free when it started), so a view draws a lane per slot and the batch
 size over time; one open run overwritten by the next showed a busy batch as

@@ -12,7 +12,7 @@ and the counts and durations in nanoseconds:
   them, as ``usage`` on ``/v1``); ``prompt_eval_duration``: from the first
   dispatch to the first token;
 - ``eval_count``: the tokens generated; ``eval_duration``: their decode, over
-  every run (a preempted job resumes: docs/design.md §4 re-queue).
+  every run (a preempted job resumes: docs/design.md §4.9).
 
 A ``tierlm`` object beside says which job, class and producer it was and how
 long it waited (Ollama's clients ignore fields they do not know). Tool calls

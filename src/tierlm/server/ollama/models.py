@@ -178,7 +178,7 @@ async def load_or_unload(
     ``/v1/models/{id}/load`` does for an admin key. Apps send one when they
     start (to warm the model up), with a keep-alive: for any other key it is
     answered ``load`` and changes nothing (the scheduler loads a model when
-    its work is next, docs/design.md §4 affinity); unloading needs an admin key."""
+    its work is next, docs/design.md §4.8); unloading needs an admin key."""
     seconds = None if raw_keep_alive is None else keep_alive_seconds(raw_keep_alive)
     unload = raw_keep_alive is not None and seconds == 0
     if unload:

@@ -10,7 +10,7 @@ every line for an object, so there is no comment line to tell the queue
 position with (``/v1``'s SSE streams have them).
 
 As on ``/v1`` (``openai.streaming``), a client that disconnects, queued or
-running, has its job cancelled at once (docs/design.md §2 cancel).
+running, has its job cancelled at once (docs/design.md §2.9).
 """
 
 from __future__ import annotations

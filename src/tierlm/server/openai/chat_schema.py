@@ -51,7 +51,7 @@ MAX_MESSAGES = 2048
 """OpenAI's own limit on ``messages``. Rendering and counting a chat costs
 about 0.5 ms a message here (the template, then the tokenizer), work done
 before the request is queued: 2 048 messages is about a second at most,
-25 000 were minutes (docs/design.md §1 "Bounded admission")."""
+25 000 were minutes (docs/design.md §1.8)."""
 MAX_SCHEMA_DEPTH = 32
 """JSON nesting of one schema (``response_format``'s, a tool's parameters): about
 16 levels of subschemas (each a keyword's object or array, then the
@@ -59,7 +59,7 @@ subschema). Agent libraries' schemas (LangChain, instructor, pydantic models)
 nest under 10 levels. A grammar is built from the schema on the worker
 before the request is queued, and llama.cpp's converter can double its work
 per level of nested alternatives (26 levels of ``anyOf`` took 21 s), time a
-person's request would wait behind: docs/design.md §1 "Bounded admission"."""
+person's request would wait behind: docs/design.md §1.8."""
 MAX_SCHEMA_BYTES = 64 * 1024
 """A schema's JSON text: 64 KiB, dozens of times the largest tool schema of the
 agent frameworks we test, so that its grammar is built in milliseconds."""

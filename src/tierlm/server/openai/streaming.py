@@ -5,7 +5,7 @@ orphan generation keeps the device busy. Starlette's ``StreamingResponse``
 notices a disconnect only when a write fails, which for a queued job that
 writes nothing may be never; so these responses turn the disconnect into a
 token (``disconnect.client_gone``) and race their waits against it
-(``cancelled_by``, docs/design.md §2 cancel), cancelling the job then.
+(``cancelled_by``, docs/design.md §2.9), cancelling the job then.
 """
 
 from __future__ import annotations

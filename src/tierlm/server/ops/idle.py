@@ -8,11 +8,11 @@ Each idle slot is explained by the first of these that holds:
 - ``paused``: the scheduler is paused (``POST /v1/scheduler/pause``);
 - ``swap``: a model is being loaded (a swap empties every slot), or all the
   queued work is for another model, so the device drains to the swap and no
-  new sequence joins (§4.7 rule 1; a chat hold may delay it, §4.8);
+  new sequence joins (§4.7 (rule 1); a chat hold may delay it, §4.8);
 - ``budget``: the queued work on the loaded model is of classes at their
   budget's cap (§4.3);
 - ``guard``: a person's sequence runs and the chat latency guard cut the
-  background around it to keep its speed (§4.7 rule 3, ``chat_slowdown``);
+  background around it to keep its speed (§4.7 (rule 3), ``chat_slowdown``);
 - ``no_work``: nothing is queued;
 - ``starting``: work is queued and may run: the next decision fills the slot.
 """
@@ -27,7 +27,7 @@ __all__ = ["idle_slots"]
 
 PERSON_TIERS = 1
 """Effective tiers up to this are a person's (T0) or the page in front (T1):
-the latency guard shields them (§4.7 rule 3)."""
+the latency guard shields them (§4.7 (rule 3))."""
 
 
 def idle_slots(snap: SchedulerSnapshot, chat_slowdown: float) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """``[classes.NAME]`` and ``[[keys]]``: which task classes exist, and which key
-may claim which (docs/design.md §1 gateway, §3 classes). The tables as written, and how they
+may claim which (docs/design.md §1.1, §3). The tables as written, and how they
 resolve into the ``TaskClass`` and ``ApiKey`` objects the gateway runs with."""
 
 from __future__ import annotations

@@ -257,32 +257,32 @@ class SchedulerSettings(Schema):
     max_affinity_wait: Annotated[float, Flag("--max-affinity-wait", "S"), Field(ge=0)] = (
         _SCHEDULER.max_affinity_wait
     )
-    """docs/design.md §4 affinity: the longest the best job waits behind
+    """docs/design.md §4.8: the longest the best job waits behind
     same-model work before its swap is forced (the starvation bound)."""
     chat_grace: Annotated[float, Flag("--chat-grace", "S"), Field(ge=0)] = _SCHEDULER.chat_grace
-    """docs/design.md §4 affinity: no swap away within this many seconds of a chat."""
+    """docs/design.md §4.8: no swap away within this many seconds of a chat."""
     chat_idle: Annotated[float, Flag("--chat-idle", "S"), Field(ge=0)] = _SCHEDULER.chat_idle
-    """docs/design.md §4 affinity: while the chat page is open, no swap away until
+    """docs/design.md §4.8: while the chat page is open, no swap away until
     the last chat is this old."""
     grace_factor: Annotated[float, Flag("--grace-factor", "X"), Field(ge=0)] = (
         _SCHEDULER.grace_factor
     )
-    """docs/design.md §4 affinity: the chat holds never idle the device, with work
+    """docs/design.md §4.8: the chat holds never idle the device, with work
     queued for another model, longer than this many measured swap times."""
     deadlines: Annotated[DeadlineMode, Flag("--deadlines", "MODE")] = "after-people"
-    """docs/design.md §4.8 deadlines on time: ``after-people`` (overdue work on
+    """docs/design.md §4.8 (deadlines on time): ``after-people`` (overdue work on
     another model waits for a person's idle gap) or ``on-time`` (work due
     within ``grace_factor`` swaps presses: it swaps in as soon as no person's
     job waits and the latency guard does not cut it, so it is done by its
     deadline; a person may wait for it, up to ``grace_factor`` swaps, and the
     swap back)."""
     slice: Annotated[float, Flag("--slice", "S"), Field(gt=0)] = _SCHEDULER.slice
-    """docs/design.md §4 slices: seconds a pool job runs before it yields to an
+    """docs/design.md §4.6: seconds a pool job runs before it yields to an
     eligible producer with an earlier virtual deadline."""
     pool_floor: Annotated[float, Flag("--pool-floor", "SHARE"), Field(ge=0, lt=1)] = (
         _SCHEDULER.pool_floor
     )
-    """docs/design.md §4 deadlines are loans: overdue work never pushes a backlogged
+    """docs/design.md §4.5: overdue work never pushes a backlogged
     fair pool below this share of device time in a 300 s window."""
     idle_reset: Annotated[float, Flag("--idle-reset", "S"), Field(ge=0)] = _SCHEDULER.idle_reset
     """A producer absent this long is forgotten and rejoins the fair pool afresh."""
@@ -293,7 +293,7 @@ class SchedulerSettings(Schema):
     chat_slowdown: Annotated[float, Flag("--chat-slowdown", "X"), Field(ge=1)] = (
         _SCHEDULER.chat_slowdown
     )
-    """docs/design.md §4.7 chat latency guard: on a batched device, the batch
+    """docs/design.md §4.7 (chat latency guard): on a batched device, the batch
     around a person's sequence is cut so that its time per token stays within
     this factor of running alone (>= 1)."""
     weights: Mapping[str, Annotated[float, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT)]] = Field(
@@ -307,11 +307,11 @@ class SchedulerSettings(Schema):
     journal_bytes_per_job: Annotated[int, Flag("--journal-bytes-per-job", "N"), Field(ge=0)] = (
         _SCHEDULER.journal_bytes_per_job
     )
-    """docs/design.md §4 zero-loss preemption: bytes of replay journal one job may keep."""
+    """docs/design.md §4.9: bytes of replay journal one job may keep."""
     journal_bytes_total: Annotated[int, Flag("--journal-bytes-total", "N"), Field(ge=0)] = (
         _SCHEDULER.journal_bytes_total
     )
-    """docs/design.md §4 zero-loss preemption: bytes of replay journal all jobs may keep."""
+    """docs/design.md §4.9: bytes of replay journal all jobs may keep."""
     decay_period: Annotated[float, Field(gt=0)] | None = None
     """Deprecated, no effect (the seed's vruntime halving; the EEVDF pool keeps no
     history to halve). Accepted so that older files still load; setting it warns."""

@@ -75,7 +75,7 @@ class FifoQueue:
     """Jobs in submit order (the job id), lazily deleted.
 
     A re-queued job keeps its id, so it goes back to the front, as the shell's
-    pause() expects of every policy (docs/design.md §4 re-queue).
+    pause() expects of every policy (docs/design.md §4.9).
     """
 
     __slots__ = ("_heap", "_live")

@@ -64,7 +64,7 @@ class StrictPriorityPolicy(SimpleBaseline):
     ) -> CancelReason | None:
         self._clean()
         # vLLM's priority preemption stops the running request at once, in its
-        # prompt's prefill too: no yield (docs/design.md §4 preemption kinds).
+        # prompt's prefill too: no yield (docs/design.md §4.6).
         if self._heap and self._heap[0][0] < self.priority(running):
             return CancelReason.PREEMPTED
         return None

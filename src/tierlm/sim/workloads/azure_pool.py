@@ -1,5 +1,5 @@
 """``azure-pool``: the Azure trace's chats over four background producers that
-come and go (docs/design.md §8 trace replay, §4.4 fair pool).
+come and go (docs/design.md §8.5, §4.4).
 
 Trace: Azure LLM inference trace 2023, conversation service (Azure Public
 Dataset, CC-BY 4.0; Patel et al., "Splitwise", ISCA 2024), shipped with tierlm.
@@ -46,7 +46,7 @@ HOUR = 3600.0
 POOL_PRODUCERS = ("gana:steady", "gana:big", "gana:agent", "gana:burst")
 GAP_WINDOW = 60.0  # fairness_metrics.FAIR_WINDOW: VTC's window
 GAP_BOUND = 0.12
-"""docs/design.md §4.4 bound: two backlogged pool producers' service differs
+"""docs/design.md §4.4 (bound): two backlogged pool producers' service differs
 by at most 12 % of any 60 s window (VTC, for 8 clients: 5.8 % of the rate)."""
 
 

@@ -3,8 +3,8 @@
 The person chats for about a minute on ``m1`` and leaves the chat page open
 (foreground ``chat``) for the rest of the hour. A Gana round on a second
 model, ``m2``, arrives 10 s after the last reply, then every 20 minutes. The
-open chat page holds the device on the chat's model (docs/design.md §4
-affinity: no swap away while the chat surface is open), but not forever: the
+open chat page holds the device on the chat's model (docs/design.md §4.8: no swap away while the
+chat surface is open), but not forever: the
 person stopped typing, and the device is otherwise idle.
 """
 

@@ -12,8 +12,8 @@ in the second call's prompt evaluation about half the time, which shows what
 cutting a prompt evaluation costs. Every chat
 preempts a round; what that costs is what preemption wastes: a round that
 restarts loses everything it did, one that replays its journal loses only the
-interrupted call's re-evaluation or restore (docs/design.md §4 zero-loss
-preemption). ``tierlm simulate --workload frequent-chat --sweep
+interrupted call's re-evaluation or restore (docs/design.md §4.9). ``tierlm simulate --workload
+frequent-chat --sweep
 chat_every=5,10,15,20,25,30`` is the sweep of docs/design.md §8.
 """
 

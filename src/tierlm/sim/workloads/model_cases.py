@@ -1,5 +1,5 @@
 """Scheduling across models and people, tried as careless clients would
-(docs/design.md §8 adversarial cases, §4.2, §4.3, §4.8): one workload per
+(docs/design.md §8.7, §4.2, §4.3, §4.8): one workload per
 case, each with the number it is about.
 
 - ``two-model-agents``: two agents on two models, each sending its next 5 s
@@ -11,7 +11,7 @@ case, each with the number it is about.
   jobs waited 364-478 s for their swap.
 - ``chat-crowd``: one person queues 20 chats at once, then nine others send
   one each. Chat was first come first served across people: the nine waited
-  behind all twenty (docs/design.md §4.2 persons in turn).
+  behind all twenty (docs/design.md §4.2).
 - ``chat-over-backfill``: a person chatting 40 % of the time, an extraction
   backlog within its budget and a backlogged Nataraj deck: the pool got 1.3 %
   (docs/design.md §4.3).
@@ -59,7 +59,7 @@ class TwoModelAgents(Workload):
             work_share,
             0.80,
             True,
-            note="docs/design.md §4.8 anticipatory holds",
+            note="docs/design.md §4.8 (anticipatory holds)",
         )
 
 
@@ -83,7 +83,7 @@ class FourModels(Workload):
             bound,
             False,
             percent=False,
-            note="docs/design.md §4.8 starvation bound",
+            note="docs/design.md §4.8 (starvation bound)",
         )
 
 
@@ -114,7 +114,7 @@ class ChatCrowd(Workload):
             2 * (self.ANSWER + 0.5),
             False,
             percent=False,
-            note="docs/design.md §4.2 persons in turn",
+            note="docs/design.md §4.2",
         )
 
 
@@ -145,5 +145,5 @@ class ChatOverBackfill(Workload):
             class_share("nataraj"),
             0.09,
             True,
-            note="docs/design.md §4.3 pool floor under a budget",
+            note="docs/design.md §4.3 (pool floor)",
         )

@@ -1,5 +1,5 @@
-"""The fair pool tried as a hostile or careless user would (docs/design.md §8
-adversarial cases): one workload per case, each with the number it is about.
+"""The fair pool tried as a hostile or careless user would (docs/design.md §8.7): one workload per
+case, each with the number it is about.
 
 Job sizes are in seconds on the simulated device (``output_for``): a short
 prompt (60 tokens) and enough output to last the stated time, +-10 %.
@@ -22,8 +22,7 @@ prompt (60 tokens) and enough output to last the stated time, +-10 %.
   slice of the fair pool (800 tokens: 5.3 s on the default device), one job
   at a time, against a backlogged peer (10 s jobs): a slice that stopped a
   job in its prompt evaluation threw the evaluation away, at every slice; a
-  slice now yields after the first token (docs/design.md §4 preemption
-  kinds, §8).
+  slice now yields after the first token (docs/design.md §4.6, §8).
 """
 
 from __future__ import annotations
@@ -131,7 +130,7 @@ class OverdueFlood(Workload):
             min_window_share("nataraj:deck"),
             0.10,
             True,
-            note="docs/design.md §4 pool floor",
+            note="docs/design.md §4.5",
         )
 
 

@@ -201,7 +201,7 @@ async def gana_cron(
 ) -> None:
     """GanaEngine.processGana, cron fire: a tick every ``period`` s (open loop).
 
-    The tick is due ``slack`` s after it fires (its deadline, docs/design.md §4 rule 4):
+    The tick is due ``slack`` s after it fires (its deadline, docs/design.md §4.1 (rule 4)):
     until then it waits in the fair pool, after it is overdue.
     """
     rng = sim.rng(producer)

@@ -1,8 +1,8 @@
 """``LlamaCppRunner``: GGUF models through llama-cpp-python, in a worker process.
 
 The direct analogue of the seed's on-device runner: one model (one GGUF, one
-context) at a time. The model lives in a worker process (docs/design.md §1
-runners) that the runner talks to over a pipe; a native crash there (a
+context) at a time. The model lives in a worker process (docs/design.md §1.2) that the runner talks
+to over a pipe; a native crash there (a
 segfault in llama.cpp, an abort, the OOM killer) fails only the generation it
 interrupted, with an error that says so, and the runner starts a new worker
 and loads the model again. ``isolation="thread"`` runs the same worker code in
@@ -64,7 +64,7 @@ def _stop_worker(worker: Worker) -> None:
 
 
 async def _check_grammar_bounds(request: GenerationRequest) -> None:
-    """docs/design.md §1 "Bounded admission": a grammar over its bounds is
+    """docs/design.md §1.8: a grammar over its bounds is
     refused here, before the worker is asked to build it (off the event loop:
     a raw grammar's text is read whole)."""
     if any(request.extra.get(k) for k in ("grammar", "response_format", "tools")):
@@ -126,7 +126,7 @@ class LlamaCppRunner:
         self.isolation: Isolation = isolation
         self.stall_timeout = float(stall_timeout)
         self.slots = slots
-        """Sequences decoded at once (docs/design.md §1 runners, batched decode):
+        """Sequences decoded at once (docs/design.md §1.6):
         up to ``slots`` concurrent ``generate`` calls decode together, one
         ``llama_batch`` per step; 1 = one generation at a time."""
         self._slot_table = Slots(slots)
@@ -135,7 +135,7 @@ class LlamaCppRunner:
         latency guard (docs/design.md §4.7): the curve measured on these CPUs."""
         self.kv_pool_bytes = kv_pool_bytes
         """Bytes of KV state the worker keeps for preempted generations and long
-        prefixes (docs/design.md §4 zero-loss preemption); 0 keeps none (resumes
+        prefixes (docs/design.md §4.9); 0 keeps none (resumes
         then re-evaluate the exact tokens)."""
         self.kv_pool: PoolStats | None = None
         """The KV snapshot pool, as of the last generation."""

@@ -1,6 +1,6 @@
 """The runner's slots: which of its ``slots`` each generation in flight holds.
 
-docs/design.md §1 runners, batched decode. A generation's slot is its pair of
+docs/design.md §1.6. A generation's slot is its pair of
 words in the control block (cancel, pieces taken: ``control.py``; the KV slot
 the worker runs it in is the worker's own choice, ``kv_slots.py``); the worker
 decodes at most ``slots`` generations at once, so a generation beyond them

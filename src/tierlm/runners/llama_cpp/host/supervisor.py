@@ -2,8 +2,8 @@
 
 ``WorkerSupervisor`` owns the current worker (``transport.py``) and its calls
 in flight (``calls.py``). A worker that dies (a native crash) or that its
-watchdog kills (no heartbeat for ``stall_timeout``: docs/design.md §1 "The
-worker's watchdog") is replaced once, and the model it held is loaded again
+watchdog kills (no heartbeat for ``stall_timeout``: docs/design.md §1.3) is replaced once, and the
+model it held is loaded again
 by the runner's ``reload``; every caller that met the same death waits for
 that one recovery. ``problem()`` says why the worker cannot serve now, for
 ``/ready``.

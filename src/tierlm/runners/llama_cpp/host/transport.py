@@ -7,15 +7,14 @@ process's exit code (negative: killed by that signal, as ``subprocess``
 reports it) and ``stalled`` the seconds without a heartbeat after which the
 watchdog killed it (None: it ended by itself).
 
-The process's watchdog (docs/design.md §1 "The worker's watchdog"): a worker
+The process's watchdog (docs/design.md §1.3): a worker
 whose heartbeat (``ControlBlock.beats``) has not moved for ``stall_timeout``
 seconds is stopped (SIGSTOP), wedged or swapped out beyond use; it is killed,
 so that its calls fail and the runner starts another, instead of every
 request hanging behind it.
 
 The process gets ``OMP_DEFAULTS`` (a short spin, then sleep) unless the user
-set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (docs/design.md §1 "OpenMP
-waits").
+set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (docs/design.md §1.5).
 """
 
 from __future__ import annotations

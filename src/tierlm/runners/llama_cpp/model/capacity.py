@@ -1,5 +1,5 @@
 """The device's sizes, known before any model loads: how many slots to run
-llama.cpp with when nobody said (docs/design.md §2 "How many slots"), what a
+llama.cpp with when nobody said (docs/design.md §2.8), what a
 step of n sequences costs (``CPU_STEP_COST``), and the KV snapshot pool's
 default bound.
 

@@ -4,7 +4,7 @@ On Intel CPUs with AMX, llama.cpp segfaults in every batched decode of a Q4
 model whose weights are repacked into AMX buffers (llama.cpp issues #16315,
 #20824; reproduced on this project's AMX machines). With one slot only a
 prompt evaluation is a batch, and the start-up probe finds the crash
-(docs/design.md §1 runners);
+(docs/design.md §1.2);
 with several slots EVERY step is a batched decode, so the runner does not wait
 for the crash: on such a CPU it loads without repacking from the start.
 

@@ -1,7 +1,7 @@
 """What a GGUF file's header says about its KV cache, read without llama.cpp.
 
 How many slots a machine can hold depends on the KV a token of context takes
-(docs/design.md §2 "How many slots"), which depends on the model: SmolLM2-135M
+(docs/design.md §2.8), which depends on the model: SmolLM2-135M
 23 KB, a 7B model without grouped-query attention 512 KB. That is four numbers
 of the file's metadata (GGUF spec, ggml-org/ggml docs/gguf.md): the layer
 count, the embedding width, the query and KV head counts. The header is read

@@ -1,4 +1,4 @@
-"""What a grammar may cost, known before it is built (docs/design.md §1 "Bounded admission").
+"""What a grammar may cost, known before it is built (docs/design.md §1.8).
 
 A few bytes of schema can ask for a grammar of gigabytes: llama-cpp-python's
 converter spells every repetition out, ``minLength: N`` as N copies of the

@@ -84,8 +84,7 @@ def request_grammar(extra: Mapping[str, Any], model_id: str) -> str | None:
     Its bounds are checked before it is built (``grammar_bounds``), and its
     text after; only a grammar that passed is kept, once per distinct set of
     options: the check before the request is queued and the generation's
-    sampler share it, and a refused one is not kept (docs/design.md §1
-    "Bounded admission")."""
+    sampler share it, and a refused one is not kept (docs/design.md §1.8)."""
     key = _key(extra, model_id)
     if key is not None:
         with _cache_lock:

@@ -1,6 +1,6 @@
 """Message text is tokenized as text: control tokens come only from the template.
 
-docs/design.md §1 "Message text is text": a chat template writes its turns with the
+docs/design.md §1.9: a chat template writes its turns with the
 model's control tokens (``<|im_start|>``, ``<|im_end|>``...), and the rendered
 prompt is tokenized with ``special=True`` so that those become the real
 tokens. Tokenized that way, a message that merely *contains* the text

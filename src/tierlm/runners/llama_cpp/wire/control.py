@@ -9,13 +9,12 @@ block carries how many pieces the reader has taken, which bounds how far the
 decode loop runs ahead of it (``RUN_AHEAD``).
 
 A runner with ``slots`` > 1 runs that many generations at once
-(docs/design.md §1 runners, batched decode): each holds a *slot*, its own pair
+(docs/design.md §1.6): each holds a *slot*, its own pair
 of words; slot 0 is the only one of a runner with one slot.
 
 One more word is the worker's heartbeat: a thread of its own bumps it twice a
 second, whatever the decode is doing (llama.cpp's calls release the GIL), so a
-worker that beats no more is stopped or wedged, not busy (docs/design.md §1
-"The worker's watchdog").
+worker that beats no more is stopped or wedged, not busy (docs/design.md §1.3).
 
 Each word packs a generation's id (its ``Generate`` command's ``call_id``)
 with its value, so one aligned 64-bit store updates both at once and a stale

@@ -75,7 +75,7 @@ Ended = Literal[
 reports): its token budget, an end-of-sequence token, a stop string, a cancel
 at a token boundary, a cancel inside the prompt evaluation, a full context, an
 error; ``""`` while it runs. Not why it was told to stop: that is
-``CancelReason`` (``tierlm.core.stop_reasons``, docs/design.md §2 cancel),
+``CancelReason`` (``tierlm.core.stop_reasons``, docs/design.md §2.9),
 which a ``cancelled`` or ``prefill_aborted`` end has as its cause."""
 
 
@@ -92,7 +92,7 @@ class GenerationStats:
     context's own prefix or a restored snapshot)."""
     restored_tokens: int = 0
     """Tokens whose KV state was restored from the snapshot pool (docs/design.md
-    §4 zero-loss preemption)."""
+    §4.9)."""
     resumed_from: Literal["", "snapshot", "tokens", "text"] = ""
     """How a resume found its tokens: a KV snapshot, the exact tokens of the
     preempted run (re-evaluated), or the re-tokenized text."""
@@ -152,7 +152,7 @@ class Configure:
     call_id: int
     kv_pool_bytes: int
     slots: int = 1
-    """Sequences decoded at once (docs/design.md §1 runners, batched decode):
+    """Sequences decoded at once (docs/design.md §1.6):
     each later load makes a context with that many sequence ids."""
 
 

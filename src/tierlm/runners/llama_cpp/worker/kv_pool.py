@@ -1,6 +1,6 @@
 """The KV snapshot pool: saved KV slot states, bounded, least recently used out.
 
-docs/design.md §4 zero-loss preemption. When a generation is preempted, the
+docs/design.md §4.9. When a generation is preempted, the
 worker copies its KV slot's state out of llama.cpp (``llama_state_seq_*``:
 the KV cells of its sequence id, ~23 KB a token on SmolLM2-135M) into this
 pool, once its slot is needed by another generation (``engine/kv_slots.py``),

@@ -245,7 +245,7 @@ def _construct(
     the call, under a lock. The KV cache is split per sequence
     (``kv_unified`` off): each sequence attends over its own cells only, which
     llama.cpp's own header recommends "when the sequences do not share a large
-    prefix" (the agents of docs/design.md §1 runners, batched decode).
+    prefix" (the agents of docs/design.md §1.6).
     """
     module = llama_cpp.llama_cpp
     with _construct_lock:

@@ -2,7 +2,7 @@
 
 ``Llama.generate`` builds its own chain (``Llama._init_sampler``): it has no
 logit bias, and its grammar starts at the grammar's root. A resumed generation
-(prompt + partial output, docs/design.md §4 re-queue) continues an output
+(prompt + partial output, docs/design.md §4.9) continues an output
 that is already part-way through the grammar, so this builds the same chain
 (same samplers, same order, same defaults) with:
 
@@ -79,7 +79,7 @@ def check_grammar(
     """A grammar sampler for ``text`` (the caller frees it or hands it to a chain)."""
     sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
     if not sampler:
-        # docs/design.md §1 "Bounded admission": a refused grammar is not kept.
+        # docs/design.md §1.8: a refused grammar is not kept.
         forget_grammar(extra, model_id)
         param = grammar_source(extra)
         raise InvalidRequest(

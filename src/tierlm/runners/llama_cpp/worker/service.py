@@ -9,7 +9,7 @@ tokenizer-only copy of the model (``loader.open_vocab``), so a swap on the
 decode thread never frees what a count is reading.
 
 Generations run in a ``BatchEngine`` (``batch.py``), for any ``slots``
-(``Configure``; one slot is a batch of one, docs/design.md §1 runners): the
+(``Configure``; one slot is a batch of one, docs/design.md §1.6): the
 decode thread admits each ``Generate`` into it and steps it, taking new
 commands between steps; a load or an unload waits until the generations
 running have ended.
@@ -75,7 +75,7 @@ class DecodeService:
         self._model: LoadedModel | None = None
         self._vocabs: dict[tuple[str, str, str | None, str | None], Vocab] = {}
         self._vocabs_lock = threading.Lock()
-        # docs/design.md §1 "Bounded admission": counts run side by side, so a
+        # docs/design.md §1.8: counts run side by side, so a
         # long one (a huge chat, a big schema's grammar) holds one thread, not
         # every request's count behind it. Four: a person's count finds a free
         # thread unless four slow ones arrived together, and each of those is
@@ -137,7 +137,7 @@ class DecodeService:
         if isinstance(command, Generate) and not is_made(
             command.request.extra, command.request.model_id
         ):
-            # docs/design.md §1 "Bounded admission": a grammar is never built on
+            # docs/design.md §1.8: a grammar is never built on
             # this thread, where it would stall every running stream; one not
             # made yet (no count made it, or it left the cache) is made on a
             # render thread, and the command comes back here.

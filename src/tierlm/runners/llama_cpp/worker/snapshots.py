@@ -1,6 +1,6 @@
 """Which tokens a generation runs from.
 
-docs/design.md §4 zero-loss preemption. The text a model continues is the
+docs/design.md §4.9. The text a model continues is the
 prompt (or rendered chat) + ``resume_text``. A resume whose prompt and partial
 output match a preempted snapshot takes that run's EXACT tokens (re-tokenizing
 the text can split it differently, and then a greedy continuation differs);

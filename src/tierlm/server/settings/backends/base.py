@@ -91,7 +91,7 @@ class BackendSettings(Schema):
     preload: bool = True
     """Load the first model at startup, so the first request does not pay the swap."""
     slots: Annotated[int | None, Flag("--slots", "N"), Field(ge=1, le=256)] = None
-    """Sequences the device decodes at once (docs/design.md §2 slots): an
+    """Sequences the device decodes at once (docs/design.md §2.3): an
     upstream's parallel streams (``llama-server -np N``, vLLM), the simulated
     device's batch, llama.cpp's batch. 1: one at a time. Unset: 1, but for
     llama-cpp as many as the machine's memory holds KV for, up to 8."""

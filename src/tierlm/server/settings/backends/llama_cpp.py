@@ -201,7 +201,7 @@ class LlamaCppBackend(BackendSettings):
         }
 
     def slot_choice(self) -> SlotChoice:
-        """docs/design.md §2 "How many slots": as set, or as many as the
+        """docs/design.md §2.8: as set, or as many as the
         machine's memory holds every model's KV for, up to ``DEFAULT_SLOTS``."""
         if self.slots is not None:
             return SlotChoice(self.slots, "set")

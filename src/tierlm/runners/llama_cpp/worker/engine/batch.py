@@ -1,6 +1,6 @@
 """The decode engine: every running generation decodes in ONE ``llama_batch`` per step.
 
-docs/design.md §1 runners, batched decode. A runner with ``slots`` = k runs
+docs/design.md §1.6. A runner with ``slots`` = k runs
 up to k generations at once, k = 1 included (a batch of one: llama-server's
 one slot loop for any ``-np``); in the worker each holds a KV slot of the
 context (``kv_slots.py``: a llama.cpp sequence id, ``n_seq_max`` = k, a KV
@@ -8,7 +8,7 @@ stream each) and a ``Generation`` (its sampler, cancel, run-ahead:
 ``generation.py``). Each step:
 
 1. generations whose runner asked them to stop end (a yield only once it has
-   produced a token, docs/design.md §4 preemption kinds);
+   produced a token, docs/design.md §4.6);
 2. one batch, as ``step_plan.plan_step`` plans it: the last sampled token of
    every running generation within its run-ahead bound, then at most
    ``PREFILL_CHUNK`` prompt tokens of the generations still evaluating their
@@ -23,9 +23,9 @@ a small device, so it is abortable: llama.cpp's abort callback
 (``llama_set_abort_callback``) polls the control block between graph nodes and
 aborts the decode once every generation in it is asked to stop; llama.cpp drops
 the aborted ubatch from the KV cache and keeps the ones it finished (the
-preemption's snapshot keeps them, docs/design.md §4 zero-loss preemption). A
+preemption's snapshot keeps them, docs/design.md §4.9). A
 yield aborts nothing: it stops a generation after its first token
-(docs/design.md §4 preemption kinds). A step with decode rows installs no
+(docs/design.md §4.6). A step with decode rows installs no
 callback: it costs a Python call per graph node, and the step is short.
 
 KV reuse (``kv_slots.py``). A KV slot keeps the KV of what ran in it
@@ -66,7 +66,7 @@ logger = logging.getLogger("tierlm.runners.llama_cpp")
 
 PREFILL_CHUNK = 64
 """Prompt tokens evaluated per step beside the running generations (chunked
-prefill, docs/design.md §1 runners). Small enough that a step with a chunk
+prefill, docs/design.md §1.6). Small enough that a step with a chunk
 costs a few plain decode steps on a small CPU, so running generations keep
 streaming while a long background prompt is read; large enough that a
 2 000-token prompt takes ~30 steps, not 2 000. With one slot the chunk is
@@ -182,7 +182,7 @@ class BatchEngine:
         fault = self._fault("token") or self._fault("marked")
         batch, n = self._batch, 0
         fed: list[tuple[Generation, list[int], int]] = []  # (generation, tokens, logits row)
-        # docs/design.md §4.7 the step plan: decode rows in KV slot order,
+        # docs/design.md §4.7 (the step plan): decode rows in KV slot order,
         # then the prompt budget, a person's prompts first (step_plan.py).
         plan = plan_step(
             (
@@ -300,7 +300,7 @@ class BatchEngine:
             self._pool.remove(source)  # resumed: its old snapshot is out of date
         paused = None
         if reason is not None and reason.preempts:
-            # docs/design.md §4 zero-loss preemption: the KV stays in its slot;
+            # docs/design.md §4.9: the KV stays in its slot;
             # the pool keeps its exact tokens (and its KV, once the slot is needed).
             plan, log = gen.plan, gen.journal
             segments = plan.carried + [

@@ -1,7 +1,7 @@
 """One running generation of the decode engine: its tokens to evaluate, its
 sampler, its output (it runs in one KV slot of the context, ``kv_slot``).
 
-docs/design.md §1 runners, batched decode. Per generation: its own sampler chain
+docs/design.md §1.6. Per generation: its own sampler chain
 (grammar, ``logit_bias``, seed, temperature... ``sampling.py``), log-probabilities,
 stop strings, the text held back for them, one piece per token, its cancel
 and its run-ahead bound (its slot of the control block). ``batch.py`` decides
@@ -69,7 +69,7 @@ class Generation:
 
     def stop_reason(self, control: ControlBlock) -> CancelReason | None:
         """Why the runner wants it stopped now, if it does (a yield waits for
-        the first token: docs/design.md §4 preemption kinds)."""
+        the first token: docs/design.md §4.6)."""
         reason = control.stop_reason(self.command.call_id, self.command.slot)
         return reason if reason is not None and reason.stops(self.stats.tokens) else None
 

@@ -1,6 +1,6 @@
 """Which KV slot a new generation takes, and where its KV comes from.
 
-docs/design.md §1 runners, batched decode. A KV slot (a ``KvSlot``) is one of
+docs/design.md §1.6. A KV slot (a ``KvSlot``) is one of
 the context's ``slots`` KV streams: llama.cpp's sequence id, the ``seq_id``
 argument of its ``llama_memory_seq_*`` and ``llama_state_seq_*`` calls, the
 only place that name stays (not llama.cpp's "cell", which is one KV

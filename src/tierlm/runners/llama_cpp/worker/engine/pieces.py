@@ -5,7 +5,7 @@ bytes decoded as UTF-8 across token boundaries, with the text that may be the
 start of a stop string held back until it cannot be, and cut at a stop string
 when one appears; each token and the piece it gave go to the generation's
 journal (``snapshots.TokenLog``: what a resume continues from, docs/design.md
-§4 zero-loss preemption). ``generation.py`` uses it.
+§4.9). ``generation.py`` uses it.
 """
 
 from __future__ import annotations

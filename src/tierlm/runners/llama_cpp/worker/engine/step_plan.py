@@ -1,4 +1,4 @@
-"""One decode step's plan, as a pure function (docs/design.md §4.7 the step plan).
+"""One decode step's plan, as a pure function (docs/design.md §4.7 (the step plan)).
 
 vLLM v1's scheduler answers each step with one ``SchedulerOutput``; llama.cpp's
 server fills one batch per step from its slots. Here ``plan_step`` answers,
