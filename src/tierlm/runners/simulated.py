@@ -55,15 +55,22 @@ waste metric reads them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Collection
-from dataclasses import dataclass, replace
-from typing import Literal
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
+from dataclasses import replace
 
 from tierlm.runners.cancellation import CallToken, CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError, unknown_model
 from tierlm.runners.protocol import Abilities
 from tierlm.runners.requests import GenerationRequest
+from tierlm.runners.simulated_calls import (
+    PromptReady,
+    Ready,
+    ResumeCapability,
+    SimulatedCall,
+    SimulatedOutcome,
+)
 from tierlm.runners.simulated_defaults import (
     DEFAULT_KV_BYTES_PER_TOKEN,
     DEFAULT_N_BATCH,
@@ -89,61 +96,6 @@ __all__ = [
     "SimulatedOutcome",
     "SimulatedRunner",
 ]
-
-ResumeCapability = Literal["re-evaluate", "restore"]
-PromptReady = Literal["fresh", "re-evaluate", "restore"]
-
-
-@dataclass(frozen=True, slots=True)
-class SimulatedOutcome:
-    """What ``SimulatedRunner.complete`` did."""
-
-    tokens: int
-    """Tokens generated (the one in progress at a cancel is finished and counted)."""
-    first_token_at: float | None
-    """Loop time of the first token, None if none was produced."""
-    prefill_seconds: float
-    stopped: bool
-    """True if the cancel token stopped it before ``max_tokens``."""
-
-
-@dataclass(frozen=True, slots=True)
-class SimulatedCall:
-    """One generation call, reported to ``SimulatedRunner.on_call`` when it ends."""
-
-    request: GenerationRequest
-    ready: PromptReady
-    """How the prompt was made ready: evaluated fresh, evaluated again (all or
-    part of it had been evaluated before), or restored from a KV snapshot."""
-    prompt_seconds: float
-    """Device time spent making it ready (less than its cost if cut short)."""
-    tokens: int
-    first_token_at: float | None
-    stopped: bool
-    """Stopped by its cancel token before ``max_tokens``."""
-    resume_seconds: float = 0.0
-    """Of ``prompt_seconds``, what redid or restored the work of an earlier
-    run: the restore, and evaluating again what had been evaluated and kept
-    (docs/design.md §8.2)."""
-    kept_seconds: float = 0.0
-    """Of a prompt evaluation cut before its first token, the first-time
-    evaluation a KV snapshot keeps (its finished batches): not redone."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Ready:
-    """How a call's prompt gets ready, and what of it is already done."""
-
-    how: PromptReady
-    cost: float
-    """Device seconds to make it ready: a restore, then the evaluation."""
-    restore: float
-    """Of ``cost``, the restore (first)."""
-    held: int
-    """Context tokens already evaluated (restored): the evaluation starts here."""
-    redo: int
-    """The evaluation redoes context tokens ``held`` up to here: earlier runs
-    had evaluated and kept them (their state was lost)."""
 
 
 class SimulatedRunner:
@@ -269,7 +221,7 @@ class SimulatedRunner:
                 model_id=request.model_id,
             )
 
-    def _ready(self, request: GenerationRequest) -> _Ready:
+    def _ready(self, request: GenerationRequest) -> Ready:
         """How this request's prompt gets ready, and what that costs."""
         context = _context_tokens(request)
         per_token = self.prefill_per_token
@@ -278,7 +230,7 @@ class SimulatedRunner:
             held = min(entry.tokens, context)
             cost = self.restore_seconds + (context - held) * per_token
             redo = max(held, min(entry.done, context))
-            return _Ready("restore", cost, self.restore_seconds, held, redo)
+            return Ready("restore", cost, self.restore_seconds, held, redo)
         if entry is not None:
             redo = min(entry.done, context)  # its state was evicted
         else:
@@ -286,14 +238,14 @@ class SimulatedRunner:
             # which its earlier runs had evaluated.
             redo = context if request.resume_text else 0
         how: PromptReady = "re-evaluate" if redo else "fresh"
-        return _Ready(how, context * per_token, 0.0, 0, redo)
+        return Ready(how, context * per_token, 0.0, 0, redo)
 
-    def _prefill_done(self, request: GenerationRequest, ready: _Ready) -> None:
+    def _prefill_done(self, request: GenerationRequest, ready: Ready) -> None:
         if ready.how != "fresh":
             self.snapshots.take(_state_key(request))  # in the context again
 
     def _prefill_cut(
-        self, request: GenerationRequest, cancel: CancelToken, ready: _Ready, spent: float
+        self, request: GenerationRequest, cancel: CancelToken, ready: Ready, spent: float
     ) -> float:
         """A cancel cut the prompt evaluation after ``spent`` seconds: if it was
         a preemption, keep its finished batches (``restore`` only: llama.cpp
@@ -326,7 +278,7 @@ class SimulatedRunner:
     def _report(
         self,
         request: GenerationRequest,
-        ready: _Ready,
+        ready: Ready,
         spent: float,
         tokens: int,
         first: float | None,
@@ -341,7 +293,7 @@ class SimulatedRunner:
             )
 
     async def _prefill(
-        self, request: GenerationRequest, call: CallToken, ready: _Ready
+        self, request: GenerationRequest, call: CallToken, ready: Ready
     ) -> tuple[float, float] | None:
         """Make the prompt ready; None once done, else (spent, kept) if a
         cancel that aborts prompts cut it (``call``: a yield lets it finish)."""
@@ -363,7 +315,6 @@ class SimulatedRunner:
 
     async def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]:
         self._check_request(request)
-        loop = asyncio.get_running_loop()
         ready = self._ready(request)
         tokens = 0
         # A yield stops it once it has produced a token; a call that begins
@@ -382,29 +333,16 @@ class SimulatedRunner:
             self.active -= 1
             self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
             return
-        decode_start = loop.time()
         offset = _resumed_tokens(request)
-        interval = self.token_interval
         first: float | None = None
         try:
-            if self.per_token or self.slots > 1:
-                # One timer per step: with slots, each step's time follows the
-                # batch's size at that step.
-                for i in range(request.max_tokens):
-                    if call.cancelled:
-                        return
-                    await asyncio.sleep(interval * self._slowdown())
-                    tokens += 1
-                    if first is None:
-                        first = loop.time()
-                    yield _piece(offset + i)
-                return
-            tokens = await self._decode(request, cancel)
-            if tokens:
-                first = decode_start + interval
-            _piece(offset + tokens)  # grow the cache once, not per piece
-            for piece in _PIECES[offset : offset + tokens]:
-                yield piece
+            async with contextlib.aclosing(self._decode(request, call, self.per_token)) as runs:
+                async for done, at in runs:
+                    first = at if first is None else first
+                    tokens += done
+                    _piece(offset + tokens)  # grow the cache once, not per piece
+                    for piece in _PIECES[offset + tokens - done : offset + tokens]:
+                        yield piece
         finally:
             self.active -= 1
             stopped = tokens < request.max_tokens
@@ -412,32 +350,32 @@ class SimulatedRunner:
                 self._stopped(request, cancel, tokens)
             self._report(request, ready, ready.cost, tokens, first, stopped)
 
-    async def _decode(self, request: GenerationRequest, cancel: CancelToken) -> int:
-        """Spend the decode in one or two timers; the tokens done by its end or
-        by the token boundary after a cancel (at least one: the prompt's
-        evaluation is over, so a yield too waits for the first token)."""
+    async def _decode(
+        self, request: GenerationRequest, call: CallToken, each: bool
+    ) -> AsyncGenerator[tuple[int, float], None]:
+        """The decode, for any slot count: yields each run of tokens done and
+        its first token's time, until ``max_tokens`` or the token boundary
+        after ``call`` is cancelled. A step a timer when ``each`` token is
+        watched or the batch's size may change a step's time (slots > 1,
+        docs/design.md §2.3); else the rest in one timer, which a cancel cuts
+        after the token in progress (at least one: the prompt is evaluated, so
+        a yield too waits for the first token)."""
         loop = asyncio.get_running_loop()
-        start = loop.time()
-        interval = self.token_interval
-        if self.slots > 1:
-            return await self._decode_steps(request, cancel)
-        if not await cancel.wait(request.max_tokens * interval):
-            return request.max_tokens
-        # Cancelled mid-decode: finish the token in progress (the token boundary).
-        tokens = min(request.max_tokens, math.floor((loop.time() - start) / interval + 1e-9) + 1)
-        await asyncio.sleep(max(0.0, start + tokens * interval - loop.time()))
-        return tokens
-
-    async def _decode_steps(self, request: GenerationRequest, cancel: CancelToken) -> int:
-        """``_decode`` on a batched device: one timer per step, each as long as
-        the batch's size at that step makes it."""
-        tokens = 0
-        while tokens < request.max_tokens:
-            await asyncio.sleep(self.token_interval * self._slowdown())
-            tokens += 1
-            if cancel.cancelled:
-                break
-        return tokens
+        done = 0
+        while done < request.max_tokens and not call.cancelled:
+            start = loop.time()
+            step = self.token_interval * self._slowdown()
+            if each or self.slots > 1:
+                await asyncio.sleep(step)
+                tokens, at = 1, loop.time()
+            else:
+                tokens, at = request.max_tokens - done, start + step
+                if await call.token.wait(tokens * step):
+                    elapsed = math.floor((loop.time() - start) / step + 1e-9) + 1
+                    tokens = min(tokens, elapsed)
+                    await asyncio.sleep(max(0.0, start + tokens * step - loop.time()))
+            done += tokens
+            yield tokens, at
 
     async def complete(self, request: GenerationRequest, cancel: CancelToken) -> SimulatedOutcome:
         """Spend what ``generate`` would, in at most three timers; return counts."""
@@ -447,14 +385,18 @@ class SimulatedRunner:
         if cancel.cancelled:  # cancelled before it began: nothing starts
             self._report(request, ready, 0.0, 0, None, stopped=True)
             return SimulatedOutcome(0, None, 0.0, stopped=True)
+        tokens = 0
+        call = cancel.for_call(lambda: tokens)
         self._join(request)
         try:
-            cut = await self._prefill(request, cancel.for_call(_nothing_produced), ready)
+            cut = await self._prefill(request, call, ready)
             if cut is not None:
                 self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
                 return SimulatedOutcome(0, None, cut[0], stopped=True)
             decode_start = loop.time()
-            tokens = await self._decode(request, cancel)
+            async with contextlib.aclosing(self._decode(request, call, each=False)) as runs:
+                async for done, _ in runs:
+                    tokens += done
         finally:
             self.active -= 1
         stopped = tokens < request.max_tokens
@@ -475,10 +417,6 @@ def _piece(n: int) -> str:
     while len(pieces) <= n:
         pieces.append(f"w{len(pieces)} ")
     return pieces[n]
-
-
-def _nothing_produced() -> int:
-    return 0  # while the prompt is evaluated
 
 
 def _resumed_tokens(request: GenerationRequest) -> int:
