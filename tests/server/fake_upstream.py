@@ -8,7 +8,9 @@ it speaks OpenAI's streamed chat API (SSE) and Ollama's (NDJSON), as
   client leaves (a server stuck before its first byte);
 - ``stall-mid``: 3 tokens, then nothing until the client leaves;
 - ``runaway``: ignores ``max_tokens`` and streams ``RUNAWAY`` tokens (the
-  upstream that sent 2 962 chunks for ``max_tokens=10``).
+  upstream that sent 2 962 chunks for ``max_tokens=10``);
+- ``filtered``: 2 tokens, then its content filter ends the answer
+  (``finish_reason: "content_filter"``, as OpenAI and Azure say it).
 
 Ollama's load and model list answer as Ollama's do. ``FakeLog`` records each
 request's model and whether its client went away before the fake finished (the
@@ -29,6 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 RUNAWAY = 5000
+FILTERED = 2  # tokens before the content filter ends the answer
 # Longer than any test waits: "forever", bounded so a leaked task ends.
 FOREVER = 60.0
 
@@ -44,6 +47,7 @@ class FakeLog:
 def make_fake_upstream(log: FakeLog) -> Starlette:
     async def tokens(model: str, max_tokens: int) -> AsyncIterator[str]:
         count = RUNAWAY if model == "runaway" else max_tokens
+        count = min(count, FILTERED) if model == "filtered" else count
         try:
             for i in range(count):
                 if model == "stall-mid" and i == 3:
@@ -78,7 +82,8 @@ def make_fake_upstream(log: FakeLog) -> Starlette:
         async def stream() -> AsyncIterator[bytes]:
             async for text in tokens(model, int(body.get("max_tokens", 16))):
                 yield event({"choices": [{"index": 0, "delta": {"content": text}}]})
-            yield event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+            reason = "content_filter" if model == "filtered" else "length"
+            yield event({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
@@ -99,7 +104,7 @@ def make_fake_upstream(log: FakeLog) -> Starlette:
 
         return StreamingResponse(stream(), media_type="application/x-ndjson")
 
-    names = ["ok", "stall-headers", "stall-mid", "runaway"]
+    names = ["ok", "stall-headers", "stall-mid", "runaway", "filtered"]
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": n} for n in names]})

@@ -52,6 +52,7 @@ from tierlm.ray.moves import MOVE_PERIOD_S, Mover, Waiting
 from tierlm.ray.ops import is_ops_path
 from tierlm.ray.reach import each_replica
 from tierlm.ray.serve_log import join_serve_log
+from tierlm.runners.endings import Ending, Finish
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
@@ -121,6 +122,8 @@ class RemoteJob:
         self.replica: str | None = None
         self.produced: list[str] = []
         self.first_token_at: float | None = None
+        self.ending: Ending | None = None
+        """How it ended, as the replica's job did (docs/design.md §2.7)."""
         self.done = False
         self.error: APIError | None = None
         self.handle = _Handle(_JobInfo(meta.producer or meta.class_name, time.time()))
@@ -328,6 +331,7 @@ class TierlmIngress:
                             logger.warning("replica %s shut down under job %d", job.replica, job.id)
                             break  # its replica stops: the rest goes elsewhere
                         elif item.get("done"):
+                            job.ending = item.get("ending")
                             job.finish()
                             return
                     else:
@@ -343,7 +347,8 @@ class TierlmIngress:
                     )
                 # The rest of the request, after the text the client has.
                 rest = continued(params.request, job.produced)
-                if rest is None:
+                if rest is None:  # no token left: its max_tokens
+                    job.ending = Ending(Finish.LENGTH, 0)
                     job.finish()
                     return
                 gone = {job.replica} if job.replica is not None else set()

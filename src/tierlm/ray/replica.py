@@ -240,7 +240,7 @@ class TierlmReplica:
                 await job.wake.wait()
             failure = job_error(job)
             if failure is None:
-                yield {"done": True}
+                yield {"done": True, "ending": job.ending}  # docs/design.md §2.7
             else:
                 yield {
                     "failed": failure.status,

@@ -25,6 +25,7 @@ import httpx
 
 from tierlm.runners.cancel_scope import until_cancelled
 from tierlm.runners.cancellation import Cancellable
+from tierlm.runners.endings import Ending, Finish
 from tierlm.runners.errors import RunnerError, unknown_model
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "list_names",
     "parse_json_object",
     "post_stream",
+    "upstream_ending",
 ]
 
 # Connect/write/pool: 30 s is generous for a local server. Read: a phone-class
@@ -402,3 +404,27 @@ def parse_json_object(text: str, model_id: str, url: str) -> dict[str, Any]:
             model_id=model_id,
         )
     return value
+
+
+_UPSTREAM_FINISH: dict[str, Finish] = {
+    "stop": Finish.STOP,
+    "length": Finish.LENGTH,
+    "content_filter": Finish.CONTENT_FILTER,
+    "tool_calls": Finish.STOP,  # the answer tells its calls from the text
+    "function_call": Finish.STOP,
+}
+
+
+def upstream_ending(
+    word: str | None, pieces: int, max_tokens: int, prompt_tokens: int | None = None
+) -> Ending:
+    """How an upstream's stream ended, from its own word (OpenAI's
+    ``finish_reason``, Ollama's ``done_reason``; docs/design.md §2.7): passed
+    on, a content filter's included. A stream cut at ``max_tokens`` here, or
+    one whose server said nothing, is ``LENGTH`` at ``max_tokens`` pieces, else
+    the model's stop; a word no API defines is the model's stop, kept as
+    ``detail``."""
+    finish = _UPSTREAM_FINISH.get(word or "")
+    if finish is None:
+        finish = Finish.LENGTH if pieces >= max_tokens and not word else Finish.STOP
+    return Ending(finish, pieces, prompt_tokens, word or "")

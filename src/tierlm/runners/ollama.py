@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.endings import Ending, Finish, Stream
 from tierlm.runners.errors import InvalidRequest
 from tierlm.runners.http import (
     DEFAULT_STALL_TIMEOUT,
@@ -57,6 +58,7 @@ from tierlm.runners.http import (
     list_names,
     parse_json_object,
     post_stream,
+    upstream_ending,
 )
 from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.tool_calls import ToolCallWriter, check_resumable
@@ -162,8 +164,8 @@ class OllamaRunner(HttpRunner):
 
     # -- generate ----------------------------------------------------------
 
-    def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]:
-        return self._generate(request, cancel)
+    def generate(self, request: GenerationRequest, cancel: CancelToken) -> Stream:
+        return Stream(self._generate(request, cancel))
 
     def request_body(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
         """The endpoint path and JSON body for ``request``."""
@@ -218,13 +220,15 @@ class OllamaRunner(HttpRunner):
 
     async def _generate(
         self, request: GenerationRequest, cancel: CancelToken
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[str | Ending]:
         model_id = request.model_id
         path, body = self.request_body(request)
         url = self.base_url + path
         chat = path == "/api/chat"
         pieces = 0
         finished = False
+        word: str | None = None  # the upstream's done_reason
+        prompt_tokens: int | None = None  # its prompt_eval_count
         calls = ToolCallWriter()
         # docs/design.md §4.6: a yield lets the prompt's
         # evaluation finish and ends the stream after its first token.
@@ -249,12 +253,17 @@ class OllamaRunner(HttpRunner):
                     texts = [chunk.get("response")]
                 if chunk.get("done"):
                     texts.append(calls.close())
+                    word = chunk.get("done_reason") or None
+                    count = chunk.get("prompt_eval_count")
+                    prompt_tokens = count if isinstance(count, int) else None
                 for text in chunk_pieces(texts, pieces, request.max_tokens):
                     if stop.cancelled:
+                        yield Ending(Finish.CANCELLED, pieces)
                         return
                     pieces += 1
                     yield text
                 if pieces >= request.max_tokens:
+                    yield upstream_ending(word, pieces, request.max_tokens, prompt_tokens)
                     return
                 if chunk.get("done"):
                     finished = True
@@ -265,6 +274,10 @@ class OllamaRunner(HttpRunner):
                 'without a "done" message',
                 model_id=model_id,
             )
+        if finished:
+            yield upstream_ending(word, pieces, request.max_tokens, prompt_tokens)
+        else:
+            yield Ending(Finish.CANCELLED, pieces)
 
     def _refuse(self, key: str, why: str) -> InvalidRequest:
         return InvalidRequest(

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 
 from tierlm.runners.cancellation import CancelToken
+from tierlm.runners.endings import Ending, Finish, Stream
 from tierlm.runners.http import (
     DEFAULT_STALL_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -57,6 +58,7 @@ from tierlm.runners.http import (
     list_names,
     parse_json_object,
     post_stream,
+    upstream_ending,
 )
 from tierlm.runners.requests import GenerationRequest, Message
 from tierlm.runners.tool_calls import ToolCallWriter, check_resumable
@@ -169,18 +171,20 @@ class OpenAIRunner(HttpRunner):
         self.loaded_model = model_id
         self.loads += 1
 
-    def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]:
-        return self._generate(request, cancel)
+    def generate(self, request: GenerationRequest, cancel: CancelToken) -> Stream:
+        return Stream(self._generate(request, cancel))
 
     async def _generate(
         self, request: GenerationRequest, cancel: CancelToken
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[str | Ending]:
         model_id = request.model_id
         path, body = self.request_body(request)
         url = self.base_url + path
         chat = path.endswith("/chat/completions")
         pieces = 0
         finished = False
+        word: str | None = None  # the upstream's finish_reason
+        prompt_tokens: int | None = None  # its usage, if it sends one
         calls = ToolCallWriter()
         # docs/design.md §4.6: a yield lets the prompt's
         # evaluation finish and ends the stream after its first token.
@@ -200,6 +204,9 @@ class OpenAIRunner(HttpRunner):
                         f"model {model_id!r}: {url} failed mid-stream: {error_text(error)}",
                         model_id=model_id,
                     )
+                usage = chunk.get("usage")
+                if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+                    prompt_tokens = usage["prompt_tokens"]
                 for choice in chunk.get("choices") or ():
                     if chat:
                         delta = choice.get("delta") or {}
@@ -208,13 +215,16 @@ class OpenAIRunner(HttpRunner):
                         texts = [choice.get("text")]
                     if choice.get("finish_reason"):
                         finished = True
+                        word = str(choice["finish_reason"])
                         texts.append(calls.close())
                     for text in chunk_pieces(texts, pieces, request.max_tokens):
                         if stop.cancelled:
+                            yield Ending(Finish.CANCELLED, pieces)
                             return
                         pieces += 1
                         yield text
                     if pieces >= request.max_tokens:
+                        yield upstream_ending(word, pieces, request.max_tokens, prompt_tokens)
                         return
         if not finished and not cancel.cancelled:
             raise UpstreamError(
@@ -222,6 +232,10 @@ class OpenAIRunner(HttpRunner):
                 "without finishing the answer",
                 model_id=model_id,
             )
+        if finished:
+            yield upstream_ending(word, pieces, request.max_tokens, prompt_tokens)
+        else:
+            yield Ending(Finish.CANCELLED, pieces)
 
     def request_body(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
         """The endpoint path (under ``/v1``) and JSON body for ``request``."""

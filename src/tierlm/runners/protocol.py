@@ -60,6 +60,13 @@ class Runner(Protocol):
     reason that ``aborts_prompt``; a yield stops the call once it has produced
     a token (``cancel.for_call``, docs/design.md §4.6).
 
+    How the generation ended (``Finish``: the model's stop, ``max_tokens``,
+    a full context, a cancel, an upstream's content filter) and its usage
+    travel typed: tierlm's runners return a ``Stream`` (``runners/endings``)
+    whose ``ending`` says it once iterated (docs/design.md §2.7);
+    ``ending_of`` reads it, and infers it for a runner that returns a bare
+    iterator of ``str``.
+
     ``slots`` (``Batched``, read with ``runner_slots``) is how many sequences
     the runner decodes at once: the shell may run up to ``slots`` ``generate``
     calls concurrently, and they decode together (one batch per step). 1, and

@@ -46,6 +46,12 @@ far from its limit); ``LLAMA_CPP_CPU_BATCH_COST`` is the curve measured on
 these machines. ``step_cost`` tells the shell the curve (its chat latency
 guard reads it, docs/design.md §4.7).
 
+**Endings** (docs/design.md §2.7). ``generate`` returns a ``Stream`` that
+says how it ended: its ``max_tokens`` (``LENGTH``), a cancel, a full context
+(``contexts``: a model's context in tokens, prompt and resume text included)
+or the model's end of answer (``answer_tokens``: each answer ends after that
+many tokens, ``STOP``; by default it writes until ``max_tokens``).
+
 Every call is reported to ``on_call`` (if set) as a ``SimulatedCall``: how its
 prompt was made ready (fresh, re-evaluated, restored), at what cost, what of
 that cost redid earlier work, and the tokens it produced. The simulator's
@@ -57,10 +63,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping
 from dataclasses import replace
 
 from tierlm.runners.cancellation import CallToken, CancelReason, CancelToken
+from tierlm.runners.endings import Ending, Finish, Stream
 from tierlm.runners.errors import RunnerError, unknown_model
 from tierlm.runners.protocol import Abilities
 from tierlm.runners.requests import GenerationRequest
@@ -117,6 +124,8 @@ class SimulatedRunner:
         per_token: bool = True,
         slots: int = 1,
         batch_cost: float = 0.0,
+        contexts: Mapping[str, int] | None = None,
+        answer_tokens: int | None = None,
     ) -> None:
         for name, value in (
             ("token_interval", token_interval),
@@ -150,6 +159,11 @@ class SimulatedRunner:
         self.batch_cost = float(batch_cost)
         self.active = 0
         """Generations running now: the batch's size."""
+        self.contexts = dict(contexts or {})
+        """Each model's context in tokens: a generation ends where it is full."""
+        self.answer_tokens = answer_tokens
+        """The model's answers end (its end of sequence) after this many
+        tokens; None: each writes until its ``max_tokens``."""
         self.models = frozenset(models) if models is not None else None
         if initial_model is not None:
             self._check_model(initial_model)
@@ -195,7 +209,9 @@ class SimulatedRunner:
 
     @property
     def abilities(self) -> Abilities:
-        return Abilities(self.slots, self.step_cost, self.swap_estimate, self.restores_kv)
+        return Abilities(
+            self.slots, self.step_cost, self.swap_estimate, self.restores_kv, self.contexts
+        )
 
     def _slowdown(self) -> float:
         """Each sequence's step time now, relative to running alone."""
@@ -313,15 +329,32 @@ class SimulatedRunner:
         self._prefill_done(request, ready)
         return None
 
-    async def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]:
+    def generate(self, request: GenerationRequest, cancel: CancelToken) -> Stream:
+        return Stream(self._generate(request, cancel))
+
+    def _end(self, request: GenerationRequest) -> tuple[int, Finish]:
+        """Where a generation ends by itself, and how: its ``max_tokens``, a
+        full context, the model's end of answer (the first of them)."""
+        ends = [(request.max_tokens, Finish.LENGTH)]
+        if (context := self.contexts.get(request.model_id)) is not None:
+            ends.append((max(0, context - _context_tokens(request)), Finish.CONTEXT))
+        if self.answer_tokens is not None:
+            ends.append((max(0, self.answer_tokens - _resumed_tokens(request)), Finish.STOP))
+        return min(ends, key=lambda end: end[0])
+
+    async def _generate(
+        self, request: GenerationRequest, cancel: CancelToken
+    ) -> AsyncIterator[str | Ending]:
         self._check_request(request)
         ready = self._ready(request)
+        limit, finish = self._end(request)
         tokens = 0
         # A yield stops it once it has produced a token; a call that begins
         # cancelled starts nothing (CallToken).
         call = cancel.for_call(lambda: tokens)
         if cancel.cancelled:
             self._report(request, ready, 0.0, 0, None, stopped=True)
+            yield Ending(Finish.CANCELLED, 0, _context_tokens(request))
             return
         self._join(request)
         try:
@@ -332,29 +365,32 @@ class SimulatedRunner:
         if cut is not None:
             self.active -= 1
             self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
+            yield Ending(Finish.CANCELLED, 0, _context_tokens(request))
             return
         offset = _resumed_tokens(request)
         first: float | None = None
         try:
-            async with contextlib.aclosing(self._decode(request, call, self.per_token)) as runs:
+            async with contextlib.aclosing(self._decode(limit, call, self.per_token)) as runs:
                 async for done, at in runs:
                     first = at if first is None else first
                     tokens += done
                     _piece(offset + tokens)  # grow the cache once, not per piece
                     for piece in _PIECES[offset + tokens - done : offset + tokens]:
                         yield piece
+            finish = finish if tokens >= limit else Finish.CANCELLED
+            yield Ending(finish, tokens, _context_tokens(request))
         finally:
             self.active -= 1
-            stopped = tokens < request.max_tokens
+            stopped = tokens < limit
             if stopped:
                 self._stopped(request, cancel, tokens)
             self._report(request, ready, ready.cost, tokens, first, stopped)
 
     async def _decode(
-        self, request: GenerationRequest, call: CallToken, each: bool
+        self, limit: int, call: CallToken, each: bool
     ) -> AsyncGenerator[tuple[int, float], None]:
         """The decode, for any slot count: yields each run of tokens done and
-        its first token's time, until ``max_tokens`` or the token boundary
+        its first token's time, until ``limit`` tokens or the token boundary
         after ``call`` is cancelled. A step a timer when ``each`` token is
         watched or the batch's size may change a step's time (slots > 1,
         docs/design.md §2.3); else the rest in one timer, which a cancel cuts
@@ -362,14 +398,14 @@ class SimulatedRunner:
         a yield too waits for the first token)."""
         loop = asyncio.get_running_loop()
         done = 0
-        while done < request.max_tokens and not call.cancelled:
+        while done < limit and not call.cancelled:
             start = loop.time()
             step = self.token_interval * self._slowdown()
             if each or self.slots > 1:
                 await asyncio.sleep(step)
                 tokens, at = 1, loop.time()
             else:
-                tokens, at = request.max_tokens - done, start + step
+                tokens, at = limit - done, start + step
                 if await call.token.wait(tokens * step):
                     elapsed = math.floor((loop.time() - start) / step + 1e-9) + 1
                     tokens = min(tokens, elapsed)
@@ -394,12 +430,13 @@ class SimulatedRunner:
                 self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
                 return SimulatedOutcome(0, None, cut[0], stopped=True)
             decode_start = loop.time()
-            async with contextlib.aclosing(self._decode(request, call, each=False)) as runs:
+            limit, _ = self._end(request)
+            async with contextlib.aclosing(self._decode(limit, call, each=False)) as runs:
                 async for done, _ in runs:
                     tokens += done
         finally:
             self.active -= 1
-        stopped = tokens < request.max_tokens
+        stopped = tokens < limit
         if stopped:
             self._stopped(request, cancel, tokens)
         first = decode_start + self.token_interval

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.endings import Ending, Finish, ending_of
 from tierlm.runners.protocol import Runner, aclosing_stream
 from tierlm.runners.requests import GenerationRequest, Message
 from tierlm.shell.journal import Journal
@@ -128,6 +129,11 @@ class GenerationHandle(JobHandle[str]):
     def first_token_at(self) -> float | None:
         """Scheduler-clock time of the first piece, None before it."""
         return self.generation.first_token_at
+
+    @property
+    def ending(self) -> Ending | None:
+        """How it ended, once it completed (docs/design.md §2.7)."""
+        return self.generation.ending
 
 
 class JobContext:
@@ -303,6 +309,8 @@ class GenerationRun:
     """When the run was dispatched (scheduler clock): its prompt evaluation is
     ``started_at`` to ``first_token_at``; a job's wait, the first run's
     ``started_at`` less its submission."""
+    ending: Ending | None = None
+    """How the run's stream ended (None: it raised)."""
 
     @property
     def decode_seconds(self) -> float:
@@ -322,7 +330,7 @@ class ResumingGeneration:
     the whole text. ``on_run`` is told about every run when it ends.
     """
 
-    __slots__ = ("_on_piece", "_on_run", "first_token_at", "pieces", "request")
+    __slots__ = ("_on_piece", "_on_run", "ending", "first_token_at", "pieces", "request")
 
     def __init__(
         self,
@@ -333,6 +341,9 @@ class ResumingGeneration:
         self.request = request
         self.pieces: list[str] = []
         self.first_token_at: float | None = None
+        self.ending: Ending | None = None
+        """How the generation ended: its last run's stream's end (docs/design.md
+        §2.7); None until it completes."""
         self._on_piece = on_piece
         self._on_run = on_run
 
@@ -341,6 +352,7 @@ class ResumingGeneration:
         tokens = 0
         first: float | None = None
         last: float | None = None
+        ending: Ending | None = None
         try:
             request = self.request
             if request.job_id is None:  # so a runner's errors can name the job
@@ -348,7 +360,9 @@ class ResumingGeneration:
             if ctx.person != request.person:  # docs/design.md §4.7 (the step plan)
                 request = replace(request, person=ctx.person)
             live = continued(request, self.pieces)
-            if live is not None:
+            if live is None:  # no token left: its max_tokens
+                ending = Ending(Finish.LENGTH, 0)
+            else:
                 # ctx._runner: a generation resumes, it is not "direct" work.
                 async with aclosing_stream(ctx._runner.generate(live, ctx.cancel)) as stream:
                     async for piece in stream:
@@ -361,8 +375,11 @@ class ResumingGeneration:
                         tokens += 1
                         self.pieces.append(piece)
                         self._on_piece(piece)
+                ending = ending_of(stream, live, tokens, ctx.cancel)
                 ctx.checkpoint()
+            self.ending = ending
             return "".join(self.pieces)
         finally:
             if self._on_run is not None:
-                self._on_run(GenerationRun(ctx.attempt, tokens, first, last, ctx.started_at))
+                run = GenerationRun(ctx.attempt, tokens, first, last, ctx.started_at, ending)
+                self._on_run(run)

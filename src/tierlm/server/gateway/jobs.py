@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from tierlm.runners.endings import Ending
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.gateway.admission import Admission
 from tierlm.server.gateway.changes import EXACT_POSITIONS, Changes, JobWake, shown_position
@@ -122,6 +123,12 @@ class GatewayJob:
     @property
     def first_token_at(self) -> float | None:
         return self.handle.first_token_at
+
+    @property
+    def ending(self) -> Ending | None:
+        """How its generation ended (None until it completed): the answer's
+        ``finish_reason`` (``gateway/endings``, docs/design.md §2.7)."""
+        return self.handle.ending
 
     def _on_piece(self, piece: str) -> None:
         now = self.gateway.scheduler.now()

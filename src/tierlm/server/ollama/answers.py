@@ -2,7 +2,8 @@
 
 A chat answer is ``{"model", "created_at", "message": {"role": "assistant",
 "content"}, "done"}``, a generate answer ``{..., "response", "done"}``; the
-last object has ``"done": true``, the ``done_reason`` (``stop``, ``length``)
+last object has ``"done": true``, the ``done_reason`` (``stop``, ``length``,
+``content_filter``: how the generation ended, ``gateway/endings``)
 and the counts and durations in nanoseconds:
 
 - ``total_duration``: from the request's submission to its end, its wait in
@@ -26,6 +27,7 @@ import datetime as dt
 import json
 from typing import Any, Literal
 
+from tierlm.server.gateway.endings import cut, done_reason
 from tierlm.server.gateway.jobs import GatewayJob
 from tierlm.server.openai.answers import Params
 from tierlm.server.openai.tools import Call, Content, ToolCallParser
@@ -105,7 +107,7 @@ class OllamaAnswer:
     def end(self, job: GatewayJob) -> list[dict[str, Any]]:
         lines: list[dict[str, Any]] = []
         if self.parser is not None:
-            events = self.parser.finish(cut=self._cut(job))
+            events = self.parser.finish(cut=cut(job.ending))
             content = "".join(e.text for e in events if isinstance(e, Content))
             calls = self._complete_calls()
             if content or calls:
@@ -121,23 +123,19 @@ class OllamaAnswer:
         if self.parser is not None:
             parser = ToolCallParser()
             parser.feed(text)
-            parser.finish(cut=self._cut(job))
+            parser.finish(cut=cut(job.ending))
             text = parser.content
             calls = [c for c in map(_call, parser.calls) if c is not None]
         return self._final(job, text, calls)
 
     # -- the last object ------------------------------------------------------------
 
-    def _cut(self, job: GatewayJob) -> bool:
-        # Runners yield one piece per token: as many pieces as max_tokens = cut short.
-        return len(job.produced) >= self.params.request.max_tokens
-
     def _final(
         self, job: GatewayJob, text: str, calls: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
         final = self._object(text, calls)
         final["done"] = True
-        final["done_reason"] = "length" if self._cut(job) else "stop"
+        final["done_reason"] = done_reason(job.ending)
         final.update(durations(job, self.params))
         return final
 

@@ -3,7 +3,10 @@
 The job's pieces (one per token) become a ``chat.completion`` (or
 ``text_completion``) and its streamed chunks: the text; the tool calls in it
 (``tools.py``), as ``message.tool_calls`` or as OpenAI's deltas;
-log-probabilities, when the runner attached them (``TokenPiece``); the usage.
+log-probabilities, when the runner attached them (``TokenPiece``); the usage;
+the ``finish_reason``, from how the generation ended (``GatewayJob.ending``,
+mapped once in ``gateway/endings``: ``stop``, ``length``, ``content_filter``,
+``tool_calls`` when the model stopped after calls).
 
 ``usage.prompt_tokens`` is exact when the runner could count it
 (``GenerationRequest.prompt_tokens``, set from ``count_prompt_tokens``), else
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tierlm.runners.requests import GenerationRequest, TokenLogprob, TokenPiece
+from tierlm.server.gateway.endings import cut, finish_reason
 from tierlm.server.gateway.gateway import GatewayJob
 from tierlm.server.openai.schema_check import schema_errors
 from tierlm.server.openai.tools import Arguments, Call, Content, Event, ToolCallParser
@@ -82,19 +86,11 @@ class Answer:
             "total_tokens": prompt + completion,
         }
 
-    def cut(self, job: GatewayJob) -> bool:
-        # Runners yield one piece per token: as many pieces as max_tokens = cut short.
-        return len(job.produced) >= self.params.request.max_tokens
-
-    def finish_reason(self, job: GatewayJob, calls: bool) -> str:
-        if self.cut(job):
-            return "length"
-        return "tool_calls" if calls else "stop"
-
-    def schema_errors(self, reason: str, content: str | None, calls: list[Call]) -> Any:
+    def schema_errors(self, job: GatewayJob, content: str | None, calls: list[Call]) -> Any:
         """The output's violations of its schemas (``schema_check``); None when
-        it was cut (``length``: not a whole value) or asked for no schema."""
-        if reason == "length" or self.params.endpoint != "chat":
+        it was cut (``length``, ``content_filter``: not a whole value) or asked
+        for no schema."""
+        if cut(job.ending) or self.params.endpoint != "chat":
             return None
         done = [(call.name, call.arguments) for call in calls]
         return schema_errors(self.params.request.extra, content, done) or None
@@ -119,13 +115,13 @@ class Answer:
             if self.params.tool_calls:
                 parser = ToolCallParser()
                 parser.feed(text)
-                parser.finish(cut=self.cut(job))
+                parser.finish(cut=cut(job.ending))
                 calls = parser.calls
                 message["content"] = parser.content or (None if calls else "")
                 if calls:
                     message["tool_calls"] = [call.as_openai() for call in calls]
-            reason = self.finish_reason(job, bool(calls))
-            errors = self.schema_errors(reason, message["content"], calls)
+            reason = finish_reason(job.ending, bool(calls))
+            errors = self.schema_errors(job, message["content"], calls)
             choice: dict[str, Any] = {
                 "index": self.index,
                 "message": message,
@@ -133,7 +129,7 @@ class Answer:
                 "logprobs": logprobs,
             }
         else:
-            reason = self.finish_reason(job, False)
+            reason = finish_reason(job.ending)
             errors = None
             choice = {
                 "index": self.index,
@@ -203,12 +199,11 @@ class Answer:
         calls: list[Call] = []
         content = self._text
         if self.parser is not None:
-            chunks += [self._event(event) for event in self.parser.finish(self.cut(job))]
+            chunks += [self._event(event) for event in self.parser.finish(cut(job.ending))]
             calls, content = self.parser.calls, self.parser.content
         empty: dict[str, Any] | str = {} if self.params.endpoint == "chat" else ""
-        reason = self.finish_reason(job, bool(calls))
-        last = self._chunk(empty, reason)
-        errors = self.schema_errors(reason, content, calls)
+        last = self._chunk(empty, finish_reason(job.ending, bool(calls)))
+        errors = self.schema_errors(job, content, calls)
         if errors:
             last["tierlm"] = {"schema_errors": errors}
         chunks.append(last)

@@ -44,6 +44,9 @@ from tierlm.server.settings.schema import FieldError
 
 __all__ = ["routes"]
 
+# A cut answer's status: a Response is "incomplete" for these reasons only.
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
 
 def store_of(request: Request) -> ResponseStore:
     """The app's store (made at its first use)."""
@@ -97,9 +100,10 @@ class ResponseAnswer:
             item.update(arguments=function["arguments"], status="completed")
             output.append(item)
         body = self.shell("completed")
-        if choice["finish_reason"] == "length":
+        reason = _INCOMPLETE.get(choice["finish_reason"])
+        if reason is not None:
             body["status"] = "incomplete"
-            body["incomplete_details"] = {"reason": "max_output_tokens"}
+            body["incomplete_details"] = {"reason": reason}
         usage = chat["usage"]
         body["output"] = output
         body["usage"] = {

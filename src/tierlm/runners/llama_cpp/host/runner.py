@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tierlm.runners.cancellation import CancelReason, CancelToken
+from tierlm.runners.endings import Ending, Finish, Stream
 from tierlm.runners.errors import DeviceCrashed, RunnerError, unknown_model
 from tierlm.runners.llama_cpp.host.calls import WorkerCrashed
 from tierlm.runners.llama_cpp.host.slots import Slots
@@ -32,6 +33,7 @@ from tierlm.runners.llama_cpp.prompt.grammar_bounds import check_request_bounds
 from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT, MAX_SLOTS
 from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
+    Ended,
     Generate,
     GenerationStats,
     InjectFault,
@@ -55,6 +57,17 @@ if TYPE_CHECKING:
 __all__ = ["ISOLATIONS", "Isolation", "LlamaCppRunner"]
 
 logger = logging.getLogger("tierlm.runners.llama_cpp")
+
+
+_FINISH: Mapping[Ended, Finish] = {
+    "max_tokens": Finish.LENGTH,
+    "eos": Finish.STOP,
+    "stop": Finish.STOP,
+    "cancelled": Finish.CANCELLED,
+    "prefill_aborted": Finish.CANCELLED,
+    "context_full": Finish.CONTEXT,
+}
+"""The worker's outcome as the runner's stream ends (docs/design.md §2.7)."""
 
 
 def _stop_worker(worker: Worker) -> None:
@@ -394,20 +407,21 @@ class LlamaCppRunner:
 
     # -- generate ------------------------------------------------------------
 
-    def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]:
-        return self._generate(request, cancel)
+    def generate(self, request: GenerationRequest, cancel: CancelToken) -> Stream:
+        return Stream(self._generate(request, cancel))
 
     async def _generate(
         self, request: GenerationRequest, cancel: CancelToken
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[str | Ending]:
         # Checked on the first iteration, like every error of a generation.
         if request.model_id != self.loaded_model:
             raise RunnerError(
                 f"model {request.model_id!r}: not loaded (loaded: {self.loaded_model!r})",
                 model_id=request.model_id,
             )
-        if cancel.cancelled:
-            return  # cancelled before it began: nothing starts
+        if cancel.cancelled:  # cancelled before it began: nothing starts
+            yield Ending(Finish.CANCELLED, 0)
+            return
         await _check_grammar_bounds(request)
         taken = yielded = 0
         stop = cancel.for_call(lambda: yielded)  # a yield: after the first token
@@ -435,10 +449,14 @@ class LlamaCppRunner:
                 taken += 1
                 control.set_consumed(call_id, taken, slot)
                 if stop.cancelled:
+                    yield Ending(Finish.CANCELLED, yielded)
                     return
                 yielded += 1
                 yield text
-            await call.result()  # raises the generation's error
+            stats: GenerationStats = await call.result()  # raises the generation's error
+            yield Ending(
+                _FINISH.get(stats.ended, Finish.STOP), yielded, stats.prompt_tokens, stats.ended
+            )
         except WorkerCrashed as crash:
             outcome = await self._supervisor.recover(worker)
             self.last_crash = f"{label} (model {request.model_id!r}): crashed ({crash})"

@@ -150,13 +150,6 @@ class BackendSettings(Schema):
         cannot tell (then the job itself fails, if it must)."""
         return None
 
-    async def context_room(self, runner: Runner, request: GenerationRequest) -> int | None:
-        """Tokens the model's context holds after ``request``'s prompt, None
-        when the backend cannot tell. The gateway cuts ``max_tokens`` to it, so
-        an answer that fills the context ends as ``max_tokens`` does, with
-        ``finish_reason: "length"``."""
-        return None
-
     def runner_state(self, runner: Runner) -> Mapping[str, Any]:
         """What the runner reports about itself, JSON-ready (the state API, /health)."""
         return {}

@@ -258,13 +258,6 @@ class LlamaCppBackend(BackendSettings):
             return None  # the job itself will say what is wrong
         return tokens, n_ctx
 
-    async def context_room(self, runner: Runner, request: GenerationRequest) -> int | None:
-        """``n_ctx`` less the prompt: llama.cpp stops where the context is
-        full (``GenerationStats.ended == "context_full"``), so an answer cut
-        there must carry ``max_tokens`` = this room to be told as "length"."""
-        counts = await self._prompt_and_context(runner, request)
-        return None if counts is None else counts[1] - counts[0]
-
     async def prompt_problem(self, runner: Runner, request: GenerationRequest) -> str | None:
         """A prompt longer than the model's context (``_prompt_and_context``)."""
         counts = await self._prompt_and_context(runner, request)

@@ -29,6 +29,9 @@ class SimModel(Schema):
 
     keep_alive: Duration = None
     """Unload the model after this long idle (``"10m"``; unset: keep it until a swap)."""
+    context: Annotated[int | None, Field(ge=1)] = None
+    """Its context window in tokens, prompt included: an answer that fills it
+    ends there (``finish_reason: "length"``); unset: unbounded."""
 
     @model_validator(mode="before")
     @classmethod
@@ -61,6 +64,10 @@ class SimBackend(BackendSettings):
     batch_cost: Annotated[float, Field(ge=0)] = LLAMA_CPP_CPU_BATCH_COST
     """With ``slots`` > 1, a step of n sequences costs ``1 + batch_cost (n - 1)``
     of one's (default: the llama.cpp curve measured on 2 CPU cores)."""
+    answer_tokens: Annotated[int | None, Field(ge=0)] = None
+    """The simulated model ends each answer after this many tokens, as a model
+    ends on its end-of-sequence token (``finish_reason: "stop"``); unset: it
+    writes until ``max_tokens`` (``"length"``)."""
 
     default_embedder: ClassVar[str] = "sim"
     # A request without max_tokens gets a short answer: 256 simulated tokens
@@ -80,4 +87,6 @@ class SimBackend(BackendSettings):
             models=models,
             slots=self.device_slots(),
             batch_cost=self.batch_cost,
+            contexts={m: s.context for m, s in self.models.items() if s.context is not None},
+            answer_tokens=self.answer_tokens,
         )
