@@ -10,9 +10,10 @@
    between messages (keyless, behind a key, and naming themselves with the
    OpenAI ``user`` field). Each with the pacing judge (``keyless = auto``,
    the default) and with the rule before it (``keyless = person``), in the
-   same run. Reported: the producers' tokens in a 30 s window over alone,
-   the device's tokens over alone, and the person's first token over the
-   idle gateway's, in decode steps.
+   same run. Reported over four consecutive 30 s windows (median, worst):
+   the producers' tokens in a window over alone, the device's tokens over
+   alone (an answer's tokens spread over its decode, see ``Tally``), and the
+   person's first token over the idle gateway's, in decode steps.
 2. **The rule's errors** (``errors``): the judge alone (``core.people``) on
    built workloads, many seeds: people reading and typing (the
    keystroke-level model), people who type "continue" three times in a row,
@@ -30,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
+import statistics
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -48,6 +51,8 @@ TOKEN = 0.02
 SLOTS = 8
 PRODUCERS = 8
 WARM_UP = 5.0
+WINDOWS = 4
+"""Consecutive measured windows after the warm-up: the median and the worst reported."""
 KEY = "sk-bench"
 
 
@@ -79,19 +84,38 @@ def body(tokens: int, text: str = "hi", **more: Any) -> dict[str, Any]:
 
 
 class Tally:
+    """What each kind of client was served, with an answer's tokens spread
+    evenly between its first token and its end: a window counts what was
+    decoded inside it, not the whole answers that happen to end in it (a
+    50-token answer ends in lumps: eight producers in step make a 30 s
+    window's count swing by 400 tokens)."""
+
     def __init__(self, start: float, end: float) -> None:
         self.start, self.end = start, end
-        self.tokens: dict[str, int] = {}
+        self.spans: list[tuple[str, float, float, int]] = []
         self.first_tokens: list[float] = []
         self.served: dict[str, int] = {}
 
-    def add(self, who: str, when: float, reply: httpx.Response) -> None:
-        if not self.start <= when < self.end or reply.status_code != 200:
+    def add(self, who: str, sent: float, when: float, reply: httpx.Response) -> None:
+        if reply.status_code != 200:
             return
         data = reply.json()
-        self.tokens[who] = self.tokens.get(who, 0) + data["usage"]["completion_tokens"]
-        served = reply.headers.get("x-tierlm-served-as", "?").split(";")[0]
-        self.served[served] = self.served.get(served, 0) + 1
+        first = sent + data["tierlm"]["time_to_first_token"]
+        self.spans.append((who, first, when, data["usage"]["completion_tokens"]))
+        if self.start <= when < self.end:
+            served = reply.headers.get("x-tierlm-served-as", "?").split(";")[0]
+            self.served[served] = self.served.get(served, 0) + 1
+
+    def tokens(self, start: float, end: float) -> dict[str, float]:
+        """Each kind's tokens decoded in [start, end)."""
+        out: dict[str, float] = {}
+        for who, first, last, n in self.spans:
+            if last <= first:
+                share = 1.0 if start <= last < end else 0.0
+            else:
+                share = max(0.0, min(last, end) - max(first, start)) / (last - first)
+            out[who] = out.get(who, 0.0) + n * share
+        return out
 
 
 async def scenario(
@@ -113,25 +137,27 @@ async def scenario(
             transport=transport, base_url="http://127.0.0.1", timeout=600, headers=auth
         )
         t0 = loop.time()
-        tally = Tally(t0 + WARM_UP, t0 + WARM_UP + window)
-        stop = t0 + WARM_UP + window
+        stop = t0 + WARM_UP + WINDOWS * window
+        tally = Tally(t0 + WARM_UP, stop)
 
         async def producer(i: int) -> None:
             headers = {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"agent{i}"}
             while loop.time() < stop:
+                sent = loop.time()
                 reply = await client.post(
                     "/v1/chat/completions", json=body(50, f"job {i}"), headers=headers
                 )
                 reply.raise_for_status()  # a refusal would spin at one virtual instant
-                tally.add("producers", loop.time(), reply)
+                tally.add("producers", sent, loop.time(), reply)
 
         async def agent(i: int) -> None:
             headers = {"User-Agent": f"agent-framework-{i}/1.0"}
             while loop.time() < stop:
+                sent = loop.time()
                 reply = await client.post(
                     "/v1/chat/completions", json=body(30, f"step {i}"), headers=headers
                 )
-                tally.add("agents", loop.time(), reply)
+                tally.add("agents", sent, loop.time(), reply)
 
         async def reader(kind: str) -> None:
             headers = {"User-Agent": "chat-app/2.0"}
@@ -140,10 +166,11 @@ async def scenario(
                 more["user"] = "alice"
             await asyncio.sleep(WARM_UP)
             while loop.time() < stop:
+                sent = loop.time()
                 reply = await client.post(
                     "/v1/chat/completions", json=body(20, "hello", **more), headers=headers
                 )
-                tally.add("person", loop.time(), reply)
+                tally.add("person", sent, loop.time(), reply)
                 if tally.start <= loop.time() < tally.end:
                     tally.first_tokens.append(reply.json()["tierlm"]["time_to_first_token"])
                 await asyncio.sleep(rng.uniform(3.0, 8.0))  # reads, then types
@@ -154,8 +181,9 @@ async def scenario(
             tasks.append(reader(person))
         await asyncio.gather(*tasks)
         await client.aclose()
+    windows = [t0 + WARM_UP + i * window for i in range(WINDOWS + 1)]
     return {
-        "tokens": tally.tokens,
+        "tokens": [tally.tokens(a, b) for a, b in itertools.pairwise(windows)],
         "served": tally.served,
         "first_tokens": tally.first_tokens,
     }
@@ -170,19 +198,33 @@ async def idle_first_token(app_settings: Any) -> float:
             return float(reply.json()["tierlm"]["time_to_first_token"])
 
 
+def shares(run: list[dict[str, float]], alone: list[dict[str, float]], who: str) -> list[float]:
+    """Per window, ``who``'s tokens (all, for "device") over the producers' alone."""
+    return [
+        (sum(r.values()) if who == "device" else r.get(who, 0.0)) / a["producers"]
+        for r, a in zip(run, alone, strict=True)
+    ]
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
 def gateway(window: float, seed: int) -> dict[str, Any]:
     idle = run_virtual(idle_first_token(settings("auto")))
-    rows: dict[str, Any] = {"idle_first_token": idle}
+    rows: dict[str, Any] = {"idle_first_token": idle, "windows": WINDOWS, "window_s": window}
     for rule in ("auto", "person"):
-        alone = run_virtual(scenario(settings(rule), 0, None, window, seed))
-        base = alone["tokens"]["producers"]
+        alone = run_virtual(scenario(settings(rule), 0, None, window, seed))["tokens"]
         for agents in (1, 2, 8):
             run = run_virtual(scenario(settings(rule), agents, None, window, seed))
-            total = sum(run["tokens"].values())
             rows[f"{rule}/agents={agents}"] = {
-                "producers_share": round(run["tokens"].get("producers", 0) / base, 3),
-                "device_share": round(total / base, 3),
-                "agent_tokens": run["tokens"].get("agents", 0),
+                "producers_share": spread(shares(run["tokens"], alone, "producers")),
+                "device_share": spread(shares(run["tokens"], alone, "device")),
+                "fair_share": round(PRODUCERS / (PRODUCERS + agents), 3),
                 "served": run["served"],
             }
         for kind in ("keyless", "key", "user"):
@@ -190,7 +232,7 @@ def gateway(window: float, seed: int) -> dict[str, Any]:
             run = run_virtual(scenario(app_settings, 0, kind, window, seed))
             firsts = run["first_tokens"]
             rows[f"{rule}/person={kind}"] = {
-                "producers_share": round(run["tokens"].get("producers", 0) / base, 3),
+                "producers_share": spread(shares(run["tokens"], alone, "producers")),
                 "first_token_max_steps_over_idle": round((max(firsts) - idle) / TOKEN, 2),
                 "messages": len(firsts),
             }
@@ -205,46 +247,59 @@ def klm_typing(rng: random.Random, keys: int) -> float:
     return 1.35 + sum(rng.uniform(0.2, 0.28) for _ in range(keys + 1))
 
 
-Workload = Callable[[random.Random], list[tuple[float, float, bool]]]
-"""(gap before the request, its answer's seconds, is it a person's message)."""
+class Asked(NamedTuple):
+    """One request of a built workload."""
+
+    gap: float
+    """Seconds since the last answer ended."""
+    answer: float
+    """Seconds its answer takes."""
+    person: bool
+    """A person's message (else a program's request)."""
+    tool_result: bool = False
+    """It carries a tool's result (an agent going on after a tool call)."""
 
 
-def people_reading(rng: random.Random) -> list[tuple[float, float, bool]]:
+Workload = Callable[[random.Random], list[Asked]]
+
+
+def people_reading(rng: random.Random) -> list[Asked]:
     return [
-        (rng.lognormvariate(2.5, 0.8) + klm_typing(rng, rng.randint(2, 60)), 3.0, True)
+        Asked(rng.lognormvariate(2.5, 0.8) + klm_typing(rng, rng.randint(2, 60)), 3.0, True)
         for _ in range(20)
     ]
 
 
-def typing_continue(rng: random.Random) -> list[tuple[float, float, bool]]:
+def typing_continue(rng: random.Random) -> list[Asked]:
     # Reads nothing, types "continue" (8 keys) and Enter, three times in a row.
-    return [(klm_typing(rng, 8), rng.uniform(0.5, 4.0), True) for _ in range(4)]
+    return [Asked(klm_typing(rng, 8), rng.uniform(0.5, 4.0), True) for _ in range(4)]
 
 
-def front_end(rng: random.Random) -> list[tuple[float, float, bool]]:
-    out: list[tuple[float, float, bool]] = []
+def front_end(rng: random.Random) -> list[Asked]:
+    out: list[Asked] = []
     for _ in range(10):
-        out.append((rng.lognormvariate(2.0, 0.7) + klm_typing(rng, 20), 3.0, True))
-        out.append((rng.uniform(0.01, 0.2), 0.5, False))  # its title / follow-ups call
+        out.append(Asked(rng.lognormvariate(2.0, 0.7) + klm_typing(rng, 20), 3.0, True))
+        out.append(Asked(rng.uniform(0.01, 0.2), 0.5, False))  # its title / follow-ups call
     return out
 
 
-def agent_loop(rng: random.Random) -> list[tuple[float, float, bool]]:
-    return [(rng.lognormvariate(-3.0, 1.0), rng.uniform(0.3, 3.0), False) for _ in range(30)]
+def agent_loop(rng: random.Random) -> list[Asked]:
+    return [Asked(rng.lognormvariate(-3.0, 1.0), rng.uniform(0.3, 3.0), False) for _ in range(30)]
 
 
-def agent_with_tools(rng: random.Random) -> list[tuple[float, float, bool]]:
+def agent_with_tools(rng: random.Random) -> list[Asked]:
+    """A quarter of its calls follow a tool call of 0.5-10 s and carry its result."""
     out = []
     for _ in range(30):
         tool = rng.random() < 0.25
         gap = rng.uniform(0.5, 10.0) if tool else rng.lognormvariate(-3.0, 1.0)
-        out.append((gap, rng.uniform(0.3, 3.0), False))
+        out.append(Asked(gap, rng.uniform(0.3, 3.0), False, tool_result=tool))
     return out
 
 
-def sleepy_script(rng: random.Random) -> list[tuple[float, float, bool]]:
+def sleepy_script(rng: random.Random) -> list[Asked]:
     # A script that sleeps 2 s between calls: paces like a person (counted).
-    return [(2.0, rng.uniform(0.3, 1.0), False) for _ in range(20)]
+    return [Asked(2.0, rng.uniform(0.3, 1.0), False) for _ in range(20)]
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -252,6 +307,7 @@ WORKLOADS: dict[str, Workload] = {
     "typing continue x3": typing_continue,
     "front-end follow-ups": front_end,
     "agent loop": agent_loop,
+    "agent with tool calls, pacing alone": agent_with_tools,
     "agent with tool calls": agent_with_tools,
     "script sleeping 2 s": sleepy_script,
 }
@@ -278,9 +334,13 @@ def errors(seeds: int) -> dict[str, Any]:
         for seed in range(seeds):
             rng = random.Random(seed)
             judge, now = PeopleJudge(), 0.0
-            for i, (gap, answer, person) in enumerate(workload(rng)):
+            # The judge told which requests carry a tool's result (the
+            # gateway reads it off the last message) or, the row before it,
+            # judging by pacing alone.
+            told = not name.endswith("pacing alone")
+            for i, (gap, answer, person, tool) in enumerate(workload(rng)):
                 now += gap if i else 0.0
-                verdict = judge.arrived("who", now)
+                verdict = judge.arrived("who", now, tool_result=told and tool)
                 now += answer
                 judge.ended("who", now)
                 if person or not name.startswith(("people", "typing", "front")):

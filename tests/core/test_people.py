@@ -110,3 +110,18 @@ def test_no_request_sent_within_the_reading_gap_is_a_person_s(gaps: list[float])
             assert not verdict.person
         if verdict.person:
             assert gap >= READING_GAP
+
+
+def test_a_tool_s_result_is_a_program_s_however_long_the_tool_ran() -> None:
+    # An agent's tool call takes seconds (a search, a build): pacing alone
+    # would take the gap for reading. Its result, sent as the next request,
+    # says otherwise.
+    judge = PeopleJudge()
+    assert judge.arrived("agent", 0.0).person  # the first: no evidence
+    judge.ended("agent", 1.0)
+    after_tool = judge.arrived("agent", 9.0, tool_result=True)
+    assert not after_tool.person and after_tool.why is Why.TOOL_RESULT
+    judge.ended("agent", 10.0)
+    # The person who started the run reads the answer and writes again:
+    # a person's message, the one tool result among the last gaps is no pattern.
+    assert judge.arrived("agent", 20.0).person

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests.payloads import HI, chat_body
 from tierlm.server.app import create_app
 from tierlm.server.settings.sources import settings_from_dict
 from tierlm.testing import run_virtual
@@ -49,12 +50,7 @@ def on_app(test: Callable[[httpx.AsyncClient], Awaitable[T]], **people: Any) -> 
 
 
 def body(tokens: int = 20, **more: Any) -> dict[str, Any]:
-    return {
-        "model": "sim-a",
-        "messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": tokens,
-        **more,
-    }
+    return chat_body(max_tokens=tokens, messages=HI, **more)
 
 
 def served(reply: httpx.Response) -> str:
@@ -72,6 +68,39 @@ async def chats(client: httpx.AsyncClient, key: str, n: int, gap: float, **more:
         out.append(served(reply))
         await asyncio.sleep(gap)
     return out
+
+
+def test_a_request_carrying_a_tool_s_result_is_a_program_s() -> None:
+    tool_turn = [
+        *HI,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": '{"q": "tides"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "High tide at 6."},
+    ]
+
+    async def test(client: httpx.AsyncClient) -> list[str]:
+        app = {"Authorization": "Bearer sk-app"}
+        first = await client.post("/v1/chat/completions", json=body(), headers=app)
+        await asyncio.sleep(8.0)  # the tool runs for 8 s: no one reads meanwhile
+        after_tool = await client.post(
+            "/v1/chat/completions",
+            json=chat_body(max_tokens=20, messages=tool_turn),
+            headers=app,
+        )
+        return [served(first), served(after_tool)]
+
+    first, after_tool = on_app(test)
+    assert first.startswith("person")
+    assert after_tool == "program; why=after-a-tool-call"
 
 
 def test_an_agent_loop_is_served_as_a_program_from_its_second_request() -> None:

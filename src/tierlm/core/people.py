@@ -21,8 +21,11 @@ or while another was in flight). A request is a person's when
   the last answer ended) and fewer than ``PROGRAM_AT`` of the identity's last
   ``WINDOW`` gaps were short.
 
-Otherwise it is a program's: sent back to back, alongside another, or by an
-identity that paces like a program (then a long gap is a tool call). A
+Otherwise it is a program's: sent back to back, alongside another, carrying
+a tool's result (the gap before it was the tool running, not someone
+reading: an agent's tool call takes 0.5-10 s, which pacing alone mistook for
+reading 18.7 % of the time), or by an identity that paces like a program
+(then a long gap is a tool call). A
 program that starts reading again is a person again after
 ``WINDOW - PROGRAM_AT + 1`` reading gaps. Everything is O(1) per request:
 the window is a bit mask, the table of identities bounded (least recently
@@ -77,6 +80,7 @@ class Why(Enum):
     FIRST = "first-request"
     READS = "reads-between-requests"
     BACK_TO_BACK = "back-to-back"
+    TOOL_RESULT = "after-a-tool-call"
     ALONGSIDE = "alongside-another"
     PACES_LIKE_PROGRAM = "paces-like-a-program"
     PINNED_PERSON = "key-says-person"
@@ -137,12 +141,16 @@ class PeopleJudge:
         self.forget_after = forget_after
         self._table: OrderedDict[str, Pacing] = OrderedDict()
 
-    def arrived(self, identity: str, now: float) -> Verdict:
+    def arrived(self, identity: str, now: float, *, tool_result: bool = False) -> Verdict:
         """A request of ``identity`` arrives at ``now``: a person's or a
-        program's. Call ``ended`` when its answer ends."""
+        program's. ``tool_result``: it carries a tool's result as its last
+        message (the program goes on after its tool call; a short gap
+        whatever its length). Call ``ended`` when its answer ends."""
         pacing = self._pacing(identity, now)
         if pacing.in_flight > 0:
             verdict = self._gap(pacing, short=True, why=Why.ALONGSIDE)
+        elif tool_result:
+            verdict = self._gap(pacing, short=True, why=Why.TOOL_RESULT)
         elif pacing.last_end is None:
             verdict = Verdict(True, Why.FIRST)
         elif now - pacing.last_end < self.reading_gap:

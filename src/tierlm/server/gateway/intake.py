@@ -66,7 +66,11 @@ def classify(
             meta, producer=principal.producer_path(ask.user), person=principal.person(ask.user)
         )
     tier = classes[meta.class_name].tier
-    return people.serve(meta, principal, headers, ask.user, tier, now)
+    messages = ask.request.messages
+    # A tool's result as the last message: the program goes on after its tool
+    # call (docs/design.md §4.11; Ollama's and OpenAI's role alike).
+    tool_result = messages is not None and bool(messages) and messages[-1].get("role") == "tool"
+    return people.serve(meta, principal, headers, ask.user, tier, now, tool_result=tool_result)
 
 
 async def enqueue(gateway: Gateway, meta: JobMeta, ask: Ask) -> list[GatewayJob]:

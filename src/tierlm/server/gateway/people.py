@@ -88,6 +88,8 @@ class People:
         user: str | None,
         tier: int,
         now: float,
+        *,
+        tool_result: bool = False,
     ) -> Served:
         """``meta`` (of a class of ``tier``) as the request is served: a
         person's, or a program's in the fair pool; with the verdict and why
@@ -104,7 +106,7 @@ class People:
             verdict = Verdict(False, Why.PINNED_PROGRAM)
             judged = None
         else:
-            verdict = self.judge.arrived(identity, now)
+            verdict = self.judge.arrived(identity, now, tool_result=tool_result)
             judged = identity
         if verdict.person:
             return Served(_as(meta, verdict), judged)
