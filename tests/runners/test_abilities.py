@@ -11,6 +11,7 @@ from tierlm import Scheduler
 from tierlm.runners import CancelToken, GenerationRequest, SimulatedRunner
 from tierlm.runners.llama_cpp import LlamaCppRunner, LlamaModelSpec
 from tierlm.runners.llama_cpp.model.capacity import CPU_STEP_COST
+from tierlm.runners.openai_compat import OpenAIRunner
 from tierlm.runners.protocol import Abilities, abilities_of
 from tierlm.shell.dispatch import Dispatcher
 
@@ -18,10 +19,9 @@ pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conf
 
 
 class PlainRunner:
-    """A runner with only the protocol's members (as one written before slots)."""
+    """A runner with only the protocol's members (as one written before abilities)."""
 
     loaded_model: str | None = None
-    slots = 3
 
     async def load(self, model_id: str) -> None:
         self.loaded_model = model_id
@@ -30,8 +30,14 @@ class PlainRunner:
         yield "x"
 
 
-def test_a_runner_that_says_nothing_is_its_slots_and_nothing_more() -> None:
-    assert abilities_of(PlainRunner()) == Abilities(slots=3)
+def test_a_runner_that_says_nothing_is_one_slot_and_nothing_more() -> None:
+    assert abilities_of(PlainRunner()) == Abilities()
+
+
+def test_an_upstream_says_its_slots_in_its_abilities() -> None:
+    runner = OpenAIRunner("http://127.0.0.1:9")
+    runner.slots = 4  # the operator's [backend] slots: the upstream's parallel streams
+    assert abilities_of(runner) == Abilities(slots=4)
 
 
 def test_the_simulated_device_says_its_curve_swap_and_restore() -> None:

@@ -37,7 +37,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, cast
 
 from ray import serve
@@ -58,7 +58,7 @@ from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.admission import RETRY_AFTER_MIN
 from tierlm.server.gateway.auth import KeyRing
-from tierlm.server.gateway.gateway import GatewayJob, check_served
+from tierlm.server.gateway.gateway import check_served
 from tierlm.server.gateway.intake import classify
 from tierlm.server.gateway.metadata import JobMeta
 from tierlm.server.gateway.people import People, identity_of
@@ -93,30 +93,15 @@ class _NoChanges:
         pass
 
 
-@dataclass
-class _Host:
-    changes: _NoChanges = field(default_factory=_NoChanges)
-
-
-@dataclass
-class _JobInfo:
-    producer: str
-    submitted_at: float
-
-
-@dataclass
-class _Handle:
-    job: _JobInfo
-
-
 class RemoteJob:
     """A request queued on a replica, as ``JobStream`` and ``Answer`` read a
-    ``GatewayJob``: its pieces, whether it is done, its error."""
+    job (``AnsweredJob``): its pieces, how it ended, whether it is done; and
+    its error."""
 
     def __init__(self, meta: JobMeta, default_max_tokens: bool = False) -> None:
         self.meta = meta
         self.default_max_tokens = default_max_tokens
-        self.gateway = _Host()
+        self.changes = _NoChanges()
         self.wake = asyncio.Event()
         self.id = 0
         self.replica: str | None = None
@@ -126,7 +111,8 @@ class RemoteJob:
         """How it ended, as the replica's job did (docs/design.md §2.7)."""
         self.done = False
         self.error: APIError | None = None
-        self.handle = _Handle(_JobInfo(meta.producer or meta.class_name, time.time()))
+        self.producer = meta.producer or meta.class_name
+        self.submitted_at = time.time()
         self.feeding: asyncio.Task[None] | None = None
         self.on_end: Callable[[], None] | None = None
         """Told once when it ends (the ingress's judge of persons)."""
@@ -158,8 +144,8 @@ class RemoteJob:
         self.wake.set()
 
 
-def _error_of(job: GatewayJob) -> APIError | None:
-    return cast(RemoteJob, job).error
+def _error_of(job: RemoteJob) -> APIError | None:
+    return job.error
 
 
 class TierlmIngress:
@@ -252,14 +238,13 @@ class TierlmIngress:
             raise
         job.feeding = asyncio.ensure_future(self._feed(job, params, stream))
         answer = Answer(params)
-        gateway_job = cast(GatewayJob, job)
         # Which replica took it, for the operator (and the tests): a request
         # re-queued after its replica died ran elsewhere, named in the stream.
         where = {REPLICA_HEADER: job.replica} if job.replica is not None else {}
         if params.stream:
             heartbeat = self.settings.server.sse_heartbeat
-            return JobStream(gateway_job, answer, _error_of, heartbeat, headers=where)
-        return JobResult(gateway_job, answer.render, _error_of, headers=where)
+            return JobStream(job, answer, _error_of, heartbeat, headers=where)
+        return JobResult(job, answer.render, _error_of, headers=where)
 
     def _call(self, request: GenerationRequest, job: RemoteJob, exclude: set[str]) -> Any:
         return self.replicas.options(stream=True).generate.remote(

@@ -27,6 +27,7 @@ from tierlm.runners.cancel_scope import until_cancelled
 from tierlm.runners.cancellation import Cancellable
 from tierlm.runners.endings import Ending, Finish
 from tierlm.runners.errors import RunnerError, unknown_model
+from tierlm.runners.protocol import Abilities
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -168,6 +169,11 @@ class HttpRunner:
         (docs/design.md §2.3)."""
         self.loads = 0
         """How many times ``load`` switched the model."""
+
+    @property
+    def abilities(self) -> Abilities:
+        """Its slots; nothing else is known of a device another server runs."""
+        return Abilities(slots=self.slots)
 
     async def aclose(self) -> None:
         """Close the HTTP connections of the running event loop."""

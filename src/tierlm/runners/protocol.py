@@ -21,14 +21,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Abilities",
-    "Batched",
     "Describes",
+    "DescribesModels",
+    "ModelLister",
     "PromptCounter",
     "Runner",
     "Unloadable",
     "abilities_of",
     "aclosing_stream",
-    "runner_slots",
 ]
 
 
@@ -67,10 +67,11 @@ class Runner(Protocol):
     ``ending_of`` reads it, and infers it for a runner that returns a bare
     iterator of ``str``.
 
-    ``slots`` (``Batched``, read with ``runner_slots``) is how many sequences
-    the runner decodes at once: the shell may run up to ``slots`` ``generate``
-    calls concurrently, and they decode together (one batch per step). 1, and
-    a runner without the attribute, is one generation at a time.
+    What else a runner can do is declared here, once (docs/design.md §2.7):
+    its figures as data, ``Abilities`` (``Describes``, read with
+    ``abilities_of``: how many sequences it decodes at once, ``slots``, and
+    the rest), and each optional operation as the one protocol that names it
+    (``PromptCounter``, ``Unloadable``, ``DescribesModels``, ``ModelLister``).
     """
 
     loaded_model: str | None
@@ -80,29 +81,15 @@ class Runner(Protocol):
     def generate(self, request: GenerationRequest, cancel: CancelToken) -> AsyncIterator[str]: ...
 
 
-@runtime_checkable
-class Batched(Protocol):
-    """A runner that decodes ``slots`` sequences at once (docs/design.md §2).
-
-    Its own protocol until every runner has the attribute: ``Runner`` is
-    checked with ``isinstance`` and a member added there would refuse every
-    runner that predates it."""
-
-    slots: int
-
-
-def runner_slots(runner: object) -> int:
-    """How many ``generate`` calls ``runner`` decodes at once (1 without ``slots``)."""
-    return runner.slots if isinstance(runner, Batched) else 1
-
-
 @dataclass(frozen=True, slots=True)
 class Abilities:
     """What a runner can do, as the scheduler and the gateway plan with it
     (``Describes.abilities``; ``abilities_of`` for any runner)."""
 
     slots: int = 1
-    """Sequences decoded at once (docs/design.md §2.3)."""
+    """Sequences decoded at once (docs/design.md §2.3): the shell may run up
+    to ``slots`` ``generate`` calls concurrently, and they decode together
+    (one batch per step)."""
     step_cost: tuple[float, ...] = ()
     """A step's time with n = 1..slots sequences, relative to one: the chat
     latency guard reads it (docs/design.md §4.7); () = unknown (flat)."""
@@ -120,8 +107,10 @@ class Abilities:
 
 @runtime_checkable
 class Describes(Protocol):
-    """A runner that says what it can do. Its own protocol, as ``Batched``:
-    a runner without it is one sequence at a time, nothing more known."""
+    """A runner that says what it can do. Not a member of ``Runner``, which is
+    checked with ``isinstance``: one added there would refuse every runner
+    written before it. A runner without it is one sequence at a time,
+    nothing more known."""
 
     @property
     def abilities(self) -> Abilities: ...
@@ -132,7 +121,7 @@ def abilities_of(runner: object) -> Abilities:
     is loaded)."""
     if isinstance(runner, Describes):
         return runner.abilities
-    return Abilities(slots=runner_slots(runner))
+    return Abilities()
 
 
 @runtime_checkable
@@ -152,3 +141,18 @@ class Unloadable(Protocol):
     loaded_model: str | None
 
     async def unload(self) -> None: ...
+
+
+@runtime_checkable
+class DescribesModels(Protocol):
+    """A runner that can tell a model's load options (its file, its context...:
+    ``/v1/models``, the device's resources)."""
+
+    def describe(self, model_id: str) -> dict[str, object]: ...
+
+
+@runtime_checkable
+class ModelLister(Protocol):
+    """A runner that can ask its server which models it has."""
+
+    async def list_models(self) -> list[str]: ...

@@ -10,9 +10,10 @@ goes away, and the SSE comment saying where it waits (from
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tierlm.runners.endings import Ending
@@ -27,7 +28,14 @@ from tierlm.server.settings.sections import ServerSettings
 from tierlm.shell.handles import GenerationHandle, GenerationRun, JobHandle, JobState
 from tierlm.shell.scheduler import Scheduler
 
-__all__ = ["EXACT_POSITIONS", "GatewayJob", "JobHost", "shown_position"]
+__all__ = [
+    "EXACT_POSITIONS",
+    "AnsweredJob",
+    "GatewayJob",
+    "JobHost",
+    "QueueWatch",
+    "shown_position",
+]
 
 logger = logging.getLogger("tierlm.server")
 
@@ -56,6 +64,60 @@ class JobHost(Protocol):
 
     @property
     def throughput(self) -> Throughput: ...
+
+
+class QueueWatch(Protocol):
+    """What wakes a waiting stream when its place in the queue changes (``Changes``)."""
+
+    def watch(self, wake: asyncio.Event) -> None: ...
+
+    def unwatch(self, wake: asyncio.Event) -> None: ...
+
+
+class AnsweredJob(Protocol):
+    """What an answer (``openai/answers``) and its response (``openai/streaming``)
+    read of a job: a ``GatewayJob``, or the Ray ingress's ``RemoteJob``, which a
+    replica's stream feeds."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def meta(self) -> JobMeta: ...
+
+    @property
+    def produced(self) -> Sequence[str]:
+        """Its pieces so far, one per token."""
+
+    @property
+    def ending(self) -> Ending | None:
+        """How it ended (docs/design.md §2.7), once it completed."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def producer(self) -> str: ...
+
+    @property
+    def submitted_at(self) -> float: ...
+
+    @property
+    def first_token_at(self) -> float | None:
+        """On the clock of ``submitted_at``."""
+
+    @property
+    def wake(self) -> asyncio.Event:
+        """Set at each new piece and at the end."""
+
+    @property
+    def changes(self) -> QueueWatch: ...
+
+    def note(self) -> str | None:
+        """Where it waits, for a streamed answer's comment lines."""
+
+    def disconnect(self) -> None:
+        """Its client went away."""
 
 
 class GatewayJob:
@@ -123,6 +185,19 @@ class GatewayJob:
     @property
     def first_token_at(self) -> float | None:
         return self.handle.first_token_at
+
+    @property
+    def producer(self) -> str:
+        return self.handle.job.producer
+
+    @property
+    def submitted_at(self) -> float:
+        """When it was submitted (scheduler clock)."""
+        return self.handle.job.submitted_at
+
+    @property
+    def changes(self) -> Changes:
+        return self.gateway.changes
 
     @property
     def ending(self) -> Ending | None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
+from tierlm.runners.protocol import DescribesModels
 from tierlm.shell.handles import JobState
 
 if TYPE_CHECKING:
@@ -30,15 +31,10 @@ __all__ = [
 ]
 
 
-@runtime_checkable
-class _Describes(Protocol):
-    def describe(self, model_id: str) -> dict[str, object]: ...
-
-
 def model_options(gateway: Gateway, model: str) -> dict[str, Any]:
     """The runner's description of ``model`` (path, n_ctx...); {} if it has none."""
     runner = gateway.runner
-    if isinstance(runner, _Describes) and model in gateway.model_ids:
+    if isinstance(runner, DescribesModels) and model in gateway.model_ids:
         try:
             return dict(runner.describe(model))
         except Exception:  # a model the runner cannot describe: nothing known

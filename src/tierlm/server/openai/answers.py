@@ -4,7 +4,7 @@ The job's pieces (one per token) become a ``chat.completion`` (or
 ``text_completion``) and its streamed chunks: the text; the tool calls in it
 (``tools.py``), as ``message.tool_calls`` or as OpenAI's deltas;
 log-probabilities, when the runner attached them (``TokenPiece``); the usage;
-the ``finish_reason``, from how the generation ended (``GatewayJob.ending``,
+the ``finish_reason``, from how the generation ended (``AnsweredJob.ending``,
 mapped once in ``gateway/endings``: ``stop``, ``length``, ``content_filter``,
 ``tool_calls`` when the model stopped after calls).
 
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from tierlm.runners.requests import GenerationRequest, TokenLogprob, TokenPiece
 from tierlm.server.gateway.endings import cut, finish_reason
-from tierlm.server.gateway.gateway import GatewayJob
+from tierlm.server.gateway.jobs import AnsweredJob
 from tierlm.server.openai.schema_check import schema_errors
 from tierlm.server.openai.tools import Arguments, Call, Content, Event, ToolCallParser
 
@@ -77,7 +77,7 @@ class Answer:
         self._offset = 0  # legacy completions logprobs: characters so far
         self._text = ""  # the streamed text so far (without a parser)
 
-    def usage(self, job: GatewayJob) -> dict[str, int]:
+    def usage(self, job: AnsweredJob) -> dict[str, int]:
         prompt = self.params.request.approx_prompt_tokens()
         completion = len(job.produced)
         return {
@@ -86,7 +86,7 @@ class Answer:
             "total_tokens": prompt + completion,
         }
 
-    def schema_errors(self, job: GatewayJob, content: str | None, calls: list[Call]) -> Any:
+    def schema_errors(self, job: AnsweredJob, content: str | None, calls: list[Call]) -> Any:
         """The output's violations of its schemas (``schema_check``); None when
         it was cut (``length``, ``content_filter``: not a whole value) or asked
         for no schema."""
@@ -106,7 +106,7 @@ class Answer:
 
     # -- not streamed -----------------------------------------------------------
 
-    def render(self, job: GatewayJob) -> dict[str, Any]:
+    def render(self, job: AnsweredJob) -> dict[str, Any]:
         text = "".join(job.produced)
         logprobs = self._logprobs(job.produced) if self.params.logprobs else None
         if self.params.endpoint == "chat":
@@ -137,7 +137,6 @@ class Answer:
                 "finish_reason": reason,
                 "logprobs": logprobs,
             }
-        snap = job.handle.job
         return {
             **self._base(self.object),
             "choices": [choice],
@@ -146,9 +145,9 @@ class Answer:
             "tierlm": {
                 "job_id": job.id,
                 "class": job.meta.class_name,
-                "producer": snap.producer,
+                "producer": job.producer,
                 "time_to_first_token": (
-                    None if job.first_token_at is None else job.first_token_at - snap.submitted_at
+                    None if job.first_token_at is None else job.first_token_at - job.submitted_at
                 ),
                 **({"schema_errors": errors} if errors else {}),
             },
@@ -194,7 +193,7 @@ class Answer:
         delta = {"index": event.index, "function": {"arguments": event.fragment}}
         return self._chunk({"tool_calls": [delta]}, None)
 
-    def end(self, job: GatewayJob) -> list[Mapping[str, Any]]:
+    def end(self, job: AnsweredJob) -> list[Mapping[str, Any]]:
         chunks: list[Mapping[str, Any]] = []
         calls: list[Call] = []
         content = self._text
@@ -218,7 +217,7 @@ class Answer:
 
     # -- log-probabilities ----------------------------------------------------------
 
-    def _logprobs(self, pieces: list[str]) -> dict[str, Any] | None:
+    def _logprobs(self, pieces: Sequence[str]) -> dict[str, Any] | None:
         scored = [p for p in pieces if isinstance(p, TokenPiece)]
         if self.params.endpoint == "chat":
             return {"content": [_chat_logprob(p.logprob, p.top) for p in scored], "refusal": None}
@@ -243,7 +242,7 @@ def _chat_logprob(logprob: TokenLogprob, top: tuple[TokenLogprob, ...]) -> dict[
     return {**_entry(logprob), "top_logprobs": [_entry(t) for t in top]}
 
 
-def total_usage(answers: list[Answer], jobs: list[GatewayJob]) -> dict[str, int]:
+def total_usage(answers: Sequence[Answer], jobs: Sequence[AnsweredJob]) -> dict[str, int]:
     """The usage of ``n`` choices: the prompt once, every choice's tokens (as OpenAI)."""
     usages = [a.usage(j) for a, j in zip(answers, jobs, strict=True)]
     prompt = usages[0]["prompt_tokens"]
@@ -255,7 +254,7 @@ def total_usage(answers: list[Answer], jobs: list[GatewayJob]) -> dict[str, int]
     }
 
 
-def merged(answers: list[Answer], jobs: list[GatewayJob]) -> dict[str, Any]:
+def merged(answers: Sequence[Answer], jobs: Sequence[AnsweredJob]) -> dict[str, Any]:
     """The non-streamed answer of ``n`` choices, one per job."""
     rendered = [a.render(j) for a, j in zip(answers, jobs, strict=True)]
     body = rendered[0]

@@ -17,25 +17,18 @@ and Ollama's ``keep_alive: 0``.
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from tierlm.runners.protocol import Unloadable
+from tierlm.runners.protocol import DescribesModels, Unloadable
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.keep_alive import KeepAlive
 
-__all__ = ["DescribesModels", "routes"]
-
-
-@runtime_checkable
-class DescribesModels(Protocol):
-    """A runner that can tell a model's load options."""
-
-    def describe(self, model_id: str) -> dict[str, object]: ...
+__all__ = ["routes"]
 
 
 def _gateway(request: Request, *, admin: bool = False) -> Gateway:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 from starlette.responses import Response
@@ -22,10 +22,14 @@ from starlette.types import Receive, Scope, Send
 from tierlm.runners.cancel_scope import cancelled_by
 from tierlm.server.edge.disconnect import client_gone
 from tierlm.server.edge.errors import APIError
-from tierlm.server.gateway.gateway import GatewayJob
+from tierlm.server.gateway.jobs import AnsweredJob
 from tierlm.server.gateway.metadata import answer_headers
 
 __all__ = ["EventStream", "JobResult", "JobStream", "SSEFormat", "sse_comment", "sse_data"]
+
+
+J = TypeVar("J", bound=AnsweredJob)
+J_contra = TypeVar("J_contra", bound=AnsweredJob, contravariant=True)
 
 
 def sse_data(payload: Mapping[str, Any] | str) -> bytes:
@@ -38,17 +42,17 @@ def sse_comment(text: str) -> bytes:
     return f": {text}\n\n".encode()
 
 
-class JobResult(Response):
+class JobResult(Response, Generic[J]):
     """A non-streamed answer: wait for the job (and the ``more`` jobs of the same
     request: ``n`` > 1), then send ``render(job)`` as JSON, or the first error
     (``error(job)``) in OpenAI's format."""
 
     def __init__(
         self,
-        job: GatewayJob,
-        render: Callable[[GatewayJob], Mapping[str, Any]],
-        error: Callable[[GatewayJob], APIError | None],
-        more: Sequence[GatewayJob] = (),
+        job: J,
+        render: Callable[[J], Mapping[str, Any]],
+        error: Callable[[J], APIError | None],
+        more: Sequence[J] = (),
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self.job = job
@@ -90,13 +94,13 @@ class JobResult(Response):
                     each.disconnect()
 
 
-async def _until_done(job: GatewayJob) -> None:
+async def _until_done(job: AnsweredJob) -> None:
     while not job.done:
         job.wake.clear()
         await job.wake.wait()
 
 
-class SSEFormat(Protocol):
+class SSEFormat(Protocol[J_contra]):
     """What a streamed endpoint sends; the transport is ``JobStream``'s."""
 
     def start(self) -> list[Mapping[str, Any]]: ...
@@ -105,10 +109,10 @@ class SSEFormat(Protocol):
         """The chunks of one piece: none while it is held back (a tool call's
         tail), several when it completes what was."""
 
-    def end(self, job: GatewayJob) -> list[Mapping[str, Any]]: ...
+    def end(self, job: J_contra) -> list[Mapping[str, Any]]: ...
 
 
-class JobStream(Response):
+class JobStream(Response, Generic[J]):
     """A streamed answer (SSE): comment lines while the job waits (its queue
     position and tier, so a UI can show "waiting behind 3 jobs"), then one
     ``data:`` event per generated piece, then ``data: [DONE]``."""
@@ -117,11 +121,11 @@ class JobStream(Response):
 
     def __init__(
         self,
-        job: GatewayJob,
-        fmt: SSEFormat,
-        error: Callable[[GatewayJob], APIError | None],
+        job: J,
+        fmt: SSEFormat[J],
+        error: Callable[[J], APIError | None],
         heartbeat: float,
-        more: Sequence[tuple[GatewayJob, SSEFormat]] = (),
+        more: Sequence[tuple[J, SSEFormat[J]]] = (),
         finale: Callable[[], list[Mapping[str, Any]]] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
@@ -171,7 +175,7 @@ class JobStream(Response):
         streams = [(self.job, self.fmt), *self.more]
         for i, (job, fmt) in enumerate(streams):
             # Woken after scheduler events too (throttled), to tell its position.
-            changes = job.gateway.changes
+            changes = job.changes
             changes.watch(job.wake)
             try:
                 if not await self._send_all(send, job, fmt, last=i == len(streams) - 1):
@@ -179,7 +183,7 @@ class JobStream(Response):
             finally:
                 changes.unwatch(job.wake)
 
-    async def _send_all(self, send: Send, job: GatewayJob, fmt: SSEFormat, last: bool) -> bool:
+    async def _send_all(self, send: Send, job: J, fmt: SSEFormat[J], last: bool) -> bool:
         """Stream ``job``; False if it failed (the stream is then over)."""
         sent = 0
         last_note: str | None = None

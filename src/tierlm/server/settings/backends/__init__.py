@@ -15,7 +15,7 @@ from typing import Annotated, Any, get_args
 from pydantic import BeforeValidator, Field
 
 from tierlm.runners.protocol import Runner
-from tierlm.server.settings.backends.base import BackendSettings, Capabilities, ModelLister
+from tierlm.server.settings.backends.base import BackendSettings, Capabilities
 from tierlm.server.settings.backends.llama_cpp import (
     LlamaCppBackend,
     LlamaModel,
@@ -34,7 +34,6 @@ __all__ = [
     "Capabilities",
     "LlamaCppBackend",
     "LlamaModel",
-    "ModelLister",
     "OllamaBackend",
     "OpenAIBackend",
     "SimBackend",

@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Protocol, runtime_checkable
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from tierlm.runners.errors import RunnerError
-from tierlm.runners.protocol import Runner
+from tierlm.runners.protocol import ModelLister, Runner
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.settings.schema import Expect, Flag, Schema
 
@@ -22,7 +22,6 @@ __all__ = [
     "BackendSettings",
     "Capabilities",
     "HttpURL",
-    "ModelLister",
     "at_least_one",
     "model_table",
 ]
@@ -42,13 +41,6 @@ class Capabilities:
     lists_models: bool = False
     """Without configured models, /v1/models lists the upstream's (the runner is
     a ``ModelLister``)."""
-
-
-@runtime_checkable
-class ModelLister(Protocol):
-    """A runner that can ask its server which models it has."""
-
-    async def list_models(self) -> list[str]: ...
 
 
 def _http_url(url: str) -> str:

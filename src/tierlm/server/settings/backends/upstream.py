@@ -15,13 +15,12 @@ from tierlm.runners.errors import RunnerError
 from tierlm.runners.http import DEFAULT_STALL_TIMEOUT
 from tierlm.runners.ollama import DEFAULT_OLLAMA_URL
 from tierlm.runners.openai_compat import ResumeMode
-from tierlm.runners.protocol import Runner
+from tierlm.runners.protocol import ModelLister, Runner
 from tierlm.server.settings.backends.base import (
     MODELS,
     BackendSettings,
     Capabilities,
     HttpURL,
-    ModelLister,
     ModelTable,
 )
 from tierlm.server.settings.schema import Expect, FieldError, Flag, Required, Schema
