@@ -27,13 +27,13 @@ from tierlm.core.anticipation import Anticipation
 from tierlm.core.classes import Tier
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Job, due_or_never
-from tierlm.core.on_time import OnTime
-from tierlm.core.queues import Candidate
+from tierlm.core.model_scan import ModelScan
+from tierlm.core.on_time import DeadlineMode
 
-__all__ = ["Choice", "choose"]
+__all__ = ["Affinity", "AffinityView", "Choice"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Choice:
     """The job to run (None: wait), and when that answer changes by itself."""
 
@@ -45,111 +45,132 @@ class Choice:
     (docs/design.md §4.8 (excursions))."""
 
 
-def choose(
-    best: Candidate,
-    best_job: Job,
-    best_loaded: Candidate | None,
-    *,
-    now: float,
-    loaded_model: str | None,
-    max_affinity_wait: float,
-    holds: SwapHolds,
-    chat_open: bool,
-    oldest: tuple[int, Job] | None = None,
-    anticipation: Anticipation | None = None,
-    loaded_job: Job | None = None,
-    person_model: str | None = None,
-    on_time: OnTime | None = None,
-    overdue: tuple[int, Job] | None = None,
-    loaded_pressing: Job | None = None,
-) -> Choice:
-    """``oldest``: of the best jobs of the models not loaded, the one that was
-    submitted first (id, job); ``anticipation``: the producers' think times;
-    ``loaded_job``: ``best_loaded``'s job; ``person_model``: the model a
-    person may type on now (``SwapHolds.expecting``); ``on_time``: deadlines
-    on time (``SchedulerConfig.deadlines``), else None; ``overdue``: then, of
-    the best jobs of the models not loaded that are overdue (T3) or pressing,
-    the one due first (id, job); ``loaded_pressing``: then, the loaded
-    model's pressing job due first (queued, or the running one asked about)."""
-    rank, _key, best_id = best
-    loaded_overdue = (
-        on_time is not None
-        and best_loaded is not None
-        and loaded_job is not None
-        and on_time.presses(best_loaded[0], loaded_job, now)
-    )
-    if (
-        person_model is not None
-        and loaded_model is not None
-        and loaded_model != person_model
-        and rank > Tier.T1
-    ):
-        # docs/design.md §4.8 (excursions): away from the model a person may
-        # type on, only work that has waited the bound runs, then the device
-        # goes back, so the person's next message finds their model loaded.
-        waited = loaded_job is not None and now >= loaded_job.submitted_at + max_affinity_wait
-        if waited or loaded_overdue:
-            assert best_loaded is not None
-            return Choice(best_loaded[2])
-        if best_job.model_id == person_model:
+@dataclass(frozen=True, slots=True)
+class AffinityView:
+    """What affinity sees at one pick (``Affinity.choose``)."""
+
+    now: float
+    loaded_model: str | None
+    scan: ModelScan
+    """The best candidates (``scan_models``): B (``scan.best``, not None),
+    the loaded model's, the oldest and the overdue elsewhere."""
+    best_job: Job
+    """B's job."""
+    loaded_job: Job | None
+    """``scan.best_loaded``'s job."""
+    person_model: str | None
+    """The model a person may type on now (``SwapHolds.expecting``)."""
+    chat_open: bool
+    """The chat page is the foreground."""
+
+
+@dataclass(frozen=True, slots=True)
+class Affinity:
+    """The rules of the module doc, bound to the policy's holds, think
+    times (``Anticipation``) and deadline mode."""
+
+    max_affinity_wait: float
+    holds: SwapHolds
+    anticipation: Anticipation
+    deadlines: DeadlineMode
+
+    def choose(self, view: AffinityView) -> Choice:
+        """B, the loaded model's best, or a wait (the module doc)."""
+        scan, now, loaded_model = view.scan, view.now, view.loaded_model
+        best, best_loaded, best_job, loaded_job = (
+            scan.best,
+            scan.best_loaded,
+            view.best_job,
+            view.loaded_job,
+        )
+        assert best is not None
+        max_affinity_wait, holds, person_model = (
+            self.max_affinity_wait,
+            self.holds,
+            view.person_model,
+        )
+        rank, _key, best_id = best
+        loaded_overdue = (
+            best_loaded is not None
+            and loaded_job is not None
+            and self.deadlines.presses(best_loaded[0], loaded_job, now)
+        )
+        if (
+            person_model is not None
+            and loaded_model is not None
+            and loaded_model != person_model
+            and rank > Tier.T1
+        ):
+            # docs/design.md §4.8 (excursions): away from the model a person may
+            # type on, only work that has waited the bound runs, then the device
+            # goes back, so the person's next message finds their model loaded.
+            waited = loaded_job is not None and now >= loaded_job.submitted_at + max_affinity_wait
+            if waited or loaded_overdue:
+                assert best_loaded is not None
+                return Choice(best_loaded[2])
+            if best_job.model_id == person_model:
+                return Choice(best_id)
+            return Choice(None, return_to=person_model)
+        overdue = scan.overdue  # set by deadlines on time only
+        if overdue is not None and loaded_model is not None and rank > Tier.T1:
+            # docs/design.md §4.8 (deadlines on time): the operator chose punctual
+            # deadlines over the person's idle gap, so no hold and no gap bet; the
+            # loaded model's overdue or pressing work due as early goes first (one
+            # swap; else the device, draining for the swap, would keep it out).
+            overdue_id, overdue_job = overdue
+            other_due = due_or_never(overdue_job)
+            if loaded_overdue and due_or_never(loaded_job) <= other_due:
+                assert best_loaded is not None
+                return Choice(best_loaded[2])
+            loaded_pressing = scan.loaded_pressing
+            if loaded_pressing is not None and due_or_never(loaded_pressing) <= other_due:
+                return Choice(loaded_pressing.id)
+            return Choice(overdue_id)
+        if loaded_model is None or best_job.model_id == loaded_model:
             return Choice(best_id)
-        return Choice(None, return_to=person_model)
-    if on_time is not None and overdue is not None and loaded_model is not None and rank > Tier.T1:
-        # docs/design.md §4.8 (deadlines on time): the operator chose punctual
-        # deadlines over the person's idle gap, so no hold and no gap bet; the
-        # loaded model's overdue or pressing work due as early goes first (one
-        # swap; else the device, draining for the swap, would keep it out).
-        overdue_id, overdue_job = overdue
-        other_due = due_or_never(overdue_job)
-        if loaded_overdue and due_or_never(loaded_job) <= other_due:
-            assert best_loaded is not None
-            return Choice(best_loaded[2])
-        if loaded_pressing is not None and due_or_never(loaded_pressing) <= other_due:
-            return Choice(loaded_pressing.id)
-        return Choice(overdue_id)
-    if loaded_model is None or best_job.model_id == loaded_model:
-        return Choice(best_id)
-    if rank <= Tier.T1:
-        return Choice(best_id)
-    waiting_id, waiting = oldest if oldest is not None else (best_id, best_job)
-    starve_at = min(best_job.submitted_at, waiting.submitted_at) + max_affinity_wait
-    if now >= starve_at:
-        # docs/design.md §4.8: no model's work waits past max_affinity_wait
-        # for its swap, whichever model the pool would pick; the loaded
-        # model's work that has waited as long goes first (one swap, a batch).
-        older = waiting.submitted_at < best_job.submitted_at
-        target_id, target = (waiting_id, waiting) if older else (best_id, best_job)
-        loaded_older = loaded_job is not None and loaded_job.submitted_at <= target.submitted_at
-        if loaded_older and not holds.presence.away:
-            # With no AI surface open the swap goes now (docs/design.md §4.8 (presence)): after the
-            # loaded model's older work it met the
-            # person back on a page, then their chat met the swap back.
-            assert best_loaded is not None
-            return Choice(best_loaded[2])
-        present_until = starve_at + max_affinity_wait
-        if holds.gap_fits(now, loaded_model, starve_at, target.model_id):
-            # Seed scenario 6: it "waits for a chat idle gap", the first one
-            # since it reached the bound that holds its excursion; a person
-            # who chats every 45 s kept the hold alive forever (a job waited
-            # 1 210 s).
-            return Choice(target_id)
-    else:
-        target_id, target = best_id, best_job
-        present_until = float("inf")
-        if best_loaded is not None:
-            return Choice(best_loaded[2], affinity_expiry=starve_at)
-        if anticipation is not None:
-            held = anticipation.hold_end(now, loaded_model, holds.swap_estimate(target.model_id))
+        if rank <= Tier.T1:
+            return Choice(best_id)
+        oldest = scan.oldest
+        waiting_id, waiting = oldest if oldest is not None else (best_id, best_job)
+        starve_at = min(best_job.submitted_at, waiting.submitted_at) + max_affinity_wait
+        if now >= starve_at:
+            # docs/design.md §4.8: no model's work waits past max_affinity_wait
+            # for its swap, whichever model the pool would pick; the loaded
+            # model's work that has waited as long goes first (one swap, a batch).
+            older = waiting.submitted_at < best_job.submitted_at
+            target_id, target = (waiting_id, waiting) if older else (best_id, best_job)
+            loaded_older = loaded_job is not None and loaded_job.submitted_at <= target.submitted_at
+            if loaded_older and not holds.presence.away:
+                # With no AI surface open the swap goes now (docs/design.md §4.8
+                # presence): after the loaded model's older work it met the
+                # person back on a page, then their chat met the swap back.
+                assert best_loaded is not None
+                return Choice(best_loaded[2])
+            present_until = starve_at + max_affinity_wait
+            if holds.gap_fits(now, loaded_model, starve_at, target.model_id):
+                # Seed scenario 6: it "waits for a chat idle gap", the first one
+                # since it reached the bound that holds its excursion; a person
+                # who chats every 45 s kept the hold alive forever (a job waited
+                # 1 210 s).
+                return Choice(target_id)
+        else:
+            target_id, target = best_id, best_job
+            present_until = float("inf")
+            if best_loaded is not None:
+                return Choice(best_loaded[2], affinity_expiry=starve_at)
+            held = self.anticipation.hold_end(
+                now, loaded_model, holds.swap_estimate(target.model_id)
+            )
             if held is not None:
                 return Choice(None, hold_expiry=min(held, starve_at))
-    hold_end = holds.hold_end(
-        now,
-        loaded_model,
-        target.model_id,
-        chat_open=chat_open,
-        idle=best_loaded is None,
-        present_until=present_until,
-    )
-    if hold_end is not None and now < hold_end:
-        return Choice(best_loaded[2] if best_loaded is not None else None, hold_expiry=hold_end)
-    return Choice(target_id)
+        hold_end = holds.hold_end(
+            now,
+            loaded_model,
+            target.model_id,
+            chat_open=view.chat_open,
+            idle=best_loaded is None,
+            present_until=present_until,
+        )
+        if hold_end is not None and now < hold_end:
+            return Choice(best_loaded[2] if best_loaded is not None else None, hold_expiry=hold_end)
+        return Choice(target_id)

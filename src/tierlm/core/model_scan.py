@@ -6,20 +6,47 @@ models a decision sees; hot path, plain ints."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierlm.core.book import JobBook
 from tierlm.core.classes import T3
-from tierlm.core.jobs import NEVER, Foreground, Job, due_or_never
-from tierlm.core.on_time import OnTime, due_first
+from tierlm.core.jobs import Foreground, Job
+from tierlm.core.on_time import DeadlineMode, due_first
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.queues import Candidate
 
-__all__ = ["ModelScan", "scan_models"]
+__all__ = ["ModelScan", "PickView", "scan_models"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class PickView:
+    """What one pick sees: the instant, the device, the skipped classes and
+    the running job that takes part in it (docs/design.md §4.6: best =
+    pick(queue + running))."""
+
+    now: float
+    loaded_model: str | None
+    skip: frozenset[str]
+    """Classes over their budget (docs/design.md §4.3)."""
+    foreground: Foreground | None
+    floor_active: bool
+    """The pool is owed its floor: overdue work ranks after it (§4.5)."""
+    t4: bool
+    """The pool's own order counts (docs/design.md §4.4)."""
+    running: Job | None = None
+    """The running job taking part in the pick."""
+    mine: Candidate | None = None
+    """``running``'s candidate outside the pool's own order."""
+    in_pool: Job | None = None
+    """``running``, when the pool compares it along its path."""
+
+    def job_of(self, job_id: int, book: JobBook) -> Job:
+        """A candidate's job: queued, or the running one."""
+        running = self.running
+        return running if running is not None and running.id == job_id else book.jobs[job_id]
+
+
+@dataclass(frozen=True, slots=True)
 class ModelScan:
     best: Candidate | None = None
     """The best job overall (B)."""
@@ -28,37 +55,33 @@ class ModelScan:
     oldest: tuple[int, Job] | None = None
     """Of the best jobs of the models not loaded, the one submitted first."""
     overdue: tuple[int, Job] | None = None
-    """With ``on_time``: of the other models' jobs that are overdue (T3 with
-    a due time: never due is never overdue) or pressing, any place in their
-    queue, the one due first."""
+    """With deadlines on time: of the other models' jobs that are overdue
+    (T3 with a due time: never due is never overdue) or pressing, any place
+    in their queue, the one due first."""
     presses_at: float | None = None
-    """With ``on_time``: when a job not yet pressing may start to (a wake-up)."""
+    """With deadlines on time: when a job not yet pressing may start to (a
+    wake-up)."""
     loaded_pressing: Job | None = None
-    """With ``on_time``: the loaded model's pressing job due first, queued or
-    the running one asked about (``OnTime.scan``)."""
+    """With deadlines on time: the loaded model's pressing job due first,
+    queued or the running one asked about (``OnTime.scan``)."""
 
 
 def scan_models(
-    book: JobBook,
-    pool_pick: PoolPick,
-    job_of: Callable[[int], Job],
-    *,
-    loaded_model: str | None,
-    skip: frozenset[str],
-    foreground: Foreground | None,
-    floor_active: bool,
-    running: Job | None,
-    mine: Candidate | None,
-    in_pool: Job | None,
-    t4: bool,
-    on_time: OnTime | None,
-    now: float,
+    view: PickView, book: JobBook, pool_pick: PoolPick, deadlines: DeadlineMode
 ) -> ModelScan:
-    """``running``: the running job taking part in the pick (its candidate
-    ``mine``, or ``in_pool`` when the pool compares it along its path);
-    ``t4``: the pool's own order counts (docs/design.md §4.4); ``on_time``:
-    deadlines on time (docs/design.md §4.8), else None."""
-    scan = ModelScan()
+    """One pass over the models ``view`` sees (the module doc)."""
+    best: Candidate | None = None
+    best_loaded: Candidate | None = None
+    oldest: tuple[int, Job] | None = None
+    overdue: tuple[int, Job] | None = None
+    loaded_model, skip, running, mine, in_pool = (
+        view.loaded_model,
+        view.skip,
+        view.running,
+        view.mine,
+        view.in_pool,
+    )
+    foreground, floor_active, t4 = view.foreground, view.floor_active, view.t4
     queues = book.models
     models = list(queues)
     if running is not None and running.model_id not in queues:
@@ -82,22 +105,21 @@ def scan_models(
             candidate = mine
         if candidate is None:
             continue
-        if scan.best is None or candidate < scan.best:
-            scan.best = candidate
+        if best is None or candidate < best:
+            best = candidate
         if model_id == loaded_model:
-            scan.best_loaded = candidate
+            best_loaded = candidate
             continue
-        job = job_of(candidate[2])
-        if scan.oldest is None or job.submitted_at < scan.oldest[1].submitted_at:
-            scan.oldest = (candidate[2], job)
-        if on_time is not None and candidate[0] == T3 and due_or_never(job) != NEVER:
-            scan.overdue = due_first(scan.overdue, (candidate[2], job))
-    if on_time is not None:
-        pressing = on_time.scan(book, now, skip, running)
-        scan.presses_at = pressing.next_at
-        for model_id, job in pressing.first.items():
-            if model_id == loaded_model:
-                scan.loaded_pressing = job
-            else:
-                scan.overdue = due_first(scan.overdue, (job.id, job))
-    return scan
+        job = view.job_of(candidate[2], book)
+        if oldest is None or job.submitted_at < oldest[1].submitted_at:
+            oldest = (candidate[2], job)
+        if deadlines.overdue(candidate[0], job):
+            overdue = due_first(overdue, (candidate[2], job))
+    pressing = deadlines.scan(book, view.now, skip, running)
+    loaded_pressing: Job | None = None
+    for model_id, job in pressing.first.items():
+        if model_id == loaded_model:
+            loaded_pressing = job
+        else:
+            overdue = due_first(overdue, (job.id, job))
+    return ModelScan(best, best_loaded, oldest, overdue, pressing.next_at, loaded_pressing)

@@ -11,20 +11,23 @@ started at it). Pressing work
 - is not cut from the batch by the chat latency guard (``OnTime.shielded``,
   ``slots.plan``).
 
-Pure functions of the jobs and the time.
+The default, ``"after-people"``, is ``AfterPeople``: the same questions,
+answered "nothing presses", so the policy asks either mode the same way
+(``deadline_mode``). Pure functions of the jobs and the time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tierlm.core.book import JobBook
 from tierlm.core.classes import T3
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.jobs import NEVER, Job, due_or_never
 
-__all__ = ["OnTime", "Pressing", "due_first"]
+__all__ = ["AfterPeople", "DeadlineMode", "OnTime", "Pressing", "deadline_mode", "due_first"]
 
 
 def due_first(current: tuple[int, Job] | None, candidate: tuple[int, Job]) -> tuple[int, Job]:
@@ -46,6 +49,59 @@ class Pressing:
     """When a job not yet pressing may start to (a wake-up; None: none)."""
 
 
+class DeadlineMode(Protocol):
+    """What the policy asks of its deadline mode (``SchedulerConfig.deadlines``)."""
+
+    def overdue(self, rank: int, job: Job) -> bool:
+        """Whether a model's best job, ranked ``rank``, is overdue work the
+        mode swaps for (``model_scan``)."""
+
+    def presses(self, rank: int, job: Job, now: float) -> bool:
+        """Whether ``job`` is overdue or pressing (``affinity``)."""
+
+    def scan(
+        self, book: JobBook, now: float, skip: frozenset[str], running: Job | None
+    ) -> Pressing:
+        """Each model's pressing work due first, and when the next presses."""
+
+    def shielded(self, job: Job, now: float) -> bool:
+        """Background the chat latency guard neither cuts nor keeps out."""
+
+    def finish_until(self, running: Job, person: Job, now: float) -> float | None:
+        """Until when ``running`` keeps the device from ``person``'s job."""
+
+
+@dataclass(frozen=True, slots=True)
+class AfterPeople:
+    """The default (``"after-people"``, the seed's order): nothing presses;
+    overdue work waits for a person's idle gap like any other (docs/design.md
+    §4.8)."""
+
+    def overdue(self, rank: int, job: Job) -> bool:
+        return False
+
+    def presses(self, rank: int, job: Job, now: float) -> bool:
+        return False
+
+    def scan(
+        self, book: JobBook, now: float, skip: frozenset[str], running: Job | None
+    ) -> Pressing:
+        return Pressing()
+
+    def shielded(self, job: Job, now: float) -> bool:
+        return False
+
+    def finish_until(self, running: Job, person: Job, now: float) -> float | None:
+        return None
+
+
+def deadline_mode(config: SchedulerConfig, swap_estimate: Callable[[str], float]) -> DeadlineMode:
+    """The rules for ``config.deadlines``."""
+    if config.deadlines == "on-time":
+        return OnTime(config.grace_factor, swap_estimate)
+    return AfterPeople()
+
+
 @dataclass(frozen=True, slots=True)
 class OnTime:
     """When deadline work presses, and what it may then take from a person."""
@@ -59,13 +115,6 @@ class OnTime:
     at 8 slots, FIFO's 53-67 s; on time now 32-53 s, docs/design.md §8)."""
     swap_estimate: Callable[[str], float]
     """The expected swap to a model (``SwapHolds.swap_estimate``)."""
-
-    @classmethod
-    def of(cls, config: SchedulerConfig, swap_estimate: Callable[[str], float]) -> OnTime | None:
-        """The rules for ``config.deadlines``; None: the default order."""
-        if config.deadlines != "on-time":
-            return None
-        return cls(config.grace_factor, swap_estimate)
 
     def lead(self, model_id: str) -> float:
         """How long before its due time work on ``model_id`` presses."""
@@ -85,12 +134,16 @@ class OnTime:
         producers came and went."""
         return now >= self.presses_at(job)
 
+    def overdue(self, rank: int, job: Job) -> bool:
+        """Overdue work (T3) with a due time: never due is never overdue."""
+        return rank == T3 and due_or_never(job) != NEVER
+
     def presses(self, rank: int, job: Job, now: float) -> bool:
         """Whether ``job``, ranked ``rank``, is work this mode swaps for:
         overdue (T3) with a due time, or pressing. Work never due (an
         operator's tier-3 class without a deadline) never presses: read as
         due at 0 it jumped overdue work and took its swap at once."""
-        return (rank == T3 and due_or_never(job) != NEVER) or self.pressing(job, now)
+        return self.overdue(rank, job) or self.pressing(job, now)
 
     def scan(
         self,
