@@ -47,3 +47,13 @@ def test_on_eight_slots_a_chat_may_wait_one_full_step() -> None:
     # The old queue's 30 s wait was a phone's: on 8 slots it is context.
     lane = next(c for c in result.targets if c.policy == "two-lane")
     assert lane.met is None and "context" in lane.note
+
+
+def test_the_fair_pool_targets_name_the_least_served_producer() -> None:
+    # `tierlm simulate --workload fair-pool` stopped with a KeyError once the
+    # per-epoch Jain's index it named was gone from the metrics.
+    result = compare(get_workload("fair-pool"), ["tierlm", "fifo"], duration=300.0)
+    (jain,) = [c for c in result.targets if c.target.startswith("Jain's index")]
+    fairness = result.metrics["tierlm"]["fairness"]
+    assert jain.measured == fairness["jain"]
+    assert f"least served producer: {fairness['worst_producer']}" in jain.note

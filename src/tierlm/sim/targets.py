@@ -232,7 +232,7 @@ def _fair_pool(metrics: Mapping[str, Metrics]) -> list[TargetCheck]:
             jain,
             0.99,
             None if jain is None else jain >= 0.99 - _EPS,
-            f"worst epoch {_fmt(fairness['jain_min'], 3)}",
+            f"least served producer: {fairness['worst_producer']}",
         )
     )
     diff = fairness["max_diff_60s"]
