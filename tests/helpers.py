@@ -191,9 +191,6 @@ async def first_token_time(stream: Any) -> tuple[float | None, str]:
     return first, "".join(parts)
 
 
-MSG = [{"role": "user", "content": "hello"}]
-
-
 async def mixed_queue(sched: Scheduler, seconds: float = 1.0) -> list[JobHandle[int]]:
     """Every tier on two models (m1 loaded), queued while the scheduler is paused.
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_until_blocking
+from tests.payloads import HI, chat_body
 from tests.runners.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,11 +155,7 @@ def test_the_systemd_unit_s_command_serves_and_stops_on_sigterm(tmp_path: Path) 
         wait_until_blocking(up, "the gateway to come up", timeout=120, every=0.2)
         answer = httpx.post(
             f"{url}/v1/chat/completions",
-            json={
-                "model": "smollm2-135m",
-                "messages": [{"role": "user", "content": "hi"}],
-                "max_tokens": 3,
-            },
+            json=chat_body("smollm2-135m", 3, messages=HI),
             timeout=300,  # a hang guard: a real model on a loaded 2-core machine
         )
         assert answer.status_code == 200, answer.text

@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 from tests.helpers import wait_until_blocking
+from tests.payloads import HI, chat_body
 from tests.server.test_llm_d_metrics import families, select
 
 yaml = pytest.importorskip("yaml")
@@ -171,7 +172,7 @@ def test_a_real_tierlm_serve_answers_the_pickers_scrape(endpoint: tuple[str, str
     chat = httpx.post(
         f"{url}/v1/chat/completions",
         headers={"Authorization": f"Bearer {key}"},
-        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        json=chat_body(model, 2, messages=HI),
         timeout=WAIT,
     )
     assert chat.status_code == 200, chat.text

@@ -26,6 +26,7 @@ import pytest
 
 from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
 from tests.helpers import wait_until_blocking
+from tests.payloads import HI, chat_body
 from tierlm.ray.app import LOOPBACK_ENV
 
 ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
@@ -334,7 +335,7 @@ def test_a_full_replica_sends_the_request_to_the_next_and_all_full_is_429(url: s
             time.sleep(0.7)
         fifth = httpx.post(
             f"{url}/v1/chat/completions",
-            json={"model": "sim-a", "messages": [{"role": "user", "content": "hi"}]},
+            json=chat_body(max_tokens=None, messages=HI),
             headers={"X-Tierlm-Class": "gana"},
             timeout=WAIT,
         )

@@ -26,6 +26,7 @@ import pytest
 
 from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
 from tests.helpers import wait_until_blocking
+from tests.payloads import HI, chat_body
 
 ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
 serve = pytest.importorskip("ray.serve")
@@ -90,7 +91,7 @@ def test_operations_answer_on_rays_default_router(url: str) -> None:
     all answer, every time: none goes through the router."""
     chat = httpx.post(
         f"{url}/v1/chat/completions",
-        json={"model": "sim-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        json=chat_body(max_tokens=3, messages=HI),
         timeout=WAIT,
     )
     assert chat.status_code == 200, chat.text
@@ -173,11 +174,7 @@ def test_a_frozen_replica_degrades_health_and_shows_as_such(url: str) -> None:
         assert 'tierlm_fleet_replicas{state="silent"} 1' in metrics.text
         chat = httpx.post(
             f"{url}/v1/chat/completions",
-            json={
-                "model": "sim-a",
-                "messages": [{"role": "user", "content": "hi"}],
-                "max_tokens": 3,
-            },
+            json=chat_body(max_tokens=3, messages=HI),
             timeout=WAIT,
         )
         assert chat.status_code == 200 and chat.headers["x-tierlm-replica"] == other

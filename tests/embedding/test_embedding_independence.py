@@ -10,7 +10,8 @@ import asyncio
 
 import pytest
 
-from tests.helpers import MSG, first_token_time, runner, work_for
+from tests.helpers import first_token_time, runner, work_for
+from tests.payloads import MESSAGES
 from tierlm import Scheduler
 from tierlm.embedding import EmbeddingLane, SimulatedEmbedder
 from tierlm.testing import run_virtual
@@ -41,7 +42,9 @@ def chat_with_background(flood: bool) -> tuple[float, str, int]:
             flooding = asyncio.create_task(offer()) if flood else None
             await asyncio.sleep(2.0)  # mid-flood, a background job on the device
             asked = loop.time()
-            first, text = await first_token_time(sched.generate("chat", "m1", MSG, max_tokens=20))
+            first, text = await first_token_time(
+                sched.generate("chat", "m1", MESSAGES, max_tokens=20)
+            )
             assert first is not None
             embedded = await flooding if flooding is not None else 0
             await asyncio.gather(*background)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.payloads import story
 from tests.runners.helpers import run
 from tierlm import Scheduler
 from tierlm.runners.requests import GenerationRequest
@@ -40,7 +41,7 @@ def test_background_streams_decode_together_and_a_chat_gets_a_slot_within_two_st
             for i in range(STREAMS):
                 request = GenerationRequest(
                     model_id=MODEL,
-                    messages=[{"role": "user", "content": f"Tell me story number {i}."}],
+                    messages=story(i),
                     max_tokens=400,
                     temperature=0.0,
                 )

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.payloads import HI as CHAT
 from tests.runners.helpers import run
 from tierlm import (
     JobCompleted,
@@ -74,7 +75,6 @@ from tierlm.runners.llama_cpp import RUN_AHEAD, LlamaCppRunner, LlamaModelSpec  
 THREADS = 1
 GREEDY = 0.0
 BACKGROUND = [{"role": "user", "content": "Tell me a long story."}]
-CHAT = [{"role": "user", "content": "hi"}]
 CHAT_TOKENS = 8
 # Background tokens that may still be decoded after the chat arrived: those the
 # runner may run ahead of its reader (RUN_AHEAD), and the one being decoded.

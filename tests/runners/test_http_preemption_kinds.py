@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.payloads import STORY
 from tests.runners.fake_servers import SLOW_SECONDS
 from tests.runners.helpers import run
 from tierlm.runners.cancellation import CancelReason, CancelToken
@@ -26,7 +27,6 @@ from tierlm.runners.requests import GenerationRequest
 if TYPE_CHECKING:
     from tests.runners.helpers import FakeServer
 
-MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 YIELD, PREEMPTED = CancelReason.YIELD, CancelReason.PREEMPTED
 
 
@@ -34,7 +34,7 @@ async def pieces_after(
     runner: OpenAIRunner | OllamaRunner, model: str, cancels: list[tuple[float, CancelReason]]
 ) -> list[str]:
     """Stream 50 tokens of ``model``; cancel with each reason at its time."""
-    request = GenerationRequest(model_id=model, messages=MESSAGES, max_tokens=50)
+    request = GenerationRequest(model_id=model, messages=STORY, max_tokens=50)
     token = CancelToken()
     loop = asyncio.get_running_loop()
     for delay, reason in cancels:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.payloads import story
 from tests.runners.helpers import run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError
@@ -35,10 +36,6 @@ from tierlm.runners.llama_cpp.worker.snapshots import MIN_STASH  # noqa: E402
 
 THREADS = 1
 TOTAL = 60
-
-
-def story(n: int = 0) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"Tell me story number {n}."}]
 
 
 def request(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.payloads import STORY
 from tests.runners.helpers import run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.errors import InvalidRequest, RunnerError
@@ -34,7 +35,6 @@ llama_cpp_mod = pytest.importorskip("llama_cpp", reason="needs llama-cpp-python"
 
 from tierlm.runners.llama_cpp import RUN_AHEAD, LlamaCppRunner, LlamaModelSpec  # noqa: E402
 
-MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 GREEDY = 0.0
 
 
@@ -59,7 +59,7 @@ def chat(
     """The test chat, sampled greedily (deterministic)."""
     return GenerationRequest(
         model_id=model,
-        messages=MESSAGES,
+        messages=STORY,
         max_tokens=max_tokens,
         temperature=GREEDY,
         resume_text=resume_text,

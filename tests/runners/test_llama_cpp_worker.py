@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.helpers import wait_until
+from tests.payloads import STORY
 from tests.runners.helpers import run
 from tierlm.runners.cancellation import CancelToken
 from tierlm.runners.errors import RunnerError
@@ -39,7 +40,6 @@ from tierlm.runners.llama_cpp.host.transport import OMP_DEFAULTS, with_omp_defau
 from tierlm.runners.llama_cpp.wire.faults import FaultInjection  # noqa: E402
 
 THREADS = 1  # see tests/runners/test_llama_cpp_runner.py
-MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 
 
 def runner_for(
@@ -56,7 +56,7 @@ def runner_for(
 
 def chat(model: str = "a", max_tokens: int = 40, job_id: int | None = None) -> GenerationRequest:
     return GenerationRequest(
-        model_id=model, messages=MESSAGES, max_tokens=max_tokens, temperature=0.0, job_id=job_id
+        model_id=model, messages=STORY, max_tokens=max_tokens, temperature=0.0, job_id=job_id
     )
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.helpers import HANG_GUARD
+from tests.payloads import STORY
 from tests.runners.helpers import disconnected, free_port, run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError
@@ -24,8 +25,6 @@ from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from tests.runners.helpers import FakeServer
-
-MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 
 
 def words(start: int, stop: int) -> str:
@@ -50,14 +49,14 @@ def test_chat_and_generate_stream_one_piece_per_token(fake: FakeServer) -> None:
         async with OllamaRunner(fake.url) as runner:
             await runner.load("m1")
             request = GenerationRequest(
-                model_id="m1", messages=MESSAGES, max_tokens=12, temperature=0.2, stop=("END",)
+                model_id="m1", messages=STORY, max_tokens=12, temperature=0.2, stop=("END",)
             )
             pieces = await collect(runner, request)
             assert pieces == [f"t{i} " for i in range(12)]
             path, body = fake.state.requests[-1]
             assert path == "/api/chat"
             assert body["stream"] is True
-            assert body["messages"] == MESSAGES
+            assert body["messages"] == STORY
             assert body["options"] == {"num_predict": 12, "temperature": 0.2, "stop": ["END"]}
             assert body["keep_alive"] == -1  # stays loaded until tierlm swaps it out
 
@@ -106,7 +105,7 @@ def test_cancel_closes_the_stream_without_waiting_for_the_next_token(fake: FakeS
             first = asyncio.Event()
 
             async def consume() -> None:
-                request = GenerationRequest(model_id="stuck", messages=MESSAGES, max_tokens=100)
+                request = GenerationRequest(model_id="stuck", messages=STORY, max_tokens=100)
                 async for piece in runner.generate(request, token):
                     pieces.append(piece)
                     first.set()
@@ -126,7 +125,7 @@ def test_cancel_closes_the_stream_without_waiting_for_the_next_token(fake: FakeS
 @pytest.mark.parametrize(
     ("request_kw", "path"),
     [
-        ({"messages": MESSAGES}, "/api/chat"),
+        ({"messages": STORY}, "/api/chat"),
         ({"prompt": "Once", "extra": {"raw": True}}, "/api/generate"),
         ({"prompt": "Once"}, "/api/chat"),
     ],
@@ -170,7 +169,7 @@ def test_resume_continues_after_the_partial_text(
 def test_failures_name_the_model_and_the_cause(fake: FakeServer, model: str, pattern: str) -> None:
     async def main() -> None:
         async with OllamaRunner(fake.url) as runner:
-            request = GenerationRequest(model_id=model, messages=MESSAGES, max_tokens=10)
+            request = GenerationRequest(model_id=model, messages=STORY, max_tokens=10)
             with pytest.raises(RunnerError, match=pattern) as info:
                 await collect(runner, request)
             assert info.value.model_id == model
@@ -199,7 +198,7 @@ def test_unreachable_server_is_named() -> None:
                 RunnerError, match=rf"'m1': cannot reach {url}/api/generate to load"
             ):
                 await runner.load("m1")
-            request = GenerationRequest(model_id="m1", messages=MESSAGES, max_tokens=3)
+            request = GenerationRequest(model_id="m1", messages=STORY, max_tokens=3)
             with pytest.raises(RunnerError, match=rf"'m1': cannot reach {url}/api/chat"):
                 await collect(runner, request)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.helpers import HANG_GUARD, wait_until
+from tests.payloads import STORY
 from tests.runners.helpers import disconnected, free_port, run
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.runners.errors import RunnerError
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
     from tests.runners.helpers import FakeServer, LlamaServer
 
-MESSAGES = [{"role": "user", "content": "Tell me a story."}]
 # Greedy, and no repeat penalty (the server's default is 1.1, the runner's 1.0),
 # so the server's text can be compared with the in-process runner's.
 GREEDY: Mapping[str, object] = {"repeat_penalty": 1.0}
@@ -32,7 +32,7 @@ GREEDY: Mapping[str, object] = {"repeat_penalty": 1.0}
 def chat(model: str = "a", max_tokens: int = 40, resume_text: str = "") -> GenerationRequest:
     return GenerationRequest(
         model_id=model,
-        messages=MESSAGES,
+        messages=STORY,
         max_tokens=max_tokens,
         temperature=0.0,
         resume_text=resume_text,
@@ -144,7 +144,7 @@ def test_prefill_resume_is_a_new_turn_on_llama_cpp_python(llama_server: LlamaSer
             assert partial + rest != full
             # What it generated is the answer to a closed assistant turn.
             new_turn = render_chat_template(
-                CHATML_TEMPLATE, [*MESSAGES, {"role": "assistant", "content": partial}]
+                CHATML_TEMPLATE, [*STORY, {"role": "assistant", "content": partial}]
             )
             assert new_turn.endswith(f"{partial}<|im_end|>\n<|im_start|>assistant\n")
             request = GenerationRequest(
@@ -177,7 +177,7 @@ def test_server_rejection_names_the_model_and_the_servers_message(
     async def main() -> None:
         async with OpenAIRunner(llama_server.url) as runner:
             bad = GenerationRequest(
-                model_id="a", messages=MESSAGES, max_tokens=5, extra={"temperature": "hot"}
+                model_id="a", messages=STORY, max_tokens=5, extra={"temperature": "hot"}
             )
             with pytest.raises(
                 RunnerError, match=r"(?s)model 'a'.*answered 500.*temperature.*valid number"
@@ -288,7 +288,7 @@ def test_completions_mode_renders_the_chat_template_client_side(fake: FakeServer
             await collect(runner, chat("m", max_tokens=3, resume_text="t0 "))
             path, body = fake.state.requests[-1]
             assert path == "/v1/completions"
-            assert body["prompt"] == render_chat_template(CHATML_TEMPLATE, MESSAGES) + "t0 "
+            assert body["prompt"] == render_chat_template(CHATML_TEMPLATE, STORY) + "t0 "
             assert body["prompt"].endswith("<|im_start|>assistant\nt0 ")
 
     run(main())

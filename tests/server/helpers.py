@@ -19,7 +19,7 @@ import socket
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,15 +141,10 @@ class Gateway:
         """Samples by (name, sorted labels)."""
         response = self.http.get("/metrics")
         response.raise_for_status()
-        samples = {}
-        for family in text_string_to_metric_families(response.text):
-            for sample in family.samples:
-                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        return samples
+        return samples(response.text)
 
     def metric(self, name: str, **labels: str) -> float:
-        key = (name, tuple(sorted((k.replace("class_", "class"), v) for k, v in labels.items())))
-        return self.metrics().get(key, 0.0)
+        return sample(self.metrics(), name, **labels)
 
     def background(self, fn: Callable[[], T]) -> Future[T]:
         return self.pool.submit(fn)
@@ -157,6 +152,41 @@ class Gateway:
     def close(self) -> None:
         self.http.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A /metrics page's samples by (name, sorted labels)."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for one in family.samples:
+            found[(one.name, tuple(sorted(one.labels.items())))] = one.value
+    return found
+
+
+def sample(
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    """One sample of ``samples(...)``, 0 if absent (``class_`` stands for ``class``)."""
+    key = (name, tuple(sorted((k.replace("class_", "class"), v) for k, v in labels.items())))
+    return found.get(key, 0.0)
+
+
+@contextlib.asynccontextmanager
+async def virtual_gateway(
+    settings: ServerSettings | None = None, *, runner: Runner | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The real app driven through its ASGI interface on the running loop (the
+    virtual-time loop, in an ``async def`` test): a client for it. No socket,
+    no thread: what the scheduler does shows in virtual seconds, and a test
+    waits on it with ``wait_until``, never on the wall clock. A response is
+    read whole (the ASGI transport's way): streams only as tasks."""
+    app = create_app(settings or sim_settings(), runner=runner)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1", timeout=WAIT
+        ) as client:
+            yield client
 
 
 @contextlib.contextmanager

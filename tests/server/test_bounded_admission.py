@@ -9,10 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.payloads import HI as MESSAGES
 from tests.server.helpers import Gateway, module_gateway
-
-MESSAGES = [{"role": "user", "content": "hi"}]
-
 
 gw = module_gateway()
 

@@ -18,6 +18,7 @@ import json
 
 import httpx
 
+from tests.payloads import HI, chat_body
 from tests.server.helpers import WAIT
 from tests.server.serve_process import tierlm_serve
 
@@ -28,14 +29,7 @@ SIM += ("--log-level", "warning")
 
 
 def chat_request(port: int, max_tokens: int = 2) -> bytes:
-    body = json.dumps(
-        {
-            "model": "sim-a",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": max_tokens,
-            "stream": True,
-        }
-    ).encode()
+    body = json.dumps(chat_body(max_tokens=max_tokens, messages=HI, stream=True)).encode()
     return (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
@@ -151,8 +145,8 @@ async def beside_slowloris(url: str) -> tuple[list[int], int]:
         await asyncio.sleep(2)  # every socket open and trickling
         async with httpx.AsyncClient(base_url=url, timeout=WAIT) as http:
             for _ in range(10):
-                body = {"model": "sim-a", "messages": [{"role": "user", "content": "hi"}]}
-                response = await http.post("/v1/chat/completions", json={**body, "max_tokens": 2})
+                body = chat_body(max_tokens=2, messages=HI)
+                response = await http.post("/v1/chat/completions", json=body)
                 statuses.append(response.status_code)
                 await asyncio.sleep(1)
     finally:

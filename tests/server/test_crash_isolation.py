@@ -28,6 +28,7 @@ import openai
 import pytest
 
 from tests.conftest import TinyModels
+from tests.payloads import chat_body, story
 from tests.server.helpers import WAIT
 from tests.server.serve_process import tierlm_serve
 from tierlm.runners.llama_cpp.wire.faults import CRASH_ON
@@ -46,12 +47,7 @@ def client(url: str) -> openai.OpenAI:
 
 
 def body(i: int) -> dict[str, Any]:
-    return {
-        "model": "a",
-        "messages": [{"role": "user", "content": f"Tell me story number {i}."}],
-        "max_tokens": TOKENS,
-        "temperature": 0,
-    }
+    return chat_body("a", TOKENS, messages=story(i), temperature=0)
 
 
 def stream(url: str, i: int, going: threading.Barrier | None) -> tuple[str, str | None]:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.payloads import MESSAGES, chat_body
+from tests.payloads import MESSAGES, chat_body, ollama_chat_body
 from tests.server.helpers import TOKEN, WAIT, Gateway, in_queue, serve, sim_settings, sse
 
 ollama = pytest.importorskip("ollama", reason="needs the ollama client (the dev extra)")
@@ -87,7 +87,7 @@ def test_chat_not_streamed_and_streamed(gw: Gateway) -> None:
     # Streaming is the server's default (the client asks for it or not): NDJSON.
     raw = httpx.post(
         f"{gw.url}/api/chat",
-        json={"model": "sim-a", "messages": MESSAGES, "options": {"num_predict": 2}},
+        json=ollama_chat_body(options={"num_predict": 2}),
     )
     assert raw.headers["content-type"] == "application/x-ndjson"
     assert len(raw.text.splitlines()) == 3

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.payloads import MESSAGES
+from tests.payloads import MESSAGES, ollama_chat_body
 from tests.server.helpers import WAIT, Gateway, serve, sim_settings
 
 ollama = pytest.importorskip("ollama", reason="needs the ollama client (the dev extra)")
@@ -38,7 +38,7 @@ def gw() -> Iterator[Gateway]:
 
 
 def chat(model: str = "sim-a", **more: Any) -> dict[str, Any]:
-    return {"model": model, "messages": MESSAGES, "stream": False, **more}
+    return ollama_chat_body(model, stream=False, **more)
 
 
 def recent(gw: Gateway) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pytest
 from starlette.requests import Request
 
 from tests.helpers import wait_until_blocking
+from tests.payloads import HI, chat_body
 from tests.server.helpers import WAIT
 from tests.server.serve_process import tierlm_serve
 from tierlm.server.gateway.auth import KeyRing
@@ -75,12 +76,7 @@ def test_a_key_is_one_person_unless_the_operator_lets_it_name_persons() -> None:
 
 
 def chat(url: str, key: str, producer: str, order: list[str], lock: threading.Lock) -> None:
-    body = {
-        "model": "sim-a",
-        "messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": 4,
-        "stream": True,
-    }
+    body = chat_body(max_tokens=4, messages=HI, stream=True)
     headers = {"Authorization": f"Bearer {key}", "X-Tierlm-Producer": producer}
     with httpx.stream(
         "POST", f"{url}/v1/chat/completions", json=body, headers=headers, timeout=WAIT

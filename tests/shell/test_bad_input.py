@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import MSG, runner, work_for
+from tests.helpers import runner, work_for
+from tests.payloads import MESSAGES
 from tierlm import (
     Budget,
     JobContext,
@@ -61,26 +62,26 @@ BAD_SUBMITS: list[tuple[str, Callable[[Scheduler], Any], type[Exception], str]] 
     ),
     (
         "max_tokens zero",
-        lambda s: s.generate("chat", "m1", MSG, max_tokens=0),
+        lambda s: s.generate("chat", "m1", MESSAGES, max_tokens=0),
         ValueError,
         r"max_tokens: must be > 0",
     ),
     (
         "max_tokens negative",
-        lambda s: s.generate("chat", "m1", MSG, max_tokens=-5),
+        lambda s: s.generate("chat", "m1", MESSAGES, max_tokens=-5),
         ValueError,
         r"max_tokens",
     ),
     (
         "max_tokens str",
-        lambda s: s.generate("chat", "m1", MSG, max_tokens="9"),
+        lambda s: s.generate("chat", "m1", MESSAGES, max_tokens="9"),
         TypeError,
         r"max_tokens",
     ),
     ("no prompt", lambda s: s.generate("chat", "m1", None), ValueError, r"prompt/messages"),
     (
         "generate unknown class",
-        lambda s: s.generate("bogus", "m1", MSG),
+        lambda s: s.generate("bogus", "m1", MESSAGES),
         ValueError,
         r"known classes",
     ),

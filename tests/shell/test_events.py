@@ -9,7 +9,8 @@ import itertools
 
 import pytest
 
-from tests.helpers import MSG, SWAP, work_for
+from tests.helpers import SWAP, work_for
+from tests.payloads import MESSAGES
 from tierlm import (
     CancelReason,
     Foreground,
@@ -51,7 +52,7 @@ def test_every_event_kind_carries_its_typed_fields() -> None:
             gana = sched.submit("gana", "m1", work_for(20), producer="gana:a")
             await asyncio.sleep(1)
             sched.set_foreground("chat")
-            async for _ in sched.generate("chat", "m2", MSG, max_tokens=4):
+            async for _ in sched.generate("chat", "m2", MESSAGES, max_tokens=4):
                 pass
             sched.set_foreground(None)
             failing = sched.submit("extract", "m2", _fails)

@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from tests.helpers import MSG, TOKEN, runner
+from tests.helpers import TOKEN, runner
+from tests.payloads import MESSAGES
 from tierlm import (
     Cancelled,
     CancelReason,
@@ -24,7 +25,7 @@ async def test_pieces_once_each_and_every_run_reported_across_a_preemption() -> 
         loop = asyncio.get_running_loop()
         pieces: list[tuple[float, str]] = []
         runs: list[GenerationRun] = []
-        request = GenerationRequest("m1", messages=MSG, max_tokens=100)
+        request = GenerationRequest("m1", messages=MESSAGES, max_tokens=100)
         handle = sched.submit_generation(
             "nataraj",
             request,
@@ -36,7 +37,7 @@ async def test_pieces_once_each_and_every_run_reported_across_a_preemption() -> 
         assert isinstance(handle, GenerationHandle)
         assert handle.state is JobState.RUNNING and handle.first_token_at is None
         await asyncio.sleep(2.02)  # mid-token: 40 done, the 41st finishes
-        async for _ in sched.generate("chat", "m1", MSG, max_tokens=10):
+        async for _ in sched.generate("chat", "m1", MESSAGES, max_tokens=10):
             pass
         text = await handle
 

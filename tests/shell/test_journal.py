@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from tests.helpers import MSG, TOKEN, runner
+from tests.helpers import TOKEN, runner
+from tests.payloads import MESSAGES
 from tierlm import (
     Cancelled,
     CancelReason,
@@ -84,7 +85,7 @@ def agent_round(
 async def chat_at(sched: Scheduler, when: float) -> None:
     """A person's chat arriving at ``when``: it preempts the running background job."""
     await asyncio.sleep(when - sched.now())
-    async for _ in sched.generate("chat", "m1", MSG, max_tokens=5):
+    async for _ in sched.generate("chat", "m1", MESSAGES, max_tokens=5):
         pass
 
 

@@ -19,7 +19,8 @@ from typing import Any, cast
 
 import pytest
 
-from tests.helpers import MSG, TOKEN, Recorder
+from tests.helpers import TOKEN, Recorder
+from tests.payloads import MESSAGES
 from tierlm import (
     Cancelled,
     CancelReason,
@@ -195,7 +196,7 @@ def test_a_chat_aborts_an_evaluation_at_once() -> None:
     async def body(sched: Scheduler, device: Device, rec: Recorder) -> None:
         deck = sched.submit_generation("nataraj", background("deck"), ignore, producer="deck")
         await asyncio.sleep(3)
-        chat = sched.submit_generation("chat", GenerationRequest("m1", messages=MSG), ignore)
+        chat = sched.submit_generation("chat", GenerationRequest("m1", messages=MESSAGES), ignore)
         await asyncio.sleep(1)
         (preempting,) = rec.kinds(Preempting)
         assert preempting.reason is CancelReason.PREEMPTED and preempting.time == 3.0
@@ -229,7 +230,7 @@ def test_a_yield_under_way_is_cut_short_by_a_chat() -> None:
         a = sched.submit_generation("gana", background("a"), ignore, producer="a")
         sched.submit_generation("gana", background("b", prompt_tokens=10), ignore, producer="b")
         await asyncio.sleep(6)
-        chat = sched.submit_generation("chat", GenerationRequest("m1", messages=MSG), ignore)
+        chat = sched.submit_generation("chat", GenerationRequest("m1", messages=MESSAGES), ignore)
         await asyncio.sleep(1)
         (preempting,) = rec.kinds(Preempting)
         assert preempting.reason is CancelReason.YIELD and preempting.time == pytest.approx(4.0)
@@ -408,7 +409,7 @@ def test_work_that_drives_the_runner_itself_is_never_cut_by_a_slice() -> None:
             # A higher tier still preempts it.
             busy = sched.submit("gana", "m1", direct, producer="a")
             await asyncio.sleep(1.0)
-            text = [piece async for piece in sched.generate("chat", "m1", MSG, max_tokens=3)]
+            text = [piece async for piece in sched.generate("chat", "m1", MESSAGES, max_tokens=3)]
             assert len(text) == 3
             assert await busy == tokens and len(rec.starts(busy.id)) == 2
 

@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from tests.helpers import (
-    MSG,
     TOKEN,
     Recorder,
     first_token_time,
@@ -15,6 +14,7 @@ from tests.helpers import (
     runner,
     work_for,
 )
+from tests.payloads import MESSAGES
 from tierlm import (
     Budget,
     Cancelled,
@@ -375,7 +375,7 @@ async def test_chat_is_never_requeued_and_its_caller_gets_a_clear_error() -> Non
         assert (await chat) == 200
         sched.resume()
         await other_chat
-        stream = sched.generate("chat", "m1", MSG, max_tokens=100)
+        stream = sched.generate("chat", "m1", MESSAGES, max_tokens=100)
         task = asyncio.create_task(first_token_time(stream))
         await asyncio.sleep(1)
         await sched.aclose()

@@ -11,7 +11,6 @@ import asyncio
 import pytest
 
 from tests.helpers import (
-    MSG,
     SWAP,
     TOKEN,
     Recorder,
@@ -20,6 +19,7 @@ from tests.helpers import (
     runner,
     work_for,
 )
+from tests.payloads import MESSAGES
 from tierlm import Cancelled, CancelReason, Requeued, Scheduler, SchedulerConfig, SwapStarted
 from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.testing import run_virtual
@@ -32,12 +32,12 @@ async def test_scenario_1_chat_preempts_nataraj_within_one_token_boundary() -> N
     async with Scheduler(runner()) as sched:
         rec = Recorder.attach(sched)
         card = asyncio.create_task(
-            first_token_time(sched.generate("nataraj", "m1", MSG, max_tokens=400))
+            first_token_time(sched.generate("nataraj", "m1", MESSAGES, max_tokens=400))
         )
         await asyncio.sleep(4.02)  # mid-token: the worst case for the boundary
         arrival = sched.now()
         chat_first, chat_text = await first_token_time(
-            sched.generate("chat", "m1", MSG, max_tokens=20)
+            sched.generate("chat", "m1", MESSAGES, max_tokens=20)
         )
         assert chat_first is not None
         # One token boundary to stop Nataraj + chat's own first token.
@@ -188,7 +188,7 @@ async def test_scenario_6_affinity_then_swap_after_chat_grace() -> None:
     async with Scheduler(runner("X")) as sched:
         rec = Recorder.attach(sched)
         chat = asyncio.create_task(
-            first_token_time(sched.generate("chat", "X", MSG, max_tokens=20))
+            first_token_time(sched.generate("chat", "X", MESSAGES, max_tokens=20))
         )
         await asyncio.sleep(0.01)
         gana_y = sched.submit("gana", "Y", work_for(5), producer="gana:y")
@@ -277,7 +277,7 @@ async def test_scenario_1_chat_across_a_swap_waits_at_most_boundary_plus_swap() 
         sched.submit("nataraj", "Y", work_for(60))
         await asyncio.sleep(3.02)
         arrival = sched.now()
-        first, _ = await first_token_time(sched.generate("chat", "X", MSG, max_tokens=5))
+        first, _ = await first_token_time(sched.generate("chat", "X", MESSAGES, max_tokens=5))
         assert first is not None
         assert first - arrival <= TOKEN + SWAP + TOKEN + 1e-9
         chat = sched.submit("chat", "X", work_for(30))

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import MSG, TOKEN, Recorder, first_token_time, mixed_queue, runner, work_for
+from tests.helpers import TOKEN, Recorder, first_token_time, mixed_queue, runner, work_for
+from tests.payloads import MESSAGES
 from tierlm import Requeued, Scheduler, default_classes
 from tierlm.sim.baselines import (
     FifoPolicy,
@@ -51,7 +52,7 @@ async def test_fifo_never_preempts_and_runs_in_submit_order() -> None:
         extract = sched.submit("extract", "m1", work_for(5))
         await asyncio.sleep(1)
         arrival = sched.now()
-        first, _ = await first_token_time(sched.generate("chat", "m1", MSG, max_tokens=5))
+        first, _ = await first_token_time(sched.generate("chat", "m1", MESSAGES, max_tokens=5))
         assert first is not None
         # The chat waited for everything submitted before it, 34 s in all.
         assert first - arrival == pytest.approx(29 + 5 + TOKEN)
@@ -70,7 +71,7 @@ async def test_two_lane_chat_waits_behind_queued_high_lane_nataraj() -> None:
         extract = sched.submit("extract", "m1", work_for(2))
         await asyncio.sleep(5)
         arrival = sched.now()
-        first, _ = await first_token_time(sched.generate("chat", "m1", MSG, max_tokens=5))
+        first, _ = await first_token_time(sched.generate("chat", "m1", MESSAGES, max_tokens=5))
         assert first is not None
         # Behind the running card and the two queued ones: 40 s.
         assert first - arrival == pytest.approx(40 + TOKEN)

@@ -34,3 +34,15 @@ def test_a_test_whose_tasks_all_wait_forever_fails_instead_of_hanging() -> None:
 
     with pytest.raises(VirtualDeadlock):
         run_virtual(forever())
+
+
+async def test_a_callback_that_holds_the_loop_makes_every_timer_late() -> None:
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualTimeLoop)
+    woke: list[float] = []
+    loop.call_later(0.1, lambda: woke.append(loop.time()))
+    loop.call_soon(loop.block, 0.4)  # a callback holding the loop 0.4 s
+    await asyncio.sleep(0.05)
+    assert loop.time() == pytest.approx(0.4)  # the 0.05 s sleep woke 0.35 s late
+    await asyncio.sleep(0)
+    assert woke == [pytest.approx(0.4)]

@@ -64,6 +64,14 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self._virtual.clock
 
+    def block(self, seconds: float) -> None:
+        """What a callback that holds the loop for ``seconds`` (a synchronous
+        call, a long parse) looks like to everything else on it: called from
+        that callback, the clock moves on ``seconds`` while nothing else runs."""
+        if seconds < 0:
+            raise ValueError(f"a loop cannot be held for {seconds} s")
+        self._virtual.clock += seconds
+
 
 def run_virtual(coro: Coroutine[Any, Any, T], *, start: float = 0.0) -> T:
     """Run ``coro`` to completion on a fresh virtual-time loop and return its result.
