@@ -19,9 +19,10 @@ With ``--ray``, the same questions on a real local Ray Serve (127.0.0.1):
 same run (bench/_lib/cluster_ray.py): a chat's first token through a rolling
 update, swaps, a chat's first token under a flood, and a replica killed
 under load. ``--ray-scale`` stretches its phases (1 = 30 s steady before the
-rollout, then 60 + 40 + 30 s per router).
+rollout, then 60 + 40 + 30 s per router); ``--ray-phases rollout`` runs only
+the rolling update (into cluster_ray_rollout.json).
 
-    python bench/cluster.py [--replicas 3] [--seed 1] [--ray [--ray-scale 1]]
+    python bench/cluster.py [--replicas 3] [--seed 1] [--ray [--ray-scale 1] [--ray-phases ...]]
 
 Writes cluster.json (and cluster_ray.json with --ray) to the results folder
 (bench/_lib/results.py) and prints a table.
@@ -117,9 +118,14 @@ def main() -> int:
     parser.add_argument("--ray", action="store_true", help="also on a real local Ray Serve")
     parser.add_argument("--ray-only", action="store_true", help="only on Ray")
     parser.add_argument("--ray-scale", type=float, default=1.0)
+    parser.add_argument(
+        "--ray-phases",
+        default="rollout,swaps,flood,kill",
+        help="the Ray phases to run, comma-separated (cluster_ray_<phases>.json when not all)",
+    )
     args = parser.parse_args()
     if args.ray or args.ray_only:
-        ray_main(args.ray_scale, args.seed)
+        ray_main(args.ray_scale, args.seed, frozenset(args.ray_phases.split(",")))
         if args.ray_only:
             return 0
     load_before = load_now()
@@ -160,17 +166,23 @@ def main() -> int:
     return 0
 
 
-def ray_main(scale: float, seed: int) -> None:
+def ray_main(scale: float, seed: int, phases: frozenset[str]) -> None:
     from _lib import cluster_ray
 
+    unknown = phases - cluster_ray.PHASES
+    if unknown:
+        raise SystemExit(
+            f"--ray-phases: unknown {sorted(unknown)}; of {sorted(cluster_ray.PHASES)}"
+        )
     started = time.perf_counter()
     data: dict[str, Any] = {
         "what": "bench/_lib/cluster_ray.py: " + cluster_ray.__doc__.splitlines()[0]
     }
-    data.update(cluster_ray.run(scale, seed))
+    data.update(cluster_ray.run(scale, seed, phases))
     data["python"] = platform.python_version()
     data["wall_seconds"] = round(time.perf_counter() - started, 1)
-    path = results_file("cluster_ray")
+    every = phases == cluster_ray.PHASES
+    path = results_file("cluster_ray" if every else "cluster_ray_" + "_".join(sorted(phases)))
     path.write_text(json.dumps(data, indent=2) + "\n")
     table = Table(title="on Ray Serve: 3 replicas, 3 models (sim devices)")
     table.add_column("")
@@ -187,9 +199,11 @@ def ray_main(scale: float, seed: int) -> None:
         ("rollout: chat first token p95 steady (s)", "rollout", "chat_first_token_p95_steady_s"),
         ("rollout: chat first token p95 during (s)", "rollout", "chat_first_token_p95_during_s"),
         ("rollout: requests failed", "rollout", "failed"),
+        ("rollout: chats that waited for a swap", "rollout", "chats_that_waited_for_a_swap_during"),
     ]
     for label, phase, key in rows:
-        table.add_row(label, *(str(data[r][phase][key]) for r in ("tierlm", "ray_default")))
+        if phase in data["tierlm"]:
+            table.add_row(label, *(str(data[r][phase][key]) for r in ("tierlm", "ray_default")))
     Console().print(table)
     Console().print(f"written {path} in {data['wall_seconds']} s")
 

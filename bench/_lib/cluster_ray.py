@@ -27,14 +27,17 @@ For each:
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import random
+import re
 import shutil
 import socket
 import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tierlm.ray.app import LOOPBACK_ENV
@@ -55,6 +58,10 @@ SETTINGS: dict[str, Any] = {
     "server": {"sse_heartbeat": 60},
 }
 ROUTERS = {"tierlm": None, "ray_default": "ray-default"}
+PHASES = frozenset({"rollout", "swaps", "flood", "kill"})
+CHAT_SWAP = re.compile(
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}).*swapping model .* -> 'm0' for job \d+ \(chat\)"
+)
 
 
 @dataclass
@@ -169,15 +176,34 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
 
-async def _run_router(url: str, scale: float, seed: int, args: dict[str, Any]) -> dict[str, Any]:
+async def _run_router(
+    url: str,
+    scale: float,
+    seed: int,
+    args: dict[str, Any],
+    phases: frozenset[str] = PHASES,
+    logs: str | None = None,
+) -> dict[str, Any]:
     import httpx
-    import ray
 
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         out: dict[str, Any] = {}
-        out["rollout"] = await _rollout(http, url, scale, seed + 3, args)
-        await asyncio.sleep(5)  # its queues drain
+        if "rollout" in phases:
+            out["rollout"] = await _rollout(http, url, scale, seed + 3, args, logs)
+            await asyncio.sleep(5)  # its queues drain
+        if phases - {"rollout"}:
+            out.update(await _other_phases(http, url, scale, seed, phases))
+        return out
+
+
+async def _other_phases(
+    http: Any, url: str, scale: float, seed: int, phases: frozenset[str]
+) -> dict[str, Any]:
+    import ray
+
+    out: dict[str, Any] = {}
+    if "swaps" in phases:
         before = await _swaps(http, url)
         phase = await _load(http, url, 60 * scale, 0.6, seed)
         after = await _swaps(http, url)
@@ -189,6 +215,7 @@ async def _run_router(url: str, scale: float, seed: int, args: dict[str, Any]) -
             "job_latency_p50_s": round(statistics.median(bg), 3) if bg else None,
             "failed": sum(1 for o in phase.outcomes if not o.done),
         }
+    if "flood" in phases:
         phase = await _load(http, url, 40 * scale, 1.7, seed + 1, chat_every=2.0)
         chats = [o for o in phase.outcomes if o.class_name == "chat"]
         firsts = [o.first_token_s for o in chats if o.first_token_s is not None]
@@ -203,6 +230,7 @@ async def _run_router(url: str, scale: float, seed: int, args: dict[str, Any]) -
             ),
         }
         await asyncio.sleep(5)  # the flood's queues drain
+    if "kill" in phases:
         killed: dict[str, Any] = {}
 
         async def kill() -> None:
@@ -233,11 +261,11 @@ async def _run_router(url: str, scale: float, seed: int, args: dict[str, Any]) -
             "all_failed": sum(1 for o in phase.outcomes if o.status == 200 and not o.done),
             "all_refused": sum(1 for o in phase.outcomes if o.status == 429),
         }
-        return out
+    return out
 
 
 async def _rollout(
-    http: Any, url: str, scale: float, seed: int, args: dict[str, Any]
+    http: Any, url: str, scale: float, seed: int, args: dict[str, Any], logs: str | None
 ) -> dict[str, Any]:
     """Chats every second over background at 60 % load: ``30 * scale`` s
     steady, then the application deployed again (another swap time: Serve
@@ -249,14 +277,16 @@ async def _rollout(
 
     steady_s = 30 * scale
     done = asyncio.Event()
-    marks: dict[str, float] = {}
+    marks: dict[str, float] = {"start_wall": time.time()}
 
     async def redeploy() -> None:
         marks["from"] = time.monotonic()
+        marks["from_wall"] = time.time()
         changed = {**SETTINGS, "backend": {**SETTINGS["backend"], "swap_seconds": SWAP_S * 1.1}}
         await asyncio.to_thread(serve.run, build({**args, "settings": changed}), route_prefix="/")
         await asyncio.to_thread(_wait_live, url, REPLICAS)
         marks["to"] = time.monotonic()
+        marks["to_wall"] = time.time()
         await asyncio.sleep(5)
         done.set()
 
@@ -282,6 +312,12 @@ async def _rollout(
         "chat_first_token_p95_during_s": _pct(during, 0.95),
         "chat_first_token_max_during_s": _pct(during, 1.0),
         "chats_during": len(during),
+        "chats_that_waited_for_a_swap_steady": _chat_swaps(
+            logs, marks.get("start_wall", 0.0), marks.get("from_wall", 0.0)
+        ),
+        "chats_that_waited_for_a_swap_during": _chat_swaps(
+            logs, marks.get("from_wall", 0.0), marks.get("to_wall", 0.0)
+        ),
         "failed": sum(1 for o in phase.outcomes if o.status == 200 and not o.done),
         "not_200": sum(1 for o in phase.outcomes if o.status != 200),
     }
@@ -303,8 +339,24 @@ def _wait_live(url: str, count: int, timeout: float = 180.0) -> None:
         time.sleep(0.5)
 
 
-def run(scale: float, seed: int) -> dict[str, Any]:
-    """Both routers, one after the other, on one local Ray."""
+def _chat_swaps(logs: str | None, lo: float, hi: float) -> int | None:
+    """Chats on m0 that waited for a swap to it between ``lo`` and ``hi``
+    (Unix seconds), by the replicas' own log lines (Serve's logs)."""
+    if logs is None:
+        return None
+    start, end = dt.datetime.fromtimestamp(lo), dt.datetime.fromtimestamp(hi)
+    count = 0
+    for path in Path(logs).glob("session_latest/logs/serve/replica_*tierlm-replica*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            match = CHAT_SWAP.search(line)
+            if match:
+                at = dt.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+                count += start <= at <= end
+    return count
+
+
+def run(scale: float, seed: int, phases: frozenset[str] = PHASES) -> dict[str, Any]:
+    """Both routers, one after the other, on one local Ray; ``phases``: which."""
     for key, value in LOOPBACK_ENV.items():
         os.environ.setdefault(key, value)
     import ray
@@ -321,6 +373,7 @@ def run(scale: float, seed: int) -> dict[str, Any]:
         "replicas": REPLICAS,
         "models": len(MODELS),
         "scale": scale,
+        "phases": sorted(phases),
     }
     try:
         for name, router in ROUTERS.items():
@@ -333,7 +386,7 @@ def run(scale: float, seed: int) -> dict[str, Any]:
             started = time.monotonic()
             serve.run(build(args), route_prefix="/")
             _wait_live(url, REPLICAS)
-            results[name] = asyncio.run(_run_router(url, scale, seed, args))
+            results[name] = asyncio.run(_run_router(url, scale, seed, args, phases, folder))
             results[name]["wall_s"] = round(time.monotonic() - started, 1)  # deploy and phases
             serve.delete("default")
     finally:

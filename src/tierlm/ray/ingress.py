@@ -12,6 +12,10 @@ replica's stream.
   home replica, the one their last turn ran on, where their KV is
   (``Homes``); the router puts it first while it is worth it
   (``tierlm.ray.affinity``).
+- The models persons use stay loaded through a rolling update or a
+  scale-down: when their holder leaves, or while the fleet changes, a
+  replica is asked to keep each (``tierlm.ray.keeping``), and the router
+  sends it no other model's background work.
 - A request queued on a replica (nothing produced yet) moves to another
   when its replica leaves the fleet (a rolling update, a scale-down) or
   another would start it sooner (a scale-out): ``tierlm.ray.moves`` chooses,
@@ -48,6 +52,7 @@ from starlette.responses import JSONResponse, Response
 
 from tierlm.ray.fleet_ops import DEFAULT_OPS_TIMEOUT_S, FleetOps
 from tierlm.ray.homes import Homes
+from tierlm.ray.keeping import Keeper
 from tierlm.ray.moves import MOVE_PERIOD_S, Mover, Waiting
 from tierlm.ray.ops import is_ops_path
 from tierlm.ray.reach import each_replica
@@ -175,6 +180,9 @@ class TierlmIngress:
         """Jobs placed that have produced nothing yet (the mover's)."""
         self.mover = Mover()
         self._mover: asyncio.Future[None] | None = None
+        self.keeper = Keeper(s.scheduler.chat_idle)
+        """Keepers of the models persons use (``tierlm.ray.keeping``)."""
+        self._keeper: asyncio.Future[None] | None = None
         self.models = s.backend.model_ids()
         self.fleet = FleetOps(replicas, ops_timeout_s)
         self.name = "local"
@@ -183,6 +191,7 @@ class TierlmIngress:
         join_serve_log()
 
     async def __call__(self, request: Request) -> Response:
+        self._watch_keeping()
         try:
             return await self._route(request)
         except APIError as exc:
@@ -228,6 +237,7 @@ class TierlmIngress:
         job.model = params.model
         if served.meta.served_as == "person":
             job.person = identity_of(principal, request.headers, ask.user)
+            self.keeper.chat(params.model, time.time())
         if served.identity is not None:
             identity = served.identity
             job.on_end = lambda: self.people.ended(identity, time.monotonic())
@@ -254,6 +264,8 @@ class TierlmIngress:
             request=request,
             exclude=tuple(sorted(exclude)),
             home=self.homes.of(job.person, time.monotonic()),
+            keeping=tuple(sorted(self.keeper.reserved.items())),
+            persons=tuple(sorted(self.keeper.in_use(time.time()))),
             # Continued elsewhere after a failover, the request's max_tokens
             # is what is left: the gateway chose it once (intake.counted).
             default_max_tokens=job.default_max_tokens and not job.produced,
@@ -452,6 +464,44 @@ class TierlmIngress:
                 if found is not None:
                     logger.info("moving queued job %d: %s", found.id, why)
                     found.move.set()
+
+    def _watch_keeping(self) -> None:
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.ensure_future(self._keeping())
+
+    async def _keeping(self) -> None:
+        """Look at the fleet every ``Keeper.period`` and ask a replica to keep each such
+        model loaded when its holder leaves (``tierlm.ray.keeping``)."""
+        first = True
+        while True:
+            if not first:  # the first look at once: an ingress started mid-update
+                await asyncio.sleep(self.keeper.period(time.time()))
+            first = False
+            try:
+                reach = await each_replica(
+                    self.replicas, "record_routing_stats", self.ops_timeout_s
+                )
+            except Exception as exc:  # no look this time
+                logger.warning("the keeper could not read the replicas' stats: %s", exc)
+                continue
+            stats = {str(a["replica"]): a for a in reach.answers if isinstance(a, dict)}
+            complete = reach.silent == 0 and not reach.failed
+            for keep in self.keeper.look(stats, complete, time.time()):
+                logger.info(
+                    "asking replica %s to keep %s loaded for persons (%.0f s)",
+                    keep.replica,
+                    keep.model,
+                    keep.for_s,
+                )
+                with contextlib.suppress(Exception):
+                    await each_replica(
+                        self.replicas,
+                        "keep",
+                        self.ops_timeout_s,
+                        replica=keep.replica,
+                        model=keep.model,
+                        for_s=keep.for_s,
+                    )
 
 
 def _drop(pending: asyncio.Future[Any]) -> None:

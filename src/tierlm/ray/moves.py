@@ -23,7 +23,10 @@ produced nothing yet when:
   positions),
   and its own replica is busy (an idle one is about to start it). Each move
   counts on the target and off the source, so one look does not send every
-  request to one idle replica.
+  request to one idle replica. A replica keeping a model persons use
+  (``tierlm.ray.keeping``) takes no other model's work by a move, and such
+  work queued on it (placed before it was asked to keep, or when no other
+  replica could take it) moves to another that can.
 
 A move places the request again (``exclude`` its replica: the router puts
 that one last) and cancels it on the old replica only once another took it
@@ -40,6 +43,7 @@ from typing import Any
 
 from tierlm.cluster import STALE_AFTER, View, views
 from tierlm.ray.affinity import wait_s
+from tierlm.ray.keeping import demoted
 
 __all__ = ["ABSENT_LOOKS", "MOVE_GAIN_S", "MOVE_PERIOD_S", "Mover", "Waiting"]
 
@@ -96,11 +100,23 @@ class Mover:
             if home.draining:
                 moves.append((w.key, f"replica {w.replica} drains"))
                 continue
-            if not home.busy:
-                continue  # about to start it
-            targets = [v for n, v in open_.items() if n != w.replica and w.class_name not in v.full]
-            if not targets:
+            kept = demoted(stats, {}, w.model, w.class_name)
+            targets = [
+                v
+                for n, v in open_.items()
+                if n != w.replica and w.class_name not in v.full and n not in kept
+            ]
+            if w.replica in kept and targets:
+                # Its replica keeps a model persons use: run there, it would
+                # swap it away (its scheduler does once it has idled a few
+                # swaps' worth with this waiting).
+                best = min(targets, key=lambda v: (wait_s(v, w.model, w.class_name), v.name))
+                moves.append((w.key, f"replica {w.replica} keeps a model persons use"))
+                best.add(w.model, w.class_name)
+                _take(home, w.model, w.class_name)
                 continue
+            if not home.busy or not targets:
+                continue  # about to start it, or nowhere better
             # Its own run is in its replica's backlog: not a wait of its own.
             here = max(0.0, wait_s(home, w.model, w.class_name) - home.run_of(w.class_name))
             best = min(targets, key=lambda v: (wait_s(v, w.model, w.class_name), v.name))

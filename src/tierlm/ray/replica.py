@@ -18,6 +18,9 @@ pieces (``{"pieces": [...]}``) as they come, then ``{"done": True}`` or
 ``ops_call`` (and ``ops_more``, ``ops_close`` for a stream) answers the
 replica's operations endpoints for the ingress (``tierlm.ray.ops``), which
 calls every replica at once (``tierlm.ray.reach``), not through the router.
+``keep`` holds a model persons use when the ingress asks (``tierlm.ray.keeping``;
+the routing stats then say ``keeps``, and ``persons``: the models persons'
+chats ran on here, ``generation``: the hash of the replica's arguments).
 ``check_health`` raises when the tierlm should be replaced
 (``tierlm.ray.liveness``). Serve stops a replica by waiting for its requests
 (up to the deployment's ``graceful_shutdown_timeout_s``), then calling
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -96,6 +100,11 @@ def device_settings(
     return _merged(settings, devices[rank])
 
 
+def _generation(*args: Any) -> str:
+    text = json.dumps(args, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 class TierlmReplica:
     """One device's tierlm (module docstring). ``settings`` is the gateway's
     configuration as a dict (the TOML file's structure); ``devices`` each
@@ -113,6 +122,10 @@ class TierlmReplica:
         for device in self.devices:
             settings_from_dict(_merged(self.raw_settings, device))
         self.liveness = Liveness(stall_after_s, time.monotonic())
+        self.generation = _generation(self.raw_settings, self.devices, stall_after_s)
+        """The arguments it was deployed with, hashed: replicas of two
+        generations at once are a rolling update under way (``tierlm.ray.keeping``)."""
+        self.born = time.time()
         join_serve_log()
         self._start: asyncio.Task[Gateway] | None = None
         self.gateway: Gateway | None = None
@@ -125,6 +138,11 @@ class TierlmReplica:
         self.ops_app: Starlette | None = None
         self.answers = OpenAnswers()
         """The operations answers still streaming to the ingress."""
+        self.persons: dict[str, float] = {}
+        """Model -> when a person's chat on it last came here (monotonic)."""
+        self.kept: tuple[str, float] | None = None
+        """The model this replica keeps for persons, until when (``keep``)."""
+        self._keeping: asyncio.Future[float] | None = None
 
     async def _ready(self) -> Gateway:
         if self._start is None:
@@ -157,7 +175,56 @@ class TierlmReplica:
         """Ray Serve's hook: the routing stats ``TierlmRequestRouter`` ranks by."""
         await self._ready()
         assert self.stats is not None
-        return {**self.stats.read(), "replica": self.name, "rank": self.rank}
+        stats = self.stats.read()
+        kept, left = self._kept_now(stats)
+        now = time.monotonic()
+        persons = {m: round(now - at, 1) for m, at in self.persons.items() if now - at < 3600}
+        return {
+            **stats,
+            "replica": self.name,
+            "rank": self.rank,
+            "persons": persons,
+            "keeps": kept,
+            "keep_left_s": left,
+            "generation": self.generation,
+            "up_s": round(time.time() - self.born, 1),
+        }
+
+    def _kept_now(self, stats: Mapping[str, Any]) -> tuple[str | None, float | None]:
+        """The model kept for persons and the seconds left, while the keep
+        lasts and the device holds or loads it (its own scheduler may still
+        swap it away: the keep ends then)."""
+        if self.kept is None:
+            return None, None
+        model, until = self.kept
+        left = until - time.monotonic()
+        loading = self._keeping is not None and not self._keeping.done()
+        holds = model in (stats.get("loaded_model"), stats.get("swapping_to"))
+        if left <= 0 or not (loading or holds):
+            self.kept = None
+            return None, None
+        return model, round(left, 1)
+
+    async def keep(self, *, replica: str, model: str, for_s: float) -> dict[str, Any]:
+        """The ingress asks the replica named ``replica`` (every replica gets
+        the call, ``tierlm.ray.reach``) to hold ``model`` for persons for
+        ``for_s`` seconds: it loads it now unless it holds it, and says
+        ``keeps`` in its routing stats (``tierlm.ray.keeping``)."""
+        gateway = await self._ready()
+        me: dict[str, Any] = {"replica": self.name}
+        if replica != self.name or self.failed is not None or gateway.shutdown.draining:
+            return me
+        try:
+            gateway.check_model(model)
+        except APIError:
+            return me
+        self.kept = (model, time.monotonic() + max(0.0, for_s))
+        loading = self._keeping is not None and not self._keeping.done()
+        if gateway.scheduler.loaded_model != model and not loading:
+            logger.info("replica %s: loading %s, a model persons use, to keep it", self.name, model)
+            self._keeping = asyncio.ensure_future(gateway.load_model(model))
+            self._keeping.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return {**me, "keeps": model}
 
     async def whoami(self) -> str:
         """This replica's name (the ingress enumerates the replicas with it)."""
@@ -206,11 +273,16 @@ class TierlmReplica:
         request: GenerationRequest,
         exclude: tuple[str, ...] = (),
         home: str | None = None,
+        keeping: tuple[tuple[str, str], ...] = (),
+        persons: tuple[str, ...] = (),
         default_max_tokens: bool = False,
     ) -> AsyncIterator[dict[str, Any]]:
         """Queue the request here and stream it (module docstring). ``model``,
-        ``class_name``, ``exclude`` and ``home`` are for the router."""
+        ``class_name``, ``exclude``, ``home``, ``keeping`` and ``persons`` are for
+        the router."""
         gateway = await self._ready()
+        if meta.get("served_as") == "person":  # persons use this model (tierlm.ray.keeping)
+            self.persons[model] = time.monotonic()
         try:
             # The second half of the gateway's own admission (intake.enqueue):
             # the prompt counted, the limits, the job; the ingress classified it.

@@ -15,7 +15,10 @@ it (refused, failed), and it lapses on its own after ``RESERVATION_HOLD_S``.
 The request's model and class come from the replica call's keyword arguments
 (``model``, ``class_name``); ``home`` names the replica that served a
 person's last turn, put first while it holds their KV and is not overloaded
-(``tierlm.ray.affinity``); and
+(``tierlm.ray.affinity``); a replica that keeps a model persons use
+(``keeps`` in its stats, or ``keeping``: the ingress's, not polled yet)
+takes other models' background work only after every other replica
+(``tierlm.ray.keeping``); and
 ``exclude`` lists replicas the ingress already tried (a 429, a replica that
 died): they come last, so that a repeat tells the ingress every replica was
 tried. Replicas the ranking leaves out (full or draining at the last poll)
@@ -36,6 +39,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 
 from tierlm.cluster import PlacementLog, rank, views
 from tierlm.ray.affinity import DEFAULT_AFFINITY_SLACK_S, with_home
+from tierlm.ray.keeping import demoted
 
 __all__ = ["TierlmRequestRouter", "replica_name"]
 
@@ -47,14 +51,16 @@ def replica_name(replica_id: ReplicaID) -> str:
 
 def _request_fields(
     pending: PendingRequest | None,
-) -> tuple[str, str, Sequence[str], str | None]:
+) -> tuple[str, str, Sequence[str], str | None, dict[str, str]]:
     kwargs: dict[str, Any] = dict(pending.kwargs) if pending is not None else {}
     home = kwargs.get("home")
+    keeping = {str(r): str(m) for r, m in kwargs.get("keeping", ()) or ()}
     return (
         str(kwargs.get("model", "")),
         str(kwargs.get("class_name", "")),
         tuple(kwargs.get("exclude", ()) or ()),
         str(home) if home else None,
+        keeping,
     )
 
 
@@ -87,7 +93,7 @@ class TierlmRequestRouter(RequestRouter):
             pending_request.routing_context.should_backoff = True
         by_name = {replica_name(r.replica_id): r for r in candidate_replicas}
         stats = {name: (r.routing_stats or None) for name, r in by_name.items()}
-        model, class_name, exclude, home = _request_fields(pending_request)
+        model, class_name, exclude, home, keeping = _request_fields(pending_request)
         now = time.time()
         request_id = _request_id(pending_request)
         if request_id is not None:  # ranked again (its replica was full): not counted twice
@@ -95,6 +101,12 @@ class TierlmRequestRouter(RequestRouter):
         placed = self.placements.since(stats, now)
         order = rank(stats, model, class_name, now, placed=placed)
         order += sorted(set(by_name) - set(order))
+        # Keepers of a model persons use take other models' work last
+        # (tierlm.ray.keeping): a swap away there makes a person wait.
+        asked = dict(pending_request.kwargs) if pending_request is not None else {}
+        persons = tuple(str(m) for m in asked.get("persons", ()) or ())
+        kept = demoted(stats, keeping, model, class_name, persons)
+        order = [n for n in order if n not in kept] + [n for n in order if n in kept]
         tried = frozenset(exclude)
         order = [n for n in order if n not in tried] + [n for n in order if n in tried]
         if home is not None:  # a person's next turn: where their KV is, if worth it

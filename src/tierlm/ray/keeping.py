@@ -1,0 +1,271 @@
+"""Keeping the models persons use loaded through a rolling update or a scale-down.
+
+A person's chat runs at once on a replica that holds its model, and pays a
+swap anywhere else. In a steady fleet one replica holds the chat's model and
+its scheduler keeps it there while the person may type again (docs/design.md
+§4.8, holds). A rolling update or a scale-down stops that replica: Serve
+stops routing to it, and the next chats swap on another replica, behind the
+work under way there (issue 58: a chat's first token 4.1 s during a rollout
+against 0.12 s steady). And a replica that Serve starts in its place holds
+the first model or none, idle: the router gives it background work at once
+(an idle replica is the best place for it), which swaps away the very model
+persons are on.
+
+So the ingress keeps a *keeper* for each model persons use (a person's chat
+on it within the scheduler's ``chat_idle``, seen by this ingress or reported
+by a replica, ``persons`` in its routing stats). A keeper is a replica asked
+to hold the model (``TierlmReplica.keep``: it loads it if it does not hold
+it, and says ``keeps`` in its routing stats while it holds it and the keep
+lasts); the router sends it no background work of another model while
+another replica can take it (``demoted``), and the ingress's mover moves no
+such work there. A model gets a keeper, looked at every ``KEEP_PERIOD_S``:
+
+- when **no replica holds it** (its holder left the fleet, or drains): the
+  idle replica best placed (a new one first, then one holding nothing, not
+  one holding another model persons use); none idle: the next look tries
+  again (an idle device's swap costs nobody, a busy one's costs its queue
+  twice: there and back, as its own scheduler returns to its work);
+- while **the fleet changes** (a replica left it in the last
+  ``CHANGING_S``, or replicas of two generations run: a rolling update
+  replaces them one by one; each replica reports its ``generation``, a hash
+  of the arguments it was deployed with, so an ingress that started in the
+  middle of the update knows it too) and only old replicas hold it: a
+  replica that joined since (a new one), idle or holding the model
+  already. So the copy on the new replica exists before the old holder
+  stops, and no chat waits for a swap then.
+
+- in a **steady** fleet, the replica holding it (its own scheduler holds it
+  while the person may type again, docs/design.md §4.8, but only until
+  it has idled a few swaps' worth with another model's work queued there:
+  the router sent that work to it as an idle replica).
+
+While the fleet changes, a model kept only by old replicas gets a new
+keeper too (two for a while). A keep lasts ``chat_idle`` past the person's
+last chat (renewed while they chat); the keeper's scheduler keeps its own
+rules (a person's chat on another model still swaps it).
+Pure: the stats and the clock are arguments (Unix seconds, the stats' clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tierlm.cluster import STALE_AFTER, View, views
+from tierlm.cluster.stats import DEFAULT_CHAT_CLASSES
+
+__all__ = [
+    "ASK_AGAIN_S",
+    "CHANGING_PERIOD_S",
+    "CHANGING_S",
+    "KEEP_PERIOD_S",
+    "QUIET_PERIOD_S",
+    "Keep",
+    "Keeper",
+    "demoted",
+    "keeps_of",
+]
+
+KEEP_PERIOD_S = 1.0
+"""Seconds between two looks at the fleet while persons use a model."""
+CHANGING_PERIOD_S = 0.5
+"""The same while the fleet changes: a new replica is idle for the router's
+next stats poll, and should be the keeper before that."""
+QUIET_PERIOD_S = 5.0
+"""Seconds between two looks while none does (a replica may report one)."""
+CHANGING_S = 600.0
+"""After a replica left the fleet, how long the fleet counts as changing (a
+rolling update replaces its replicas one or a few at a time, each start
+taking up to minutes)."""
+ASK_AGAIN_S = 10.0
+"""A keeper asked and not yet showing ``keeps`` is asked again after this."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """Ask ``replica`` to hold ``model`` for ``for_s`` seconds."""
+
+    replica: str
+    model: str
+    for_s: float
+
+
+def keeps_of(stats: Mapping[str, Any] | None) -> str | None:
+    """The model a replica keeps for persons, by its routing stats."""
+    if not stats:
+        return None
+    kept = stats.get("keeps")
+    return str(kept) if kept else None
+
+
+def demoted(
+    stats: Mapping[str, Mapping[str, Any] | None],
+    keeping: Mapping[str, str],
+    model: str,
+    class_name: str,
+    persons: Collection[str] = (),
+) -> set[str]:
+    """The replicas a request of ``model`` and ``class_name`` should go to
+    only after the others: keepers of another model persons use (by their
+    stats, or ``keeping``: the ingress's, replica -> model, asked but maybe
+    not polled yet), and idle replicas holding another of ``persons``' models
+    (a replica Serve just started holds the first model, and is idle: the
+    keeper asks it a moment later). A chat goes anywhere: it is a person's."""
+    chat_classes: frozenset[str] = frozenset(DEFAULT_CHAT_CLASSES)
+    for s in stats.values():
+        if s and s.get("chat_classes"):
+            chat_classes = frozenset(str(c) for c in s["chat_classes"])
+            break
+    if class_name in chat_classes:
+        return set()
+    out = {name for name, kept in keeping.items() if kept != model}
+    for name, s in stats.items():
+        kept = keeps_of(s)
+        if kept is not None and kept != model:
+            out.add(name)
+        elif s and persons and not s.get("busy") and not s.get("queued_by_class"):
+            held = s.get("swapping_to") or s.get("loaded_model")
+            if held != model and held in persons:
+                out.add(name)
+    return out
+
+
+class Keeper:
+    """The ingress's keepers of persons' models, look after look (module
+    docstring). ``keep_for_s``: how long after a person's last chat the model
+    counts as in use (the scheduler's ``chat_idle``)."""
+
+    def __init__(self, keep_for_s: float = 60.0, stale_after: float = STALE_AFTER) -> None:
+        self.keep_for_s = keep_for_s
+        self.stale_after = stale_after
+        self.last_chat: dict[str, float] = {}
+        """Model -> when a person's chat on it last came (Unix seconds)."""
+        self.seen: set[str] = set()
+        self.new: set[str] = set()
+        """Replicas first seen after the first look: started since."""
+        self.looked = False
+        self.left_at: float | None = None
+        """When a replica last left the fleet (or began to drain)."""
+        self.asked: dict[str, tuple[str, float]] = {}
+        """Model -> the replica last asked to keep it, and when."""
+        self.reserved: dict[str, str] = {}
+        """Replica -> the model it keeps or was asked to (for the router)."""
+
+    def chat(self, model: str, at: float) -> None:
+        """A person's chat on ``model`` came at ``at``."""
+        if at > self.last_chat.get(model, -float("inf")):
+            self.last_chat[model] = at
+
+    def in_use(self, now: float) -> dict[str, float]:
+        """The models persons use now, with their last chat."""
+        for model in [m for m, at in self.last_chat.items() if now - at > self.keep_for_s]:
+            del self.last_chat[model]
+        return dict(self.last_chat)
+
+    def changing(self, now: float) -> bool:
+        return self.left_at is not None and now - self.left_at <= CHANGING_S
+
+    def period(self, now: float) -> float:
+        """Seconds to the next look."""
+        if not self.in_use(now):
+            return QUIET_PERIOD_S
+        return CHANGING_PERIOD_S if self.changing(now) else KEEP_PERIOD_S
+
+    def look(
+        self, stats: Mapping[str, Mapping[str, Any]], complete: bool, now: float
+    ) -> list[Keep]:
+        """The keeps to ask for, given the routing stats of the replicas that
+        answered; ``complete``: every running replica answered (a missing one
+        then left the fleet; otherwise it may just be slow)."""
+        for s in stats.values():
+            for model, age in dict(s.get("persons") or {}).items():
+                self.chat(str(model), now - float(age))
+        every = views(stats)
+        gone = self.seen - set(stats) if complete else set()
+        if gone or any(v.draining for v in every.values()):
+            self.left_at = now
+        self.seen -= gone
+        self.new -= gone
+        if self.looked:
+            self.new |= set(stats) - self.seen
+        self.seen |= set(stats)
+        self.looked = True
+        # Two generations at once: a rolling update under way, whatever this
+        # ingress saw (it may have started in the middle of it): the replicas
+        # not of the oldest replica's generation are the new ones.
+        generations = {n: s.get("generation") for n, s in stats.items()}
+        if len(set(generations.values())) > 1:
+            oldest = max(stats, key=lambda n: (float(stats[n].get("up_s") or 0.0), n))
+            self.left_at = now
+            self.new |= {n for n, g in generations.items() if g != generations[oldest]}
+        live = {n: v for n, v in every.items() if v.fresh(now, self.stale_after) and not v.draining}
+        in_use = self.in_use(now)
+        self.reserved = {}
+        keepers: dict[str, list[str]] = {}
+        for name in sorted(live):
+            kept = keeps_of(stats[name])
+            if kept is not None and live[name].model == kept:
+                keepers.setdefault(kept, []).append(name)
+                self.reserved[name] = kept
+        changing = self.changing(now)
+        out: list[Keep] = []
+        for model in sorted(in_use, key=lambda m: (-in_use[m], m)):
+            for_s = in_use[model] + self.keep_for_s - now
+            kept_on = keepers.get(model, [])
+            for keeper in kept_on:
+                left = float(stats[keeper].get("keep_left_s") or 0.0)
+                if for_s > left + self.keep_for_s / 2:  # the person chats on: renew
+                    out.append(Keep(keeper, model, for_s))
+            if kept_on and (not changing or any(n in self.new for n in kept_on)):
+                continue  # kept, and by a new replica if the fleet changes
+            asked = self.asked.get(model)
+            if asked is not None and asked[0] in live and now - asked[1] < ASK_AGAIN_S:
+                self.reserved.setdefault(asked[0], model)
+                continue
+            chosen = self._choose(model, live, stats, in_use, now)
+            if chosen is not None:
+                out.append(Keep(chosen, model, for_s))
+                self.asked[model] = (chosen, now)
+                self.reserved[chosen] = model
+        return out
+
+    def _choose(
+        self,
+        model: str,
+        live: Mapping[str, View],
+        stats: Mapping[str, Mapping[str, Any]],
+        in_use: Mapping[str, float],
+        now: float,
+    ) -> str | None:
+        """The replica to keep ``model`` on now, or None (module docstring)."""
+        free = {
+            n: v
+            for n, v in live.items()
+            if n not in self.reserved
+            and keeps_of(stats[n]) is None
+            and (v.model == model or v.model not in in_use)
+        }
+        holders = [n for n, v in live.items() if v.model == model]
+        if holders:
+            if not self.changing(now):  # steady: the holder keeps it
+                steady = [n for n in holders if n in free]
+                return min(steady, key=lambda n: (not live[n].idle, n), default=None)
+            # Only a new replica: a copy there outlives the old holders.
+            new_holders = sorted(n for n in holders if n in self.new and n in free)
+            if new_holders:
+                return new_holders[0]
+            pool = [n for n, v in free.items() if n in self.new and v.idle]
+        else:
+            pool = [n for n, v in free.items() if v.idle]
+        if not pool:
+            return None
+        return min(
+            pool,
+            key=lambda n: (
+                live[n].model != model,
+                n not in self.new,
+                live[n].model is not None,
+                n,
+            ),
+        )
