@@ -29,6 +29,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import weakref
 from pathlib import Path
@@ -157,14 +158,53 @@ def _dropped_runners_are_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
 def _own_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every gateway the tests start without a data directory of its own
     (``tierlm serve`` subprocesses included) keeps its state in a temporary
-    ``XDG_DATA_HOME``, never in the user's ``~/.local/share/tierlm``."""
-    previous = os.environ.get("XDG_DATA_HOME")
-    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("data-home"))
+    ``XDG_DATA_HOME``, never in the user's ``~/.local/share/tierlm``; the data
+    directories the tests give gateways (``fresh_data_dir``) are in the
+    session's temp dir too."""
+    values = {
+        "XDG_DATA_HOME": str(tmp_path_factory.mktemp("data-home")),
+        "TIERLM_TEST_DATA_ROOT": str(tmp_path_factory.mktemp("data-dirs")),
+    }
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     yield
-    if previous is None:
-        os.environ.pop("XDG_DATA_HOME", None)
-    else:
-        os.environ["XDG_DATA_HOME"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+# -- nothing left in the system's temp dir -----------------------------------
+
+LEFT_BEHIND = ("tierlm-tests-*", "tierlm-test-*")
+"""What runs used to leave in the system's temp dir (a data directory per
+gateway): the tests keep theirs in pytest's temp dirs now."""
+_TEMP_BEFORE = pytest.StashKey[set[Path]]()
+
+
+def _left_behind() -> set[Path]:
+    temp = Path(tempfile.gettempdir())
+    return {path for pattern in LEFT_BEHIND for path in temp.glob(pattern)}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_TEMP_BEFORE] = _left_behind()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run fails if it left new ``tierlm-tests-*`` entries in the system's
+    temp dir (another run at the same time could too: rare, and it says which)."""
+    if _TEMP_BEFORE not in session.config.stash:
+        return
+    new = sorted(_left_behind() - session.config.stash[_TEMP_BEFORE])
+    if not new:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        names = ", ".join(str(path) for path in new)
+        reporter.write_line(f"the run left {len(new)} entries in the temp dir: {names}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,9 @@ thread, so that is the one wall-clock wait the tests need; nothing sleeps to
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import json
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -51,16 +49,19 @@ SWAP = 0.05
 # hang guard, never a measure of speed: generous, as a real model at load 25 on
 # 2 cores answers a short chat in tens of seconds.
 WAIT = 120.0
-TEST_DATA_ROOT = Path(tempfile.gettempdir()) / f"tierlm-tests-{os.getpid()}"
+DATA_ROOT_ENV = "TIERLM_TEST_DATA_ROOT"
 """Where each test gateway gets a data directory of its own (``fresh_data_dir``):
-one gateway per data directory (a lock), and never the user's own."""
-atexit.register(shutil.rmtree, TEST_DATA_ROOT, True)
+one gateway per data directory (a lock), and never the user's own. The
+session's temp dir (tests/conftest.py sets it): nothing is left in the
+system's temp dir."""
 
 
 def fresh_data_dir() -> Path:
-    """A new, empty data directory under ``TEST_DATA_ROOT``."""
-    TEST_DATA_ROOT.mkdir(exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=TEST_DATA_ROOT))
+    """A new, empty data directory under the session's ``DATA_ROOT_ENV``."""
+    root = os.environ.get(DATA_ROOT_ENV)
+    if root is None:
+        raise RuntimeError(f"{DATA_ROOT_ENV} is not set: tests/conftest.py sets it")
+    return Path(tempfile.mkdtemp(dir=root))
 
 
 def sim_settings(raw: Mapping[str, Any] | None = None) -> ServerSettings:

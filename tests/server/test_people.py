@@ -4,13 +4,13 @@ driven through its ASGI interface in virtual time (sim backend, 8 slots)."""
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
 
 from tests.payloads import HI, chat_body
+from tests.server.helpers import fresh_data_dir
 from tierlm.server.app import create_app
 from tierlm.server.settings.sources import settings_from_dict
 from tierlm.testing import run_virtual
@@ -30,7 +30,7 @@ def settings(**people: Any) -> Any:
             "backend": {"kind": "sim", "slots": 8, "token_interval": TOKEN},
             "people": people,
             "keys": KEYS,
-            "batches": {"data_dir": tempfile.mkdtemp(prefix="tierlm-test-people-")},
+            "batches": {"data_dir": str(fresh_data_dir())},
             "embeddings": {"backend": "none"},
         }
     )
@@ -161,7 +161,7 @@ async def _keyless_app(test: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
         settings_from_dict(
             {
                 "backend": {"kind": "sim", "slots": 8, "token_interval": TOKEN},
-                "batches": {"data_dir": tempfile.mkdtemp(prefix="tierlm-test-people-")},
+                "batches": {"data_dir": str(fresh_data_dir())},
                 "embeddings": {"backend": "none"},
             }
         )

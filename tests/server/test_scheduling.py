@@ -13,15 +13,23 @@ import asyncio
 import contextlib
 import datetime as dt
 import re
-import time
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from tests.helpers import wait_until
 from tests.payloads import MESSAGES, chat_body
-from tests.server.helpers import WAIT, Gateway, in_queue, serve, sim_settings, sse
+from tests.server.helpers import (
+    WAIT,
+    Gateway,
+    in_queue,
+    serve,
+    sim_settings,
+    sse,
+    virtual_gateway,
+)
 
 QUEUED = re.compile(r": tierlm queued job=(\d+) tier=T(\d) position=(\d+)")
 GANA = {"X-Tierlm-Class": "gana"}
@@ -428,20 +436,38 @@ def test_a_burst_of_waiting_streams_replays_the_queue_a_few_times_not_once_each(
     assert replays <= streams // 4, replays
 
 
-def test_retry_after_before_any_run_was_measured_follows_the_run_under_way() -> None:
-    """No run measured yet, a job running for ~2 s and jobs queued behind it:
+async def test_retry_after_before_any_run_was_measured_follows_the_run_under_way() -> None:
+    """No run measured yet, a job running for 2.5 s and jobs queued behind it:
     Retry-After grows with the run under way (as long again as it ran, and a
-    queued run at least that long), not the 1 s a measured run would replace."""
+    queued run at least that long), not the 1 s a measured run would replace.
+    In virtual time (the real app through ASGI): the 2.5 s are the loop's."""
     settings = sim_settings({"classes": {"gana": {"queue_limit": 2}}})
-    with serve(settings) as gw, sse(gw, chat_body(max_tokens=LONG), GANA):
-        gw.wait_running("gana")
-        with sse(gw, chat_body(max_tokens=LONG), GANA), sse(gw, chat_body(max_tokens=LONG), GANA):
-            gw.wait(lambda s: s["queue_depth"] == 2, "two gana queued")
-            time.sleep(2.5)
-            assert gw.state()["gateway"]["run_seconds"] == {}  # nothing measured
-            client = gw.openai(X_Tierlm_Class="gana")
-            with pytest.raises(openai.RateLimitError) as info:
-                client.chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=3)
-            # The first queued gana leaves the queue when the running one ends:
-            # ~2.5 s more by the estimate (and never the constant 1).
-            assert int(info.value.response.headers["retry-after"]) >= 2
+    async with virtual_gateway(settings) as client:
+
+        async def state() -> dict[str, Any]:
+            return dict((await client.get("/v1/scheduler/state")).json())
+
+        def gana() -> asyncio.Task[httpx.Response]:
+            body = chat_body(max_tokens=LONG)
+            return asyncio.create_task(client.post("/v1/chat/completions", json=body, headers=GANA))
+
+        running = gana()
+        await wait_until(
+            state,
+            "a gana job running",
+            until=lambda s: s["running"] is not None and s["running"]["class_name"] == "gana",
+        )
+        queued = [gana(), gana()]
+        await wait_until(state, "two gana queued", until=lambda s: s["queue_depth"] == 2)
+        await asyncio.sleep(2.5)
+        assert (await state())["gateway"]["run_seconds"] == {}  # nothing measured
+        refused = await client.post(
+            "/v1/chat/completions", json=chat_body(max_tokens=3), headers=GANA
+        )
+        assert refused.status_code == 429, refused.text
+        # The first queued gana leaves the queue when the running one ends:
+        # ~2.5 s more by the estimate (and never the constant 1).
+        assert int(refused.headers["retry-after"]) >= 2
+        for task in [running, *queued]:
+            task.cancel()
+        await asyncio.gather(running, *queued, return_exceptions=True)
