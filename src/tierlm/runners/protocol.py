@@ -11,7 +11,7 @@ nothing of tierlm outside ``tierlm.runners`` but the error root
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -26,6 +26,7 @@ __all__ = [
     "ModelLister",
     "PromptCounter",
     "Runner",
+    "Tokenizer",
     "Unloadable",
     "abilities_of",
     "aclosing_stream",
@@ -71,7 +72,8 @@ class Runner(Protocol):
     its figures as data, ``Abilities`` (``Describes``, read with
     ``abilities_of``: how many sequences it decodes at once, ``slots``, and
     the rest), and each optional operation as the one protocol that names it
-    (``PromptCounter``, ``Unloadable``, ``DescribesModels``, ``ModelLister``).
+    (``PromptCounter``, ``Tokenizer``, ``Unloadable``, ``DescribesModels``,
+    ``ModelLister``).
     """
 
     loaded_model: str | None
@@ -130,6 +132,29 @@ class PromptCounter(Protocol):
     tokenizer and chat template (``usage.prompt_tokens``)."""
 
     async def count_prompt_tokens(self, request: GenerationRequest) -> int: ...
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """A runner that can turn text into a model's tokens and tokens back into
+    text, with the model's own tokenizer (llama-server's ``/tokenize`` and
+    ``/detokenize``, a completion's prompt given as token ids). The model need
+    not be loaded, and a running generation does not delay it (served as
+    ``PromptCounter``'s counts are).
+
+    ``tokenize`` gives each token as ``(id, piece)``, its piece the token's
+    bytes (special tokens as their text); ``add_special`` adds what the model
+    adds to a prompt (its BOS), ``parse_special`` reads special tokens'
+    texts in ``text`` as those tokens. ``detokenize`` joins the pieces of
+    ``tokens`` (special tokens as their text; bytes that are not UTF-8 as
+    U+FFFD). Both raise ``InvalidRequest`` for what the model cannot take
+    (an id outside its vocabulary)."""
+
+    async def tokenize(
+        self, model_id: str, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[tuple[int, bytes]]: ...
+
+    async def detokenize(self, model_id: str, tokens: Sequence[int]) -> str: ...
 
 
 @runtime_checkable

@@ -7,7 +7,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GenerationRequest", "Message", "TokenLogprob", "TokenPiece"]
+__all__ = [
+    "FIM_FILES",
+    "FIM_MIDDLE",
+    "FIM_SUFFIX",
+    "GenerationRequest",
+    "Message",
+    "TokenLogprob",
+    "TokenPiece",
+]
+
+# Fill-in-the-middle, as ``GenerationRequest.extra`` keys (a prompt request:
+# the prompt is the text before the gap). The text after the gap (OpenAI's
+# ``suffix``, llama-server's ``input_suffix``): its presence asks for FIM;
+# files of context before it (llama-server's ``input_extra``: a list of
+# ``{"filename", "text"}``); the text after FIM_MID, the middle's start
+# (llama-server's ``prompt`` on ``/infill``). A runner without FIM refuses
+# them as any extra it cannot honour.
+FIM_SUFFIX = "suffix"
+FIM_FILES = "infill_extra"
+FIM_MIDDLE = "infill_middle"
 
 Message = Mapping[str, Any]
 """An OpenAI-style chat message: ``{"role": "user", "content": "hi"}``."""

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHATML_TEMPLATE",
+    "FIM_TOKENS",
     "IM_END",
     "IM_START",
     "PRESETS",
@@ -63,6 +64,9 @@ __all__ = [
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 END_OF_TEXT = "<|endoftext|>"
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+"""With ``write_tiny_llama(fim=True)``: FIM_PRE, FIM_SUF, FIM_MID, as
+Qwen2.5-Coder names them (llama.cpp's fill-in-the-middle tokens)."""
 
 # The ChatML template as Qwen2 ships it (minus the default system prompt), so
 # llama-cpp-python and llama.cpp's server render the same prompt as ours.
@@ -165,8 +169,9 @@ def _byte_token_texts() -> list[str]:
     return [texts[b] for b in range(256)]
 
 
-def _vocabulary() -> tuple[list[str], list[int], list[str], dict[str, int]]:
-    """Tokens, their types, merges and the ids of the special tokens."""
+def _vocabulary(fim: bool = False) -> tuple[list[str], list[int], list[str], dict[str, int]]:
+    """Tokens, their types, merges and the ids of the special tokens (with
+    ``fim``, Qwen2.5-Coder's three fill-in-the-middle tokens after the rest)."""
     from gguf import TokenType
 
     byte_texts = _byte_token_texts()
@@ -178,7 +183,7 @@ def _vocabulary() -> tuple[list[str], list[int], list[str], dict[str, int]]:
     tokens.append(byte_texts[0] + byte_texts[1])
     types.append(int(TokenType.NORMAL))
     special: dict[str, int] = {}
-    for text in (END_OF_TEXT, IM_START, IM_END):
+    for text in (END_OF_TEXT, IM_START, IM_END, *(FIM_TOKENS if fim else ())):
         special[text] = len(tokens)
         tokens.append(text)
         types.append(int(TokenType.CONTROL))
@@ -192,9 +197,14 @@ def write_tiny_llama(
     config: TinyLlamaConfig | None = None,
     preset: str = "small",
     name: str | None = None,
+    fim: bool = False,
     **overrides: Any,
 ) -> Path:
     """Write a random-weight llama GGUF to ``path`` and return the path.
+
+    ``fim``: with fill-in-the-middle tokens (``FIM_TOKENS``), for
+    ``suffix`` and ``/infill``; the vocabulary grows by three, so the weights
+    differ from the same seed's without them.
 
     ``config`` (or the named ``preset``, default ``small``), with any
     ``TinyLlamaConfig`` field overridden by keyword (``n_layers=4``), gives the
@@ -213,7 +223,7 @@ def write_tiny_llama(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
 
-    tokens, types, merges, special = _vocabulary()
+    tokens, types, merges, special = _vocabulary(fim)
     n_vocab = len(tokens)
     n_embd = config.hidden
     head_dim = n_embd // config.n_heads
@@ -253,6 +263,9 @@ def write_tiny_llama(
     writer.add_bos_token_id(special[END_OF_TEXT])
     writer.add_eos_token_id(special[IM_END])
     writer.add_add_bos_token(False)  # ChatML models (Qwen) prepend no BOS
+    if fim:
+        for kind, text in zip(("pre", "suf", "mid"), FIM_TOKENS, strict=True):
+            writer.add_uint32(f"tokenizer.ggml.fim_{kind}_token_id", special[text])
     writer.add_chat_template(CHATML_TEMPLATE)
 
     allowed = np.zeros(n_vocab, dtype=bool)

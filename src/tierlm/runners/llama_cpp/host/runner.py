@@ -33,6 +33,7 @@ from tierlm.runners.llama_cpp.prompt.grammar_bounds import check_request_bounds
 from tierlm.runners.llama_cpp.wire.control import DEFAULT_STALL_TIMEOUT, MAX_SLOTS
 from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
+    Detokenize,
     Ended,
     Generate,
     GenerationStats,
@@ -42,13 +43,14 @@ from tierlm.runners.llama_cpp.wire.messages import (
     PoolStats,
     RenderPrompt,
     Shutdown,
+    Tokenize,
     Unload,
 )
 from tierlm.runners.protocol import Abilities
 from tierlm.runners.requests import GenerationRequest
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Mapping, Sequence
     from os import PathLike
 
     from tierlm.runners.llama_cpp.host.transport import Worker
@@ -77,9 +79,8 @@ def _stop_worker(worker: Worker) -> None:
 
 
 async def _check_grammar_bounds(request: GenerationRequest) -> None:
-    """docs/design.md §1.8: a grammar over its bounds is
-    refused here, before the worker is asked to build it (off the event loop:
-    a raw grammar's text is read whole)."""
+    """docs/design.md §1.8: a grammar over its bounds is refused here, before the
+    worker is asked to build it (off the event loop: a raw grammar is read whole)."""
     if any(request.extra.get(k) for k in ("grammar", "response_format", "tools")):
         await asyncio.to_thread(check_request_bounds, request.extra, request.model_id)
 
@@ -109,7 +110,7 @@ class LlamaCppRunner:
     ``extra_bufts_off`` (models loaded without weight repacking on this CPU),
     ``kv_pool`` (the KV snapshot pool); and per request
     ``await count_prompt_tokens(request)`` (exact, from the model's tokenizer)
-    and ``last_stats``.
+    and ``last_stats``; ``tokenize`` and ``detokenize`` (``Tokenizer``).
     """
 
     def __init__(
@@ -388,22 +389,33 @@ class LlamaCppRunner:
     async def _render(self, request: GenerationRequest) -> tuple[str, int]:
         spec = self.spec(request.model_id)
         await _check_grammar_bounds(request)
-        for attempt in (1, 2):
-            worker, call = await self._supervisor.call(
-                RenderPrompt(next(self._ids), request.model_id, spec, request)
-            )
-            try:
-                rendered: tuple[str, int] = await call.result()
-                return rendered
-            except WorkerCrashed as crash:
-                outcome = await self._supervisor.recover(worker)
-                if attempt == 2:
-                    raise RunnerError(
-                        f"model {request.model_id!r}: the llama.cpp worker crashed ({crash}) "
-                        f"while rendering its prompt; {outcome}",
-                        model_id=request.model_id,
-                    ) from None
-        raise AssertionError("unreachable")
+        rendered: tuple[str, int] = await self._supervisor.ask(
+            lambda: RenderPrompt(next(self._ids), request.model_id, spec, request),
+            request.model_id,
+            "rendering its prompt",
+        )
+        return rendered
+
+    async def tokenize(
+        self, model_id: str, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[tuple[int, bytes]]:
+        """``Tokenizer.tokenize``: served as ``count_prompt_tokens`` is."""
+        spec = self.spec(model_id)
+        tokens: list[tuple[int, bytes]] = await self._supervisor.ask(
+            lambda: Tokenize(next(self._ids), model_id, spec, text, add_special, parse_special),
+            model_id,
+            "tokenizing",
+        )
+        return tokens
+
+    async def detokenize(self, model_id: str, tokens: Sequence[int]) -> str:
+        """``Tokenizer.detokenize``: served as ``count_prompt_tokens`` is."""
+        text: str = await self._supervisor.ask(
+            lambda: Detokenize(next(self._ids), model_id, self.spec(model_id), tuple(tokens)),
+            model_id,
+            "detokenizing",
+        )
+        return text
 
     # -- generate ------------------------------------------------------------
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from tierlm.runners.llama_cpp.host.calls import Call, Calls
+from tierlm.runners.errors import RunnerError
+from tierlm.runners.llama_cpp.host.calls import Call, Calls, WorkerCrashed
 from tierlm.runners.llama_cpp.host.transport import Worker, WorkerProcess, WorkerThread
 
 if TYPE_CHECKING:
@@ -155,6 +156,24 @@ class WorkerSupervisor:
         calls.add(command.call_id, call)
         worker.send(command)
         return worker, call
+
+    async def ask(self, command: Callable[[], Command], model_id: str, doing: str) -> Any:
+        """The reply to a quick command (rendering a prompt, tokenizing),
+        sent again once to a new worker if the worker died meanwhile; a
+        second death is a ``RunnerError`` saying what it was ``doing``."""
+        for attempt in (1, 2):
+            worker, call = await self.call(command())
+            try:
+                return await call.result()
+            except WorkerCrashed as crash:
+                outcome = await self.recover(worker)
+                if attempt == 2:
+                    raise RunnerError(
+                        f"model {model_id!r}: the llama.cpp worker crashed ({crash}) "
+                        f"while {doing}; {outcome}",
+                        model_id=model_id,
+                    ) from None
+        raise AssertionError("unreachable")
 
     def detach(self) -> Worker | None:
         """The worker, no longer supervised (the runner closes it)."""

@@ -12,7 +12,9 @@ Generation (``Generate``): ``Piece`` events, one per token, then ``Reply`` with
 the ``GenerationStats``, or ``Failed``. Load (``Load``): ``Reply`` with a
 ``LoadInfo``. Rendering and counting a prompt (``RenderPrompt``): ``Reply`` with
 ``(text, tokens)``; served at
-once on the worker's command thread, also while a generation runs.
+once on the worker's command thread, also while a generation runs. So are
+``Tokenize`` (``Reply`` with ``[(id, piece bytes), ...]``) and
+``Detokenize`` (``Reply`` with the text).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Command",
     "Configure",
+    "Detokenize",
     "Event",
     "Failed",
     "Generate",
@@ -46,6 +49,7 @@ __all__ = [
     "Shutdown",
     "Step",
     "TokenLogprobs",
+    "Tokenize",
     "Unload",
 ]
 
@@ -196,6 +200,29 @@ class RenderPrompt:
 
 
 @dataclass(frozen=True, slots=True)
+class Tokenize:
+    """``text`` as the model's tokens, each with its piece's bytes: ``Reply``
+    with ``[(id, piece), ...]`` (``Tokenizer.tokenize``)."""
+
+    call_id: int
+    model_id: str
+    spec: LlamaModelSpec
+    text: str
+    add_special: bool = False
+    parse_special: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Detokenize:
+    """``tokens`` as text: ``Reply`` with the text (``Tokenizer.detokenize``)."""
+
+    call_id: int
+    model_id: str
+    spec: LlamaModelSpec
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class InjectFault:
     """Test-only: arm a deliberate crash (``faults.py``)."""
 
@@ -208,7 +235,17 @@ class Shutdown:
     call_id: int = 0
 
 
-Command = Configure | Load | Unload | Generate | RenderPrompt | InjectFault | Shutdown
+Command = (
+    Configure
+    | Load
+    | Unload
+    | Generate
+    | RenderPrompt
+    | Tokenize
+    | Detokenize
+    | InjectFault
+    | Shutdown
+)
 
 
 # -- events -------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tierlm.errors import install_hint
-from tierlm.runners.errors import RunnerError
+from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.llama_cpp.prompt.chat_format import chat_for_template
 from tierlm.runners.llama_cpp.prompt.literal_text import (
     Literals,
@@ -25,7 +25,13 @@ from tierlm.runners.llama_cpp.prompt.literal_text import (
     tokenize_pieces,
 )
 from tierlm.runners.llama_cpp.wire.messages import LoadInfo
-from tierlm.runners.requests import GenerationRequest, Message
+from tierlm.runners.requests import (
+    FIM_FILES,
+    FIM_MIDDLE,
+    FIM_SUFFIX,
+    GenerationRequest,
+    Message,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -109,7 +115,7 @@ class _Text:
     def prompt_text(self, request: GenerationRequest) -> str:
         """The text before the answer: the prompt, or the rendered chat."""
         if request.prompt is not None:
-            return request.prompt
+            return self.infill(request)[0] if FIM_SUFFIX in request.extra else request.prompt
         assert request.messages is not None
         return "".join(text for text, _ in self.chat_pieces(request.messages, request.extra))
 
@@ -117,6 +123,8 @@ class _Text:
         """The text before the answer and the tokens of it + ``resume`` (the
         resume text is tokenized with the template's last piece, as before)."""
         if request.prompt is not None:
+            if FIM_SUFFIX in request.extra:
+                return self.infill(request, resume)
             return request.prompt, self.tokenize(request.prompt + resume, prompt=True)
         assert request.messages is not None
         pieces = self.chat_pieces(request.messages, request.extra)
@@ -134,6 +142,98 @@ class _Text:
             text.encode("utf-8"), add_bos=prompt and self.add_bos, special=True
         )
         return tokens
+
+    def infill(self, request: GenerationRequest, resume: str = "") -> tuple[str, list[int]]:
+        """Fill-in-the-middle (``extra["suffix"]``): the prompt is the text
+        before the gap, the suffix the text after it, as llama-server's
+        ``/infill`` lays them out: ``[input_extra]<FIM_PRE>prompt<FIM_SUF>suffix
+        <FIM_MID>[infill_middle + resume]``; the extra files after
+        ``<FIM_REP>`` and ``<FIM_SEP>`` when the model has those tokens (the
+        repo-level pattern). The parts are tokenized as plain text: a special
+        token's text inside code stays text. A model without FIM tokens
+        refuses it (``InvalidRequest`` naming ``suffix``)."""
+        import llama_cpp
+
+        vocab = self.model.vocab
+        pre, suf, mid = (
+            llama_cpp.llama_vocab_fim_pre(vocab),
+            llama_cpp.llama_vocab_fim_suf(vocab),
+            llama_cpp.llama_vocab_fim_mid(vocab),
+        )
+        if min(pre, suf, mid) < 0:
+            raise InvalidRequest(
+                f"{FIM_SUFFIX}: model {request.model_id!r} has no fill-in-the-middle tokens "
+                "(FIM_PRE, FIM_SUF, FIM_MID in its GGUF): it cannot fill a gap; serve a code "
+                "model that has them (Qwen2.5-Coder, CodeLlama, StarCoder2...), or send the text "
+                "before the gap alone as the prompt",
+                param=FIM_SUFFIX,
+                model_id=request.model_id,
+            )
+        rep, sep = llama_cpp.llama_vocab_fim_rep(vocab), llama_cpp.llama_vocab_fim_sep(vocab)
+        assert request.prompt is not None
+        parts: list[tuple[int | str, ...]] = []  # a token id, or text
+        files = request.extra.get(FIM_FILES) or ()
+        if files and rep >= 0 and sep >= 0:
+            parts.append((rep, "myproject\n"))
+            for file in files:
+                parts.append((sep, f"{file.get('filename', '')}\n{file.get('text', '')}"))
+            parts.append((sep, "filename\n"))
+        else:
+            for file in files:
+                name = file.get("filename")
+                parts.append((f"{name}\n" if name else "", str(file.get("text", ""))))
+        middle = str(request.extra.get(FIM_MIDDLE) or "") + resume
+        parts += [(pre, request.prompt), (suf, str(request.extra[FIM_SUFFIX])), (mid, middle)]
+        bos = self.model.token_bos()
+        tokens: list[int] = [bos] if self.add_bos and bos >= 0 else []
+        text = self.bos_text if tokens else ""
+        for part in parts:
+            for item in part:
+                if isinstance(item, int):
+                    tokens.append(item)
+                    text += _token_text(self.model, item)
+                elif item:
+                    tokens += self.model.tokenize(
+                        item.encode("utf-8"), add_bos=False, special=False
+                    )
+                    text += item
+        return text[: len(text) - len(resume)] if resume else text, tokens
+
+    def token_pieces(
+        self, text: str, *, add_special: bool, special: bool
+    ) -> list[tuple[int, bytes]]:
+        """``text`` as tokens (llama-server's ``/tokenize``), each with its piece."""
+        tokens: list[int] = self.model.tokenize(
+            text.encode("utf-8"), add_bos=add_special, special=special
+        )
+        return [(token, self.piece(token)) for token in tokens]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """``tokens`` as text (llama-server's ``/detokenize``): their pieces,
+        special tokens as their text."""
+        n_vocab = self.model.n_vocab()
+        for i, token in enumerate(tokens):
+            if not 0 <= token < n_vocab:
+                raise InvalidRequest(
+                    f"tokens[{i}]: token id {token} is not in this model's vocabulary "
+                    f"(0 to {n_vocab - 1})",
+                    param=f"tokens[{i}]",
+                )
+        return b"".join(self.piece(token) for token in tokens).decode("utf-8", "replace")
+
+    def piece(self, token: int) -> bytes:
+        """One token's bytes (a special token's text)."""
+        import ctypes
+
+        import llama_cpp
+
+        size = 32
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self.model.vocab, token, buffer, size, 0, True)
+            if n >= 0:
+                return buffer.raw[:n]
+            size = -n
 
     def render(self, request: GenerationRequest) -> tuple[str, int]:
         """The text the model continues from (+ resume text) and its tokens."""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.llama_cpp.prompt.grammar_bounds import grammar_source
 from tierlm.runners.llama_cpp.prompt.grammars import forget_grammar, request_grammar
+from tierlm.runners.requests import FIM_FILES, FIM_MIDDLE, FIM_SUFFIX
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -68,6 +69,7 @@ HONOURED_OPTIONS = frozenset(
     {
         *_SAMPLING, "seed", "logit_bias", "grammar", "response_format", "tools",
         "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs",
+        FIM_SUFFIX, FIM_FILES, FIM_MIDDLE,  # fill-in-the-middle: the prompt's layout
     }
 )  # fmt: skip
 """Every ``GenerationRequest.extra`` key this runner honours; others are refused."""

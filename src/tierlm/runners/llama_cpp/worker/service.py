@@ -3,10 +3,11 @@
 Loads, generations and unloads run one after the other on ONE thread that
 lives as long as the worker: llama.cpp's OpenMP runtime keeps a team of
 threads per calling thread, and a fresh thread per generation grows a fresh
-team (measured: +37 ms to the first token). Token counts are served at once on
-the calling (command) thread, also while a generation runs, from a
-tokenizer-only copy of the model (``loader.open_vocab``), so a swap on the
-decode thread never frees what a count is reading.
+team (measured: +37 ms to the first token). Token counts (and tokenizing,
+detokenizing) are served at once beside the decode thread (the command
+thread hands them to a few render threads), also while a generation runs,
+from a tokenizer-only copy of the model (``loader.open_vocab``), so a swap on
+the decode thread never frees what a count is reading.
 
 Generations run in a ``BatchEngine`` (``batch.py``), for any ``slots``
 (``Configure``; one slot is a batch of one, docs/design.md §1.6): the
@@ -31,6 +32,7 @@ from tierlm.runners.llama_cpp.prompt.grammars import is_made, request_grammar
 from tierlm.runners.llama_cpp.wire.faults import from_environment
 from tierlm.runners.llama_cpp.wire.messages import (
     Configure,
+    Detokenize,
     Failed,
     Generate,
     InjectFault,
@@ -39,6 +41,7 @@ from tierlm.runners.llama_cpp.wire.messages import (
     RenderPrompt,
     Reply,
     Shutdown,
+    Tokenize,
     Unload,
 )
 from tierlm.runners.llama_cpp.worker.engine.batch import BatchEngine
@@ -92,7 +95,7 @@ class DecodeService:
 
     def handle(self, command: Command) -> None:
         """Take one command from the runner (on the command thread)."""
-        if isinstance(command, RenderPrompt):
+        if isinstance(command, RenderPrompt | Tokenize | Detokenize):
             self._renders.submit(self._render, command)
         elif isinstance(command, InjectFault):
             self._faults.append(command.fault)
@@ -236,24 +239,41 @@ class DecodeService:
             return
         self._queue.put(command)
 
-    def _render(self, command: RenderPrompt) -> None:
+    def _vocab(self, command: RenderPrompt | Tokenize | Detokenize) -> Vocab:
         # A vocabulary depends on the file and the template, not the load options.
         spec = command.spec
         key = (command.model_id, str(spec.path), spec.chat_template, spec.system_prompt)
+        with self._vocabs_lock:  # one copy per model, whichever thread asks first
+            vocab = self._vocabs.get(key)
+            if vocab is None:
+                vocab = self._vocabs[key] = open_vocab(command.model_id, command.spec)
+        return vocab
+
+    def _render(self, command: RenderPrompt | Tokenize | Detokenize) -> None:
         try:
-            with self._vocabs_lock:  # one copy per model, whichever thread asks first
-                vocab = self._vocabs.get(key)
-                if vocab is None:
-                    vocab = self._vocabs[key] = open_vocab(command.model_id, command.spec)
-            rendered = vocab.text.render(command.request)
-            # What the generation would refuse, refused now: before the request waits.
-            check_options(vocab.text.model, command.request)
-            self._send(Reply(command.call_id, rendered))
+            text = self._vocab(command).text
+            answer: object
+            if isinstance(command, Tokenize):
+                answer = text.token_pieces(
+                    command.text, add_special=command.add_special, special=command.parse_special
+                )
+            elif isinstance(command, Detokenize):
+                answer = text.detokenize(command.tokens)
+            else:
+                answer = text.render(command.request)
+                # What the generation would refuse, refused now: before the request waits.
+                check_options(text.model, command.request)
+            self._send(Reply(command.call_id, answer))
         except InvalidRequest as exc:
             self._send(_invalid(command.call_id, exc, command.model_id))
         except RunnerError as exc:
             self._send(Failed(command.call_id, str(exc), exc.model_id))
-        except Exception as exc:  # the chat template raised: it refuses these messages
+        except Exception as exc:
+            if not isinstance(command, RenderPrompt):
+                logger.exception("the llama.cpp worker failed on %s", type(command).__name__)
+                self._send(Failed(command.call_id, f"llama.cpp worker error: {exc!r}"))
+                return
+            # The chat template raised: it refuses these messages.
             message = f"the chat template of model {command.model_id!r} cannot render them: {exc}"
             self._send(_invalid(command.call_id, InvalidRequest(message, param="messages")))
 
