@@ -11,7 +11,6 @@ import pytest
 
 from tierlm.runners.cancel_scope import cancelled_by, until_cancelled
 from tierlm.runners.cancellation import CancelReason, CancelToken
-from tierlm.testing import run_virtual
 
 pytestmark = pytest.mark.fast  # the inner loop: scripts/test --fast (tests/conftest.py)
 
@@ -22,26 +21,23 @@ async def test_the_result_when_not_cancelled() -> None:
     assert not token.cancelled
 
 
-def test_a_cancel_stops_the_wait_and_the_token_keeps_the_reason() -> None:
-    async def main() -> None:
-        token = CancelToken()
-        loop = asyncio.get_running_loop()
-        loop.call_later(1, token.cancel, CancelReason.PREEMPTED)
-        stopped = asyncio.Event()
+async def test_a_cancel_stops_the_wait_and_the_token_keeps_the_reason() -> None:
+    token = CancelToken()
+    loop = asyncio.get_running_loop()
+    loop.call_later(1, token.cancel, CancelReason.PREEMPTED)
+    stopped = asyncio.Event()
 
-        async def work() -> str:
-            try:
-                await asyncio.sleep(100)
-            finally:
-                stopped.set()
-            return "never"
+    async def work() -> str:
+        try:
+            await asyncio.sleep(100)
+        finally:
+            stopped.set()
+        return "never"
 
-        assert await until_cancelled(token, work()) is None
-        assert stopped.is_set()  # the work was cancelled where it waited
-        assert loop.time() == 1
-        assert token.reason is CancelReason.PREEMPTED
-
-    run_virtual(main())
+    assert await until_cancelled(token, work()) is None
+    assert stopped.is_set()  # the work was cancelled where it waited
+    assert loop.time() == 1
+    assert token.reason is CancelReason.PREEMPTED
 
 
 async def test_level_triggered_an_earlier_cancel_is_never_missed() -> None:

@@ -144,7 +144,7 @@ def test_bad_configuration_names_the_field(make: Callable[[], Any], message: str
         make()
 
 
-def test_custom_classes_work_end_to_end() -> None:
+async def test_custom_classes_work_end_to_end() -> None:
     classes = [
         TaskClass("voice", tier=0, requeue=False),
         TaskClass("indexer", tier=2, budget=Budget(0.3, window=60)),
@@ -152,11 +152,8 @@ def test_custom_classes_work_end_to_end() -> None:
         TaskClass("bot", tier=4, fair=True),
     ]
 
-    async def main() -> None:
-        async with Scheduler(runner(), classes=classes) as sched:
-            handles = [sched.submit(c.name, "m1", work_for(1)) for c in classes]
-            assert await asyncio.gather(*handles) == [20, 20, 20, 20]
-            with pytest.raises(ValueError, match="known classes: bot, indexer, report, voice"):
-                sched.submit("chat", "m1", work_for(1))
-
-    run_virtual(main())
+    async with Scheduler(runner(), classes=classes) as sched:
+        handles = [sched.submit(c.name, "m1", work_for(1)) for c in classes]
+        assert await asyncio.gather(*handles) == [20, 20, 20, 20]
+        with pytest.raises(ValueError, match="known classes: bot, indexer, report, voice"):
+            sched.submit("chat", "m1", work_for(1))

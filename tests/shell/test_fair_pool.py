@@ -28,7 +28,7 @@ from tierlm import (
     TaskClass,
 )
 from tierlm.core import Job, TieredPolicy, default_classes
-from tierlm.testing import next_start, run_virtual
+from tierlm.testing import next_start
 
 WINDOW = 300.0  # the pool floor's window (docs/design.md §4)
 
@@ -122,7 +122,7 @@ async def test_overdue_cron_at_125_percent_leaves_the_pool_its_floor() -> None:
         assert overall >= 0.40
 
 
-def test_pool_floor_holds_in_every_window_against_a_t3_class_flood() -> None:
+async def test_pool_floor_holds_in_every_window_against_a_t3_class_flood() -> None:
     """Row 2, where loans cannot help: a tier-3 class is overdue work by
     definition and is not in the pool. At 125 % it would take the whole
     device; the floor keeps the backlogged pool at >= 10 % of EVERY 300 s
@@ -130,16 +130,13 @@ def test_pool_floor_holds_in_every_window_against_a_t3_class_flood() -> None:
     the floor is crossed), and gives it no more than a slice or two beyond."""
     classes = [*default_classes().values(), TaskClass("cron", tier=3)]
 
-    async def main() -> None:
-        async with Scheduler(runner(), classes=classes) as sched:
-            rec = await deck_against_overdue_flood(sched, "cron")
-            worst = min_window_share(rec, {"deck"}, 0, 1800)
-            after = share(rec, {"deck"}, 300, 1800)
-            measured(2, f"vs a T3 class: pool {worst:.1%} in its worst 300 s window, {after:.1%}")
-            assert worst >= 0.10, worst
-            assert after <= 0.10 + 2 * 4.0 / WINDOW
-
-    run_virtual(main())
+    async with Scheduler(runner(), classes=classes) as sched:
+        rec = await deck_against_overdue_flood(sched, "cron")
+        worst = min_window_share(rec, {"deck"}, 0, 1800)
+        after = share(rec, {"deck"}, 300, 1800)
+        measured(2, f"vs a T3 class: pool {worst:.1%} in its worst 300 s window, {after:.1%}")
+        assert worst >= 0.10, worst
+        assert after <= 0.10 + 2 * 4.0 / WINDOW
 
 
 async def test_a_swarm_of_ids_shares_one_part_single_producer_keeps_45_percent() -> None:
@@ -227,27 +224,24 @@ async def test_chat_page_left_open_does_not_hold_other_work_forever() -> None:
 # -- weights, due times, slices after a swap ---------------------------------------
 
 
-def test_weights_apply_at_every_level() -> None:
+async def test_weights_apply_at_every_level() -> None:
     """Class weights share the pool's top level, path weights a producer
     path's level (docs/design.md §4.4): nataraj at weight 3 against
     gana gets 3/4; inside gana, "swarm" (weight 2, its ids sharing it) gets
     2/3 against "solo"."""
     config = SchedulerConfig(class_weights={"nataraj": 3}, weights={"swarm": 2})
 
-    async def main() -> None:
-        async with Scheduler(runner(), config=config) as sched:
-            rec = Recorder.attach(sched)
-            keep_backlogged(sched, "nataraj", "deck", 10)
-            keep_backlogged(sched, "gana", "solo", 10)
-            for i in range(3):
-                keep_backlogged(sched, "gana", f"swarm/{i}", 10)
-            await asyncio.sleep(1200)
-            assert share(rec, {"deck"}, 0, 1200) == pytest.approx(0.75, abs=0.02)
-            swarm = {f"swarm/{i}" for i in range(3)}
-            gana = share(rec, swarm | {"solo"}, 0, 1200)
-            assert share(rec, swarm, 0, 1200) / gana == pytest.approx(2 / 3, abs=0.03)
-
-    run_virtual(main())
+    async with Scheduler(runner(), config=config) as sched:
+        rec = Recorder.attach(sched)
+        keep_backlogged(sched, "nataraj", "deck", 10)
+        keep_backlogged(sched, "gana", "solo", 10)
+        for i in range(3):
+            keep_backlogged(sched, "gana", f"swarm/{i}", 10)
+        await asyncio.sleep(1200)
+        assert share(rec, {"deck"}, 0, 1200) == pytest.approx(0.75, abs=0.02)
+        swarm = {f"swarm/{i}" for i in range(3)}
+        gana = share(rec, swarm | {"solo"}, 0, 1200)
+        assert share(rec, swarm, 0, 1200) / gana == pytest.approx(2 / 3, abs=0.03)
 
 
 @pytest.mark.parametrize(

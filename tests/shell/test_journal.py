@@ -148,7 +148,7 @@ def test_a_work_that_diverges_generates_live_from_there_on() -> None:
     assert answers == ["".join(f"w{i} " for i in range(40))] * 3
 
 
-def test_cancel_during_replay_stops_the_job_without_the_runner() -> None:
+async def test_cancel_during_replay_stops_the_job_without_the_runner() -> None:
     """The work reads its replayed first call slowly (a tool per piece); the
     caller cancels while it replays: the job ends cancelled at the next piece,
     and the device generates nothing on that run."""
@@ -163,27 +163,24 @@ def test_cancel_during_replay_stops_the_job_without_the_runner() -> None:
         async for _ in ctx.generate(prompt="second", max_tokens=STEP_TOKENS):
             pass
 
-    async def main() -> None:
-        device = CountingRunner(runner())
-        async with Scheduler(device) as sched:
-            handle = sched.submit("gana", "m1", slow_reader)
-            # Call 1 takes 40 x 0.15 s = 6 s; preempt inside call 2.
-            await chat_at(sched, 6.5)
-            generated = device.calls, sum(device.tokens.values())
-            await asyncio.sleep(1.0)  # the second run is replaying call 1
-            assert sched.snapshot().running is not None
-            assert handle.cancel()
-            with pytest.raises(Cancelled) as info:
-                await handle
-            assert info.value.reason is CancelReason.CALLER
-            assert (device.calls, sum(device.tokens.values())) == generated
-            assert read == [40]  # the replay did not reach the end of call 1
-            assert sched.snapshot().journal_bytes == 0
-
-    run_virtual(main())
+    device = CountingRunner(runner())
+    async with Scheduler(device) as sched:
+        handle = sched.submit("gana", "m1", slow_reader)
+        # Call 1 takes 40 x 0.15 s = 6 s; preempt inside call 2.
+        await chat_at(sched, 6.5)
+        generated = device.calls, sum(device.tokens.values())
+        await asyncio.sleep(1.0)  # the second run is replaying call 1
+        assert sched.snapshot().running is not None
+        assert handle.cancel()
+        with pytest.raises(Cancelled) as info:
+            await handle
+        assert info.value.reason is CancelReason.CALLER
+        assert (device.calls, sum(device.tokens.values())) == generated
+        assert read == [40]  # the replay did not reach the end of call 1
+        assert sched.snapshot().journal_bytes == 0
 
 
-def test_a_work_that_raises_during_replay_fails_only_its_job() -> None:
+async def test_a_work_that_raises_during_replay_fails_only_its_job() -> None:
     async def fails_on_rerun(ctx: JobContext) -> None:
         async for _ in ctx.generate(prompt="first", max_tokens=STEP_TOKENS):
             if ctx.attempt == 2:
@@ -191,20 +188,17 @@ def test_a_work_that_raises_during_replay_fails_only_its_job() -> None:
         async for _ in ctx.generate(prompt="second", max_tokens=STEP_TOKENS):
             pass
 
-    async def main() -> None:
-        device = CountingRunner(runner())
-        async with Scheduler(device) as sched:
-            failing = sched.submit("gana", "m1", fails_on_rerun, producer="gana:a")
-            other = sched.submit("gana", "m1", agent_round(), producer="gana:b")
-            await chat_at(sched, 3.0)  # inside the failing job's second call
-            with pytest.raises(ValueError, match="rejected the replayed answer"):
-                await failing
-            assert len(await other) == 3
-            assert device.tokens["first"] == STEP_TOKENS  # replayed, not regenerated
-            assert (sched.stats.failed, sched.stats.completed) == (1, 2)
-            assert sched.snapshot().journal_bytes == 0
-
-    run_virtual(main())
+    device = CountingRunner(runner())
+    async with Scheduler(device) as sched:
+        failing = sched.submit("gana", "m1", fails_on_rerun, producer="gana:a")
+        other = sched.submit("gana", "m1", agent_round(), producer="gana:b")
+        await chat_at(sched, 3.0)  # inside the failing job's second call
+        with pytest.raises(ValueError, match="rejected the replayed answer"):
+            await failing
+        assert len(await other) == 3
+        assert device.tokens["first"] == STEP_TOKENS  # replayed, not regenerated
+        assert (sched.stats.failed, sched.stats.completed) == (1, 2)
+        assert sched.snapshot().journal_bytes == 0
 
 
 def test_past_its_bound_a_job_still_gives_the_same_answers() -> None:
@@ -247,28 +241,23 @@ def test_journal_bounds_per_job_and_in_total() -> None:
     assert budget.used == 0
 
 
-def test_many_preempted_jobs_stay_within_the_total_bound() -> None:
+async def test_many_preempted_jobs_stay_within_the_total_bound() -> None:
     total = 6 * 1024
 
-    async def main() -> None:
-        config = SchedulerConfig(journal_bytes_total=total)
-        async with Scheduler(runner(), config=config) as sched:
-            seen: list[int] = []
-            sched.add_listener(lambda _event: seen.append(sched.snapshot().journal_bytes))
-            rounds = [
-                sched.submit("gana", "m1", agent_round(), producer=f"gana:{i}") for i in range(8)
-            ]
-            for when in (1.0, 3.5, 6.0, 8.5, 11.0, 13.5):
-                await chat_at(sched, when)
-            answers = await asyncio.gather(*rounds)
-            assert max(seen) <= total
-            assert max(seen) > total // 2  # the bound was reached, not idle
-            assert sched.stats.requeues >= 6
-            expected = ["".join(f"w{i} " for i in range(40))] * 3
-            assert all(a == expected for a in answers)
-            assert sched.snapshot().journal_bytes == 0
-
-    run_virtual(main())
+    config = SchedulerConfig(journal_bytes_total=total)
+    async with Scheduler(runner(), config=config) as sched:
+        seen: list[int] = []
+        sched.add_listener(lambda _event: seen.append(sched.snapshot().journal_bytes))
+        rounds = [sched.submit("gana", "m1", agent_round(), producer=f"gana:{i}") for i in range(8)]
+        for when in (1.0, 3.5, 6.0, 8.5, 11.0, 13.5):
+            await chat_at(sched, when)
+        answers = await asyncio.gather(*rounds)
+        assert max(seen) <= total
+        assert max(seen) > total // 2  # the bound was reached, not idle
+        assert sched.stats.requeues >= 6
+        expected = ["".join(f"w{i} " for i in range(40))] * 3
+        assert all(a == expected for a in answers)
+        assert sched.snapshot().journal_bytes == 0
 
 
 @pytest.mark.parametrize("resume", ["re-evaluate", "restore"])

@@ -378,7 +378,7 @@ async def test_kept_batches_whose_state_was_evicted_are_evaluated_again_as_waste
     assert again.resume_seconds == pytest.approx(1024 * PREFILL)
 
 
-def test_work_that_drives_the_runner_itself_is_never_cut_by_a_slice() -> None:
+async def test_work_that_drives_the_runner_itself_is_never_cut_by_a_slice() -> None:
     """A work function that uses ``ctx.runner`` directly is not replayed from a
     journal: preempted, it starts over. Cut at every slice it could never
     finish (two such producers with jobs longer than a slice would take turns
@@ -393,24 +393,21 @@ def test_work_that_drives_the_runner_itself_is_never_cut_by_a_slice() -> None:
         ctx.checkpoint()
         return outcome.tokens
 
-    async def main() -> None:
-        async with Scheduler(SimulatedRunner(token_interval=TOKEN, initial_model="m1")) as sched:
-            rec = Recorder.attach(sched)
-            handles = [
-                sched.submit("gana", "m1", direct, producer=producer)
-                for _round in range(3)
-                for producer in ("a", "b")
-            ]
-            # 36 s of work; cut at every slice it would never end (virtual time).
-            done = await asyncio.wait_for(asyncio.gather(*handles), timeout=300)
-            assert done == [tokens] * 6
-            assert sched.stats.preemptions == 0
-            assert all(len(rec.starts(h.id)) == 1 for h in handles)
-            # A higher tier still preempts it.
-            busy = sched.submit("gana", "m1", direct, producer="a")
-            await asyncio.sleep(1.0)
-            text = [piece async for piece in sched.generate("chat", "m1", MESSAGES, max_tokens=3)]
-            assert len(text) == 3
-            assert await busy == tokens and len(rec.starts(busy.id)) == 2
-
-    run_virtual(main())
+    async with Scheduler(SimulatedRunner(token_interval=TOKEN, initial_model="m1")) as sched:
+        rec = Recorder.attach(sched)
+        handles = [
+            sched.submit("gana", "m1", direct, producer=producer)
+            for _round in range(3)
+            for producer in ("a", "b")
+        ]
+        # 36 s of work; cut at every slice it would never end (virtual time).
+        done = await asyncio.wait_for(asyncio.gather(*handles), timeout=300)
+        assert done == [tokens] * 6
+        assert sched.stats.preemptions == 0
+        assert all(len(rec.starts(h.id)) == 1 for h in handles)
+        # A higher tier still preempts it.
+        busy = sched.submit("gana", "m1", direct, producer="a")
+        await asyncio.sleep(1.0)
+        text = [piece async for piece in sched.generate("chat", "m1", MESSAGES, max_tokens=3)]
+        assert len(text) == 3
+        assert await busy == tokens and len(rec.starts(busy.id)) == 2

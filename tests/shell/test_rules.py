@@ -30,7 +30,7 @@ from tierlm import (
 )
 from tierlm.core import Job, TieredPolicy, default_classes
 from tierlm.runners import SimulatedRunner
-from tierlm.testing import next_start, run_virtual
+from tierlm.testing import next_start
 
 
 async def test_foreground_subject_hoists_only_its_subject_not_the_backfill() -> None:
@@ -67,7 +67,7 @@ async def test_budget_is_work_conserving_when_extract_is_alone() -> None:
         assert sched.snapshot().budget_share["extract"] == pytest.approx(1.0)
 
 
-def test_budget_holds_when_contended_and_counts_the_running_job() -> None:
+async def test_budget_holds_when_contended_and_counts_the_running_job() -> None:
     """A custom 25 % budget; the share is measured continuously, so a long
     running job is seen before it ends."""
 
@@ -76,24 +76,21 @@ def test_budget_holds_when_contended_and_counts_the_running_job() -> None:
         TaskClass("agent", tier=4, fair=True),
     ]
 
-    async def main() -> None:
-        async with Scheduler(runner(), classes=classes) as sched:
-            rec = Recorder.attach(sched)
-            agents = [sched.submit("agent", "m1", work_for(5)) for _ in range(200)]
-            index = [sched.submit("index", "m1", work_for(5)) for _ in range(200)]
-            await asyncio.sleep(1000)
-            now = sched.now()
-            for end in range(200, 1001, 100):
-                busy = rec.busy_by_class(end - 100, end, now)
-                share = busy.get("index", 0) / sum(busy.values())
-                assert 0.2 <= share <= 0.25 + 5 / 100 + 1e-9, (end, busy)
-            await asyncio.sleep(10)
-            share_now = sched.snapshot().budget_share["index"]
-            assert 0.2 <= share_now <= 0.3
-            for h in agents + index:
-                h.cancel()
-
-    run_virtual(main())
+    async with Scheduler(runner(), classes=classes) as sched:
+        rec = Recorder.attach(sched)
+        agents = [sched.submit("agent", "m1", work_for(5)) for _ in range(200)]
+        index = [sched.submit("index", "m1", work_for(5)) for _ in range(200)]
+        await asyncio.sleep(1000)
+        now = sched.now()
+        for end in range(200, 1001, 100):
+            busy = rec.busy_by_class(end - 100, end, now)
+            share = busy.get("index", 0) / sum(busy.values())
+            assert 0.2 <= share <= 0.25 + 5 / 100 + 1e-9, (end, busy)
+        await asyncio.sleep(10)
+        share_now = sched.snapshot().budget_share["index"]
+        assert 0.2 <= share_now <= 0.3
+        for h in agents + index:
+            h.cancel()
 
 
 async def test_edf_order_inside_t3() -> None:
@@ -111,25 +108,22 @@ async def test_edf_order_inside_t3() -> None:
         assert order == [late[1].id, late[2].id, late[0].id]
 
 
-def test_deadline_passing_while_queued_preempts_t4_without_any_other_event() -> None:
+async def test_deadline_passing_while_queued_preempts_t4_without_any_other_event() -> None:
     # A slice longer than the test isolates the deadline rule from the pool's
     # own slice preemption (docs/design.md §4), which would switch at t=4 anyway.
     config = SchedulerConfig(slice=1000.0)
 
-    async def main() -> None:
-        async with Scheduler(runner(), config=config) as sched:
-            rec = Recorder.attach(sched)
-            nataraj = sched.submit("nataraj", "m1", work_for(100))
-            await asyncio.sleep(1)
-            gana = sched.submit("gana", "m1", work_for(2), deadline=sched.now() + 20.0)
-            await gana
-            # Nothing else happened at t=21: the deadline alone woke the scheduler.
-            assert rec.starts(gana.id)[0] == pytest.approx(21.0, abs=TOKEN + 1e-9)
-            assert rec.starts(gana.id)[0] >= 21.0
-            await nataraj
-            assert sched.stats.preemptions == 1
-
-    run_virtual(main())
+    async with Scheduler(runner(), config=config) as sched:
+        rec = Recorder.attach(sched)
+        nataraj = sched.submit("nataraj", "m1", work_for(100))
+        await asyncio.sleep(1)
+        gana = sched.submit("gana", "m1", work_for(2), deadline=sched.now() + 20.0)
+        await gana
+        # Nothing else happened at t=21: the deadline alone woke the scheduler.
+        assert rec.starts(gana.id)[0] == pytest.approx(21.0, abs=TOKEN + 1e-9)
+        assert rec.starts(gana.id)[0] >= 21.0
+        await nataraj
+        assert sched.stats.preemptions == 1
 
 
 async def test_new_producer_starts_level_and_a_forgotten_one_starts_afresh() -> None:
@@ -170,38 +164,31 @@ async def test_new_producer_starts_level_and_a_forgotten_one_starts_afresh() -> 
             h.cancel()
 
 
-def test_short_absence_banks_no_credit() -> None:
+async def test_short_absence_banks_no_credit() -> None:
     """VTC's on/off case: B leaves for 200 s (< idle_reset) while A runs on; on
     return B starts within its clamped lag of A (two slices at most) instead of
     running alone on 200 s of banked credit."""
     slice_ = SchedulerConfig().slice
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            a = [
-                sched.submit("gana", "m1", resumable_work_for(10), producer="A") for _ in range(40)
-            ]
-            b = [sched.submit("gana", "m1", resumable_work_for(10), producer="B") for _ in range(2)]
-            await asyncio.gather(*b)  # B's backlog ends around t = 40 s
-            await asyncio.sleep(200)
-            back = sched.now()
-            vb_before = sched.snapshot().vruntime["B"]
-            b2 = [
-                sched.submit("gana", "m1", resumable_work_for(10), producer="B") for _ in range(6)
-            ]
-            snap = sched.snapshot()
-            assert abs(snap.vruntime["B"] - snap.vruntime["A"]) <= 2 * 2 * slice_ + 1e-6
-            assert snap.vruntime["B"] > vb_before + 150
-            await asyncio.sleep(60)
-            # The minute after its return B gets about half, not the whole device.
-            shares = rec.busy_by_producer(back, back + 60, sched.now())
-            assert shares["B"] <= 30 + 2 * slice_ + TOKEN
-            assert shares["A"] >= 30 - 2 * slice_ - TOKEN
-            for h in a + b2:
-                h.cancel()
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        a = [sched.submit("gana", "m1", resumable_work_for(10), producer="A") for _ in range(40)]
+        b = [sched.submit("gana", "m1", resumable_work_for(10), producer="B") for _ in range(2)]
+        await asyncio.gather(*b)  # B's backlog ends around t = 40 s
+        await asyncio.sleep(200)
+        back = sched.now()
+        vb_before = sched.snapshot().vruntime["B"]
+        b2 = [sched.submit("gana", "m1", resumable_work_for(10), producer="B") for _ in range(6)]
+        snap = sched.snapshot()
+        assert abs(snap.vruntime["B"] - snap.vruntime["A"]) <= 2 * 2 * slice_ + 1e-6
+        assert snap.vruntime["B"] > vb_before + 150
+        await asyncio.sleep(60)
+        # The minute after its return B gets about half, not the whole device.
+        shares = rec.busy_by_producer(back, back + 60, sched.now())
+        assert shares["B"] <= 30 + 2 * slice_ + TOKEN
+        assert shares["A"] >= 30 - 2 * slice_ - TOKEN
+        for h in a + b2:
+            h.cancel()
 
 
 def test_return_keeps_what_was_owed_and_banks_nothing() -> None:
@@ -244,25 +231,22 @@ def test_return_keeps_what_was_owed_and_banks_nothing() -> None:
     assert lag_of_a() == pytest.approx(0.0)
 
 
-def test_chat_page_open_holds_the_model_until_chat_idle_then_swaps() -> None:
+async def test_chat_page_open_holds_the_model_until_chat_idle_then_swaps() -> None:
     """docs/design.md §4.8: while the chat page is open, no swap away
     until the last chat is chat_idle (60 s) old, never longer. grace_factor is
     raised so the ski-rental cap (tested below) does not bind first."""
     config = SchedulerConfig(grace_factor=100.0)
 
-    async def main() -> None:
-        async with Scheduler(runner("X"), config=config) as sched:
-            rec = Recorder.attach(sched)
-            await sched.run("chat", "X", work_for(1))
-            last_chat = sched.now()
-            sched.set_foreground("chat")  # the person is on the chat page
-            other = sched.submit("gana", "Y", work_for(5))
-            await asyncio.sleep(45)  # past chat_grace (30 s), within chat_idle
-            assert sched.stats.swaps == 0
-            await other
-            assert rec.kinds(SwapStarted)[0].time == pytest.approx(last_chat + 60.0)
-
-    run_virtual(main())
+    async with Scheduler(runner("X"), config=config) as sched:
+        rec = Recorder.attach(sched)
+        await sched.run("chat", "X", work_for(1))
+        last_chat = sched.now()
+        sched.set_foreground("chat")  # the person is on the chat page
+        other = sched.submit("gana", "Y", work_for(5))
+        await asyncio.sleep(45)  # past chat_grace (30 s), within chat_idle
+        assert sched.stats.swaps == 0
+        await other
+        assert rec.kinds(SwapStarted)[0].time == pytest.approx(last_chat + 60.0)
 
 
 async def test_ski_rental_a_fast_swap_never_idles_the_device_for_a_chat_hold() -> None:
@@ -289,7 +273,7 @@ async def test_ski_rental_a_fast_swap_never_idles_the_device_for_a_chat_hold() -
         assert swaps[-1] == pytest.approx(last_chat + 3 * 0.1)
 
 
-def test_decay_period_has_no_effect_and_says_so() -> None:
+async def test_decay_period_has_no_effect_and_says_so() -> None:
     """The seed halved every vruntime every 300 s so that history faded. The
     EEVDF pool keeps no history to fade (lag is clamped to two slices and
     forgotten after idle_reset), so decay_period is deprecated: setting it
@@ -297,14 +281,11 @@ def test_decay_period_has_no_effect_and_says_so() -> None:
     with pytest.warns(DeprecationWarning, match="decay_period has no effect"):
         SchedulerConfig(decay_period=60.0)
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            await sched.run("gana", "m1", work_for(100), producer="A")
-            await asyncio.sleep(250)  # away less than idle_reset: remembered as it was
-            sched.submit("gana", "m1", work_for(1), producer="other")
-            assert sched.snapshot().vruntime["A"] == pytest.approx(100.0)
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        await sched.run("gana", "m1", work_for(100), producer="A")
+        await asyncio.sleep(250)  # away less than idle_reset: remembered as it was
+        sched.submit("gana", "m1", work_for(1), producer="other")
+        assert sched.snapshot().vruntime["A"] == pytest.approx(100.0)
 
 
 async def test_cancelled_run_is_charged_you_ran_you_pay() -> None:
@@ -443,20 +424,17 @@ async def test_aclose_resolves_every_handle() -> None:
     assert sched.stats.cancelled == 5
 
 
-def test_a_failing_work_fails_only_its_own_handle() -> None:
+async def test_a_failing_work_fails_only_its_own_handle() -> None:
     async def boom(ctx: JobContext) -> None:
         raise RuntimeError("producer bug")
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            bad = sched.submit("gana", "m1", boom)
-            good = sched.submit("gana", "m1", work_for(1))
-            with pytest.raises(RuntimeError, match="producer bug"):
-                await bad
-            assert await good == 20
-            assert sched.stats.failed == 1 and sched.stats.completed == 1
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        bad = sched.submit("gana", "m1", boom)
+        good = sched.submit("gana", "m1", work_for(1))
+        with pytest.raises(RuntimeError, match="producer bug"):
+            await bad
+        assert await good == 20
+        assert sched.stats.failed == 1 and sched.stats.completed == 1
 
 
 async def test_failed_swap_fails_only_that_job_naming_the_model() -> None:
@@ -469,32 +447,29 @@ async def test_failed_swap_fails_only_that_job_naming_the_model() -> None:
         assert sched.loaded_model == "m2"
 
 
-def test_stuck_job_is_reported_and_not_waited_on_forever() -> None:
+async def test_stuck_job_is_reported_and_not_waited_on_forever() -> None:
     async def deaf(ctx: JobContext) -> str:
         await asyncio.sleep(1000)  # never looks at its cancel token
         return "late"
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            stuck = sched.submit("gana", "m1", deaf)
-            await asyncio.sleep(1)
-            chat_at = sched.now()
-            chat = sched.submit("chat", "m1", work_for(1))
-            await chat
-            assert rec.kinds(JobStuck)
-            assert sched.stats.stuck == 1
-            # Waited cancel_grace (5 s), then moved on.
-            assert rec.starts(chat.id)[0] == pytest.approx(chat_at + 5.0)
-            # It was preempted, so re-queued, and runs again once the chat is done.
-            assert [e.job.id for e in rec.kinds(Requeued)] == [stuck.id]
-            assert stuck.state.value == "running"
-            stuck.cancel()
-            with pytest.raises(Cancelled):
-                await stuck
-            assert sched.stats.stuck == 2
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        stuck = sched.submit("gana", "m1", deaf)
+        await asyncio.sleep(1)
+        chat_at = sched.now()
+        chat = sched.submit("chat", "m1", work_for(1))
+        await chat
+        assert rec.kinds(JobStuck)
+        assert sched.stats.stuck == 1
+        # Waited cancel_grace (5 s), then moved on.
+        assert rec.starts(chat.id)[0] == pytest.approx(chat_at + 5.0)
+        # It was preempted, so re-queued, and runs again once the chat is done.
+        assert [e.job.id for e in rec.kinds(Requeued)] == [stuck.id]
+        assert stuck.state.value == "running"
+        stuck.cancel()
+        with pytest.raises(Cancelled):
+            await stuck
+        assert sched.stats.stuck == 2
 
 
 async def test_user_cancel_during_preemption_is_not_lost() -> None:

@@ -22,7 +22,6 @@ from tests.helpers import (
 from tests.payloads import MESSAGES
 from tierlm import Cancelled, CancelReason, Requeued, Scheduler, SchedulerConfig, SwapStarted
 from tierlm.runners import GenerationRequest, SimulatedRunner
-from tierlm.testing import run_virtual
 
 
 async def test_scenario_1_chat_preempts_nataraj_within_one_token_boundary() -> None:
@@ -51,7 +50,7 @@ async def test_scenario_1_chat_preempts_nataraj_within_one_token_boundary() -> N
         assert sched.stats.preemptions == 1
 
 
-def test_scenario_2_two_ganas_alternate_by_vruntime() -> None:
+async def test_scenario_2_two_ganas_alternate_by_vruntime() -> None:
     """Two Ganas (two producers, docs/design.md §6.1) each with a 30 s-job backlog: FIFO
     would finish Gana-A's before Gana-B starts; here they alternate.
 
@@ -61,40 +60,35 @@ def test_scenario_2_two_ganas_alternate_by_vruntime() -> None:
     where they stopped, so the slices cost no work."""
     slice_ = SchedulerConfig().slice
 
-    async def main() -> None:
-        async with Scheduler(runner()) as sched:
-            rec = Recorder.attach(sched)
-            a = [
-                sched.submit("gana", "m1", resumable_work_for(30), producer="gana:A")
-                for _ in range(4)
-            ]
-            b = [
-                sched.submit("gana", "m1", resumable_work_for(30), producer="gana:B")
-                for _ in range(4)
-            ]
-            await asyncio.gather(*a, *b)
-            # Turns on the device: a producer's back-to-back runs are one turn
-            # (a job that ends mid-turn hands the rest of the turn to the
-            # producer's next job). While both have work, no turn is longer
-            # than two slices: one to catch up, one of its own.
-            turns: list[tuple[str, float]] = []
-            for run in rec.runs:
-                assert run.end is not None
-                if turns and turns[-1][0] == run.producer:
-                    turns[-1] = (run.producer, turns[-1][1] + run.end - run.start)
-                else:
-                    turns.append((run.producer, run.end - run.start))
-            assert max(seconds for _, seconds in turns[:-1]) <= 2 * slice_ + TOKEN
-            assert len(turns) >= 8 * 30 / (2 * slice_ + TOKEN)
-            first_b = next(r for r in rec.runs if r.producer == "gana:B")
-            assert first_b.start == pytest.approx(slice_, abs=TOKEN)  # not after A's 30 s job
-            for run in rec.runs:  # neither ever leads by more than two slices
-                assert run.end is not None
-                held = rec.busy_by_producer(0, run.end, run.end)
-                assert abs(held["gana:A"] - held.get("gana:B", 0.0)) <= 2 * slice_ + TOKEN
-            assert sched.now() == pytest.approx(8 * 30.0)  # no work lost to the slices
-
-    run_virtual(main())
+    async with Scheduler(runner()) as sched:
+        rec = Recorder.attach(sched)
+        a = [
+            sched.submit("gana", "m1", resumable_work_for(30), producer="gana:A") for _ in range(4)
+        ]
+        b = [
+            sched.submit("gana", "m1", resumable_work_for(30), producer="gana:B") for _ in range(4)
+        ]
+        await asyncio.gather(*a, *b)
+        # Turns on the device: a producer's back-to-back runs are one turn
+        # (a job that ends mid-turn hands the rest of the turn to the
+        # producer's next job). While both have work, no turn is longer
+        # than two slices: one to catch up, one of its own.
+        turns: list[tuple[str, float]] = []
+        for run in rec.runs:
+            assert run.end is not None
+            if turns and turns[-1][0] == run.producer:
+                turns[-1] = (run.producer, turns[-1][1] + run.end - run.start)
+            else:
+                turns.append((run.producer, run.end - run.start))
+        assert max(seconds for _, seconds in turns[:-1]) <= 2 * slice_ + TOKEN
+        assert len(turns) >= 8 * 30 / (2 * slice_ + TOKEN)
+        first_b = next(r for r in rec.runs if r.producer == "gana:B")
+        assert first_b.start == pytest.approx(slice_, abs=TOKEN)  # not after A's 30 s job
+        for run in rec.runs:  # neither ever leads by more than two slices
+            assert run.end is not None
+            held = rec.busy_by_producer(0, run.end, run.end)
+            assert abs(held["gana:A"] - held.get("gana:B", 0.0)) <= 2 * slice_ + TOKEN
+        assert sched.now() == pytest.approx(8 * 30.0)  # no work lost to the slices
 
 
 async def test_scenario_3_overdue_gana_enters_t3_and_preempts_nataraj() -> None:
