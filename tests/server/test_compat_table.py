@@ -1,12 +1,12 @@
 """docs/gateway.md's table of request fields per backend, checked row by row
 against real gateways on 127.0.0.1: ``sim``; ``llama-cpp`` over a generated
-tiny GGUF; ``openai`` and ``ollama`` over the fake upstream of the runner tests
-(Ollama cannot be installed here; the fake records what it was sent, which is
-what "passed through" promises). Each row's example is sent to each: rejected
-is a 400 naming the field, anything else a 200; passed through means the
-upstream received it (for Ollama, where the row says). The table in the docs
-is the one ``compat.table()`` writes, so the docs, the table and the
-behaviour cannot drift apart.
+tiny GGUF (with FIM tokens, for ``suffix``); ``openai`` and ``ollama`` over
+the fake upstream of the runner tests (Ollama cannot be installed here; the
+fake records what it was sent, which is what "passed through" promises). Each
+row's example is sent to each: rejected is a 400 naming the field, anything
+else a 200; passed through means the upstream received it (for Ollama, where
+the row says). The table in the docs is the one ``compat.table()`` writes, so
+the docs, the table and the behaviour cannot drift apart.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -23,9 +23,7 @@ from tests.runners.helpers import FakeState
 from tests.server.helpers import Gateway, run_app, serve, sim_settings
 from tierlm.server.openai.compat import BACKENDS, BEGIN, END, ROWS, Row, Support, table
 from tierlm.server.settings.sources import settings_from_dict
-
-if TYPE_CHECKING:
-    from tests.runners.helpers import TinyModels
+from tierlm.testing.gguf_model import write_tiny_llama
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
 MODEL = "m"
@@ -48,10 +46,14 @@ def test_every_row_rejected_by_parsing_is_rejected_by_every_backend() -> None:
 
 
 @pytest.fixture(scope="module")
-def gateways(tiny_models: TinyModels) -> Iterator[tuple[dict[str, Gateway], FakeState]]:
+def gateways(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, Gateway], FakeState]]:
     pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
     state = FakeState(requests=[], loaded={}, disconnects=[])
-    tiny = {"path": str(tiny_models.a), "n_threads": 1}
+    # With FIM tokens: the suffix row is honoured (llama-cpp, a model that has them).
+    fim = write_tiny_llama(tmp_path_factory.mktemp("fim") / "m.gguf", fim=True)
+    tiny = {"path": str(fim), "n_threads": 1}
     configs = {
         "sim": sim_settings({"backend": {"models": [MODEL]}}),
         "llama-cpp": settings_from_dict(

@@ -242,9 +242,14 @@ def test_values_that_ask_for_nothing_pass(gw: Gateway) -> None:
     [
         ("/v1/chat/completions", chat_body(max_token=5), "max_token", "did you mean 'max_tokens'?"),
         ("/v1/chat/completions", chat_body(frobnicate=1), "frobnicate", "(fields: model, "),
-        ("/v1/completions", {"model": "sim-a", "prompt": "x", "echo": True}, "echo", "not supp"),
+        (
+            "/v1/completions",
+            {"model": "sim-a", "prompt": "x", "echo": True, "logprobs": 1},
+            "echo",
+            "together with logprobs",
+        ),
         ("/v1/completions", {"model": "sim-a", "prompt": "x", "best_of": 3}, "best_of", "got 3"),
-        ("/v1/completions", {"model": "sim-a", "prompt": ["a", "b"]}, "prompt", "one prompt"),
+        ("/v1/completions", {"model": "sim-a", "prompt": ["a"] * 17}, "prompt", "at most 16"),
         (
             "/v1/completions",
             {"model": "sim-a", "prompt": "x", "max_completion_tokens": 2},

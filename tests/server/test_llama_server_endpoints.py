@@ -1,7 +1,8 @@
 """llama-server's own endpoints (issue 56, item 9): ``/props`` and
-``/slots`` as tools written for llama.cpp's server read them, and a clear
-404 for what tierlm does not serve (``/infill``, ``/tokenize``,
-``/detokenize``) instead of an unknown path.
+``/slots`` as tools written for llama.cpp's server read them; on the sim
+backend, which has no tokenizer and no FIM, ``/infill``, ``/tokenize`` and
+``/detokenize`` answer a 400 naming the field (their success paths:
+test_tokens_and_prompts.py, test_infill.py).
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ def test_slots_need_an_admin_key_and_the_rest_say_what_to_do() -> None:
         app = {"Authorization": "Bearer sk-app"}
         assert httpx.get(f"{gw.url}/slots", headers=app).status_code == 403
         assert httpx.get(f"{gw.url}/props", headers=app).status_code == 200
-        for path in ("/infill", "/tokenize", "/detokenize"):
-            answer = httpx.post(f"{gw.url}{path}", json={"content": "x"}, headers=app)
-            assert answer.status_code == 404, path
+        bodies = {
+            "/infill": ({"input_prefix": "x", "input_suffix": "y"}, "input_suffix"),
+            "/tokenize": ({"content": "x"}, "content"),
+            "/detokenize": ({"tokens": [1]}, "tokens"),
+        }
+        for path, (body, field) in bodies.items():
+            answer = httpx.post(f"{gw.url}{path}", json=body, headers=app)
+            assert answer.status_code == 400, path
             error = answer.json()["error"]
-            assert error["code"] == "unsupported" and "not served by tierlm" in error["message"]
+            assert error["code"] == "unsupported" and error["param"] == field, error

@@ -48,6 +48,8 @@ class Params:
     """The client set no max_tokens: the gateway chose it."""
     n: int = 1
     """Choices asked for: each one a job of its own."""
+    echo: bool = False
+    """Completions: the prompt before each choice's text (streamed: its first chunk)."""
 
     @property
     def tool_calls(self) -> bool:
@@ -133,7 +135,7 @@ class Answer:
             errors = None
             choice = {
                 "index": self.index,
-                "text": text,
+                "text": self._echoed + text,
                 "finish_reason": reason,
                 "logprobs": logprobs,
             }
@@ -172,7 +174,14 @@ class Answer:
     def start(self) -> list[Mapping[str, Any]]:
         if self.params.endpoint == "chat":
             return [self._chunk({"role": "assistant", "content": ""}, None)]
+        if self._echoed:
+            return [self._chunk(self._echoed, None)]
         return []
+
+    @property
+    def _echoed(self) -> str:
+        """What ``echo`` puts before the completion: its prompt."""
+        return (self.params.request.prompt or "") if self.params.echo else ""
 
     def piece(self, text: str) -> list[Mapping[str, Any]]:
         if self.parser is not None:
@@ -243,9 +252,12 @@ def _chat_logprob(logprob: TokenLogprob, top: tuple[TokenLogprob, ...]) -> dict[
 
 
 def total_usage(answers: Sequence[Answer], jobs: Sequence[AnsweredJob]) -> dict[str, int]:
-    """The usage of ``n`` choices: the prompt once, every choice's tokens (as OpenAI)."""
+    """The usage of ``n`` choices of one or more prompts: each prompt once,
+    every choice's tokens (as OpenAI)."""
     usages = [a.usage(j) for a, j in zip(answers, jobs, strict=True)]
-    prompt = usages[0]["prompt_tokens"]
+    # One Params per prompt: its n answers share it.
+    prompts = {id(a.params): u["prompt_tokens"] for a, u in zip(answers, usages, strict=True)}
+    prompt = sum(prompts.values())
     completion = sum(u["completion_tokens"] for u in usages)
     return {
         "prompt_tokens": prompt,

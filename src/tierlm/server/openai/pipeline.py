@@ -8,11 +8,13 @@ Batch API line and the Ray ingress.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
 
 from tierlm.runners.requests import GenerationRequest
+from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway
 from tierlm.server.gateway.intake import Ask
 from tierlm.server.openai import compat
@@ -20,7 +22,14 @@ from tierlm.server.openai.answers import Endpoint, Params
 from tierlm.server.openai.requests import ChatRequest, CompletionRequest, GenerationFields, parse
 from tierlm.server.settings.sections import LimitSettings
 
-__all__ = ["ask_of", "gateway_of", "parse_chat", "parse_completion"]
+__all__ = [
+    "ask_of",
+    "completion_params",
+    "completion_request",
+    "gateway_of",
+    "parse_chat",
+    "parse_completion",
+]
 
 logger = logging.getLogger("tierlm.server")
 
@@ -32,9 +41,41 @@ def parse_chat(body: Any, limits: LimitSettings, backend: str | None = None) -> 
     return _params("chat", chat, limits, backend, messages=messages)
 
 
+def completion_request(body: Any, limits: LimitSettings) -> CompletionRequest:
+    """A completion request, validated (its prompts text or token ids)."""
+    return parse(CompletionRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
+
+
+def completion_params(
+    completion: CompletionRequest,
+    texts: Sequence[str],
+    limits: LimitSettings,
+    backend: str | None = None,
+) -> list[Params]:
+    """One ``Params`` per prompt of ``completion``, ``texts`` its prompts as
+    text (token ids decoded: ``routes.prompt_texts``)."""
+    return [
+        _params("completions", completion, limits, backend, prompt=text, echo=bool(completion.echo))
+        for text in texts
+    ]
+
+
 def parse_completion(body: Any, limits: LimitSettings, backend: str | None = None) -> Params:
-    completion = parse(CompletionRequest, body, {"max_tokens_limit": limits.max_tokens_limit})
-    return _params("completions", completion, limits, backend, prompt=completion.prompt)
+    """A completion of one text prompt (Ollama's generate, a Batch API line,
+    the Ray ingress): an array of prompts or token ids is a 400 saying where
+    they are taken."""
+    completion = completion_request(body, limits)
+    prompts = completion.prompts
+    if len(prompts) > 1 or not isinstance(prompts[0], str):
+        kind = "token ids" if not isinstance(prompts[0], str) else "several prompts"
+        raise APIError(
+            400,
+            f"prompt: {kind} are taken by POST /v1/completions only; send one text prompt here",
+            param="prompt",
+            code="unsupported",
+            reason="unsupported",
+        )
+    return completion_params(completion, [prompts[0]], limits, backend)[0]
 
 
 def _params(
@@ -42,6 +83,7 @@ def _params(
     fields: GenerationFields,
     limits: LimitSettings,
     backend: str | None,
+    echo: bool = False,
     **text: Any,
 ) -> Params:
     _, max_tokens = fields.max_tokens_field()
@@ -65,6 +107,7 @@ def _params(
         metadata=fields.metadata,
         default_max_tokens=max_tokens is None,
         n=fields.n or 1,
+        echo=echo,
     )
 
 

@@ -7,7 +7,7 @@ Unknown fields are rejected, as vLLM's OpenAI server does: the gateway answers
 only what it can honour. Fields OpenAI defines that no backend honours are
 declared with ``not_supported``: any value that would ask for the feature is a
 400 saying so (``code: "unsupported"``), and a value that asks for nothing
-(``n: 1``, ``echo: false``) passes. The rest reach the runner in
+(``n: 1``, ``best_of: 1``) passes. The rest reach the runner in
 ``GenerationRequest.extra`` (``extras``), only when they ask for something;
 whether the configured backend honours each is ``compat.py``'s table.
 """
@@ -45,10 +45,12 @@ from tierlm.server.settings.validation import JSON_WORDS, first_problem, json_ty
 
 __all__ = [
     "MAX_INPUTS",
+    "MAX_PROMPTS",
     "ChatRequest",
     "CompletionRequest",
     "EmbeddingRequest",
     "Message",
+    "TextOrIds",
     "TextPart",
     "not_supported",
     "parse",
@@ -58,6 +60,8 @@ __all__ = [
 MAX_STOP = 4
 # Choices per request: each is a job, so n jobs of one request share the queue.
 MAX_N = 16
+# Prompts of one completion request (an array): each is queued with its n choices.
+MAX_PROMPTS = 16
 
 ModelName = Annotated[str, Field(min_length=1), Expect("a non-empty string naming a model")]
 
@@ -304,23 +308,83 @@ class ChatRequest(GenerationFields):
         return super().max_tokens_field()
 
 
-def _one_prompt(value: Any) -> Any:
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
-        return value[0]
-    if isinstance(value, list) and len(value) > 1 and all(isinstance(p, str) for p in value):
-        raise FieldError("one prompt per request; send a request per prompt", code="unsupported")
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _prompts(value: Any) -> Any:
+    if not isinstance(value, list):
+        return value
+    if not value:
+        raise FieldError("must not be an empty array: there is nothing to complete")
+    if len(value) > MAX_PROMPTS:
+        raise FieldError(
+            f"at most {MAX_PROMPTS} prompts per request, got {len(value)}; split the request"
+        )
+    if all(_is_id(v) for v in value):
+        return [value]  # one prompt's token ids
     return value
 
 
-class CompletionRequest(GenerationFields):
-    """``POST /v1/completions``."""
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+TextOrIds = str | list[int]
+"""One prompt: its text, or its token ids (the served model's: ``Tokenizer``)."""
 
-    prompt: Annotated[str, BeforeValidator(_one_prompt), Expect("a string")]
+
+class CompletionRequest(GenerationFields):
+    """``POST /v1/completions``.
+
+    ``prompt``: a string; an array of strings (one choice set per prompt,
+    ``n`` choices each, indexed prompt by prompt, as OpenAI does); token ids,
+    an array of integers or an array of such arrays, read in the served
+    model's own vocabulary (decoded with its tokenizer, then completed as
+    that text: ``routes``). ``echo`` puts the prompt before each choice's
+    text; ``suffix`` is fill-in-the-middle (the text after the gap)."""
+
+    prompt: Annotated[
+        str | list[str] | list[TokenIds],
+        BeforeValidator(_prompts),
+        Expect(
+            "a string, an array of strings, or token ids (an array of integers, "
+            "or an array of such arrays)"
+        ),
+    ]
     logprobs: Annotated[int | None, Field(ge=0, le=5)] = None
     """Log-probabilities of each token and of the ``logprobs`` likeliest (0 to 5)."""
-    echo: Annotated[Any, not_supported("not supported by this gateway")] = None
-    suffix: Annotated[Any, not_supported("not supported by this gateway")] = None
+    echo: bool | None = None
+    """The prompt before the completion, in each choice's text."""
+    suffix: str | None = None
+    """Fill-in-the-middle: the text after the completion (the prompt is the
+    text before it); a model with FIM tokens only (``compat.py``)."""
     best_of: Annotated[Any, not_supported("only 1 is supported, got {value}", _one)] = None
+
+    @model_validator(mode="after")
+    def _echo(self) -> CompletionRequest:
+        if not self.echo:
+            return self
+        if self.logprobs is not None:
+            raise FieldError(
+                "not supported together with logprobs: the prompt's tokens are evaluated without "
+                "their log-probabilities here; drop one of them (logprobs alone scores the "
+                "completion's tokens)",
+                "echo",
+                code="unsupported",
+            )
+        if self.suffix:
+            raise FieldError(
+                "not supported together with suffix (OpenAI refuses it too); put the prompt and "
+                "the suffix around the completion yourself",
+                "echo",
+                code="unsupported",
+            )
+        return self
+
+    @property
+    def prompts(self) -> list[TextOrIds]:
+        """Each prompt, as text or token ids."""
+        if isinstance(self.prompt, str):
+            return [self.prompt]
+        return list(self.prompt)
 
     def extras(self) -> dict[str, Any]:
         extra = super().extras()
@@ -328,4 +392,6 @@ class CompletionRequest(GenerationFields):
             extra["logprobs"] = True
             if self.logprobs:
                 extra["top_logprobs"] = self.logprobs
+        if self.suffix:
+            extra["suffix"] = self.suffix
         return extra

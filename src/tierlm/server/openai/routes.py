@@ -12,11 +12,16 @@ chat its template refuses, a schema its grammar cannot express) is a 400 at
 once rather than a failure after its wait. The answers' shapes are
 ``answers.py``'s; the steps before the queue ``pipeline.py``'s; the models'
 endpoints ``models.py``'s, the Responses API ``responses.py``'s.
+
+A completion's prompt may be an array (a request per prompt, each queued
+with its ``n`` choices, answered as one completion numbered prompt by
+prompt) or token ids, decoded first with the served model's tokenizer
+(``Tokenizer``; 400 naming ``prompt`` on a backend without one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,14 +29,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from tierlm.runners.errors import InvalidRequest
+from tierlm.runners.protocol import Tokenizer
 from tierlm.server.edge.body import read_json
-from tierlm.server.gateway.gateway import GatewayJob
+from tierlm.server.edge.errors import APIError
+from tierlm.server.gateway.gateway import Gateway, GatewayJob
 from tierlm.server.gateway.intake import admit
 from tierlm.server.gateway.model_names import resolve
 from tierlm.server.openai import models, responses
 from tierlm.server.openai.answers import Answer, Endpoint, Params, merged, total_usage
 from tierlm.server.openai.job_errors import job_error
-from tierlm.server.openai.pipeline import ask_of, gateway_of, parse_chat, parse_completion
+from tierlm.server.openai.pipeline import (
+    ask_of,
+    completion_params,
+    completion_request,
+    gateway_of,
+    parse_chat,
+)
+from tierlm.server.openai.requests import TextOrIds
 from tierlm.server.openai.streaming import JobResult, JobStream
 
 __all__ = ["routes"]
@@ -47,16 +62,69 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
         # "model@gana": the class an app can name without headers (model_names).
         model, headers = resolve(gateway, principal, headers, body["model"])
         body = {**body, "model": model}
-    parse = parse_chat if endpoint == "chat" else parse_completion
-    params = parse(body, settings.limits, settings.backend.kind)
-    jobs = await admit(gateway, principal, headers, ask_of(params))
-    params = replace(params, request=jobs[0].request)  # as counted (intake.counted)
-    return respond(params, jobs, settings.server.sse_heartbeat)
+    if endpoint == "completions":
+        completion = completion_request(body, settings.limits)
+        gateway.check_model(completion.model)
+        texts = await prompt_texts(gateway, completion.model, completion.prompts)
+        prompts = completion_params(completion, texts, settings.limits, settings.backend.kind)
+    else:
+        prompts = [parse_chat(body, settings.limits, settings.backend.kind)]
+    groups: list[tuple[Params, list[GatewayJob]]] = []
+    try:
+        for params in prompts:  # a request per prompt, each with its n choices
+            jobs = await admit(gateway, principal, headers, ask_of(params))
+            groups.append((replace(params, request=jobs[0].request), jobs))  # as counted
+    except BaseException:
+        for _, jobs in groups:  # queued whole or not at all
+            for job in jobs:
+                job.disconnect()
+        raise
+    return respond(groups, settings.server.sse_heartbeat)
 
 
-def respond(params: Params, jobs: list[GatewayJob], heartbeat: float) -> Response:
-    """The answer of ``jobs`` (one per choice), streamed or not."""
-    answers = [Answer(params, index=i) for i in range(len(jobs))]
+async def prompt_texts(gateway: Gateway, model: str, prompts: Sequence[TextOrIds]) -> list[str]:
+    """Each prompt as text: token ids are read in ``model``'s own vocabulary,
+    decoded with its tokenizer (``Tokenizer``); a runner without one (``sim``,
+    an upstream server) answers 400 naming ``prompt``."""
+    if all(isinstance(p, str) for p in prompts):
+        return [p for p in prompts if isinstance(p, str)]
+    runner = gateway.runner
+    if not isinstance(runner, Tokenizer):
+        raise APIError(
+            400,
+            f"prompt: token ids need the served model's tokenizer, and the "
+            f"{gateway.settings.backend.kind} backend has none here; send the prompt as text",
+            param="prompt",
+            code="unsupported",
+            reason="unsupported",
+        )
+    texts = []
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            texts.append(prompt)
+            continue
+        try:
+            texts.append(await runner.detokenize(model, prompt))
+        except InvalidRequest as exc:
+            # "tokens[j]: ..." as this request names it
+            where = f"prompt[{i}]" if len(prompts) > 1 else "prompt"
+            message = str(exc).replace("tokens[", f"{where}[", 1)
+            raise InvalidRequest(
+                message, param=(exc.param or "").replace("tokens", where, 1) or where
+            ) from None
+    return texts
+
+
+def respond(groups: Sequence[tuple[Params, list[GatewayJob]]], heartbeat: float) -> Response:
+    """The answer of each prompt's jobs (one per choice), streamed or not:
+    one completion whose choices are numbered prompt by prompt, ``n`` each
+    (OpenAI's order)."""
+    params = groups[0][0]
+    answers: list[Answer] = []
+    jobs: list[GatewayJob] = []
+    for group_params, group_jobs in groups:
+        answers += [Answer(group_params, index=len(answers) + i) for i in range(len(group_jobs))]
+        jobs += group_jobs
     for answer in answers[1:]:
         answer.id = answers[0].id  # one completion, n choices
     if params.stream:
