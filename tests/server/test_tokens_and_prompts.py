@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.server.helpers import Gateway, serve_default_model
+from tests.server.helpers import Gateway, serve_default_model, sse
 
 pytestmark = pytest.mark.llama
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python")
@@ -143,3 +143,20 @@ def test_fill_in_the_middle_on_a_model_without_fim_tokens_says_so(gw: Gateway) -
     assert infill.status_code == 400
     error = infill.json()["error"]
     assert error["param"] == "input_suffix" and MODEL in error["message"]
+
+
+def test_tokenizing_does_not_wait_behind_a_generation(gw: Gateway) -> None:
+    # A generation that cannot stop early (its end tokens banned) holds the device.
+    body = {
+        "model": MODEL,
+        "prompt": TEXT,
+        "max_tokens": 3000,
+        "logit_bias": {"0": -100, "2": -100},
+    }
+    with sse(gw, body, path="/v1/completions") as stream:
+        stream.next_data()
+        tokens = gw.http.post("/tokenize", json={"content": TEXT})
+        back = gw.http.post("/detokenize", json={"tokens": tokens.json()["tokens"]})
+        assert back.json() == {"content": TEXT}
+        running = gw.state()["running"]  # answered while it still runs
+        assert running is not None and running["id"] == stream.job_id
