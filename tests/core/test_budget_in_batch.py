@@ -10,7 +10,6 @@ import asyncio
 from tierlm import JobStarted, RunEnded, Scheduler, SchedulerEvent
 from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.runners.simulated import LLAMA_CPP_CPU_BATCH_COST
-from tierlm.testing import run_virtual
 
 TOKEN = 0.05
 SLOTS = 8
@@ -77,45 +76,39 @@ async def one_stream_at_a_time(sched: Scheduler, producer: str) -> None:
         await submit(sched, "nataraj", producer)
 
 
-def test_beside_two_streams_extraction_keeps_to_its_cap_of_slot_time() -> None:
+async def test_beside_two_streams_extraction_keeps_to_its_cap_of_slot_time() -> None:
     """Two pool producers can use two slots; an extraction backlog would take
     the other six (75 % of the slot-time, the cap is 60 %). It joins the batch
     only while its part of it stays within the cap: three of five."""
 
-    async def main() -> tuple[float, int]:
-        async with Scheduler(device()) as sched:
-            meter = SlotTime(sched)
-            sched.add_listener(meter)
-            agents = [asyncio.ensure_future(one_stream_at_a_time(sched, f"a{i}")) for i in (1, 2)]
-            await asyncio.sleep(0)  # the agents' first requests are in
-            backlog = extraction(sched, 400)
-            await asyncio.sleep(600.0)  # two budget windows
-            share = meter.share("extract")
-            for task in agents:
-                task.cancel()
-            for handle in backlog:
-                handle.cancel()
-            await asyncio.gather(*agents, *backlog, return_exceptions=True)
-            return share, meter.most_at_once["extract"]
-
-    share, at_once = run_virtual(main())
+    async with Scheduler(device()) as sched:
+        meter = SlotTime(sched)
+        sched.add_listener(meter)
+        agents = [asyncio.ensure_future(one_stream_at_a_time(sched, f"a{i}")) for i in (1, 2)]
+        await asyncio.sleep(0)  # the agents' first requests are in
+        backlog = extraction(sched, 400)
+        await asyncio.sleep(600.0)  # two budget windows
+        share = meter.share("extract")
+        for task in agents:
+            task.cancel()
+        for handle in backlog:
+            handle.cancel()
+        await asyncio.gather(*agents, *backlog, return_exceptions=True)
+        share, at_once = share, meter.most_at_once["extract"]
     assert share <= CAP + 0.01, share
     assert at_once == 3, at_once  # 3 of 5: one more would be 4 of 6 (67 %)
 
 
-def test_alone_extraction_fills_every_slot() -> None:
+async def test_alone_extraction_fills_every_slot() -> None:
     """Work-conserving (docs/design.md §6.4): with nothing else queued or
     running, the budget leaves no slot empty and the device never idles."""
 
-    async def main() -> tuple[int, float]:
-        async with Scheduler(device()) as sched:
-            meter = SlotTime(sched)
-            sched.add_listener(meter)
-            backlog = extraction(sched, 64)
-            await asyncio.gather(*backlog)
-            meter.share("extract")
-            return meter.most_at_once["extract"], meter.idle_while_queued
-
-    at_once, idle = run_virtual(main())
+    async with Scheduler(device()) as sched:
+        meter = SlotTime(sched)
+        sched.add_listener(meter)
+        backlog = extraction(sched, 64)
+        await asyncio.gather(*backlog)
+        meter.share("extract")
+        at_once, idle = meter.most_at_once["extract"], meter.idle_while_queued
     assert at_once == SLOTS, at_once
     assert idle == 0.0, idle

@@ -15,7 +15,7 @@ from tierlm.core.jobs import Job
 from tierlm.core.tiered import TieredPolicy
 from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.shell.events import JobStarted, SchedulerEvent
-from tierlm.testing import next_start, run_virtual
+from tierlm.testing import next_start
 
 CLASSES = default_classes()
 
@@ -101,37 +101,33 @@ def test_a_keys_named_persons_share_its_turn() -> None:
 
 
 @pytest.mark.parametrize("slots", [1, 8])
-def test_ten_people_sending_five_chats_at_once_are_served_round_by_round(slots: int) -> None:
+async def test_ten_people_sending_five_chats_at_once_are_served_round_by_round(slots: int) -> None:
     """docs/design.md §4.7 (persons in turn on slots): every person's r-th chat
     starts before anyone's (r+1)-th, on one slot and on eight, though the
     first person's five arrive while eight slots are free."""
 
-    async def main() -> list[str]:
-        runner = SimulatedRunner(token_interval=0.05, initial_model="m1", slots=slots)
-        firsts: list[str] = []
-        seen: set[int] = set()
+    runner = SimulatedRunner(token_interval=0.05, initial_model="m1", slots=slots)
+    firsts: list[str] = []
+    seen: set[int] = set()
 
-        def on_event(event: SchedulerEvent) -> None:
-            if isinstance(event, JobStarted) and event.job.id not in seen:
-                seen.add(event.job.id)  # a chat that yielded to a person resumes: once
-                firsts.append(event.job.producer)
+    def on_event(event: SchedulerEvent) -> None:
+        if isinstance(event, JobStarted) and event.job.id not in seen:
+            seen.add(event.job.id)  # a chat that yielded to a person resumes: once
+            firsts.append(event.job.producer)
 
-        async with Scheduler(runner) as sched:
-            sched.add_listener(on_event)
-            handles = [
-                sched.submit_generation(
-                    "chat",
-                    GenerationRequest(model_id="m1", prompt=f"{p}:{r}", max_tokens=40),
-                    lambda _: None,
-                    producer=f"person{p}",
-                )
-                for p in range(10)
-                for r in range(5)
-            ]
-            await asyncio.gather(*handles)
-        return firsts
-
-    firsts = run_virtual(main())
+    async with Scheduler(runner) as sched:
+        sched.add_listener(on_event)
+        handles = [
+            sched.submit_generation(
+                "chat",
+                GenerationRequest(model_id="m1", prompt=f"{p}:{r}", max_tokens=40),
+                lambda _: None,
+                producer=f"person{p}",
+            )
+            for p in range(10)
+            for r in range(5)
+        ]
+        await asyncio.gather(*handles)
     rounds: dict[str, int] = {}
     started_rounds = []
     for person in firsts:

@@ -53,21 +53,17 @@ async def first_token(
     return firsts[0] - submitted
 
 
-def test_a_second_person_is_not_kept_waiting_by_another_persons_long_prompt() -> None:
+async def test_a_second_person_is_not_kept_waiting_by_another_persons_long_prompt() -> None:
     """While one person's 4 000-token prompt evaluated (27 s), a second
     person's short chat waited for all of it with 7 slots free: 26.9 s."""
 
-    async def main() -> tuple[float, float]:
-        async with Scheduler(device()) as sched:
-            long = asyncio.create_task(first_token(sched, "chat", "alice", 4000))
-            await asyncio.sleep(1.0)
-            short = await first_token(sched, "chat", "bob", 50)
-            await long
-        async with Scheduler(device()) as idle:
-            alone = await first_token(idle, "chat", "bob", 50)
-        return short, alone
-
-    short, alone = run_virtual(main())
+    async with Scheduler(device()) as sched:
+        long = asyncio.create_task(first_token(sched, "chat", "alice", 4000))
+        await asyncio.sleep(1.0)
+        short = await first_token(sched, "chat", "bob", 50)
+        await long
+    async with Scheduler(device()) as idle:
+        alone = await first_token(idle, "chat", "bob", 50)
     # Its own prompt (beside one other sequence) and two steps.
     assert short <= alone * (1 + LLAMA_CPP_CPU_BATCH_COST) + 2 * STEP_MAX, (short, alone)
 
@@ -91,53 +87,47 @@ def test_the_foreground_pages_own_work_is_not_slowed_by_opening_the_page() -> No
     assert closed / opened >= 0.95, (closed, opened)
 
 
-def test_people_batch_with_each_other() -> None:
+async def test_people_batch_with_each_other() -> None:
     """Eight people's chats at once (a plain OpenAI client's keyless requests
     are each a person): served together on 8 slots, not one at a time."""
 
-    async def main() -> tuple[list[float], float]:
-        async with Scheduler(device()) as sched:
-            waits = await asyncio.gather(
-                *(first_token(sched, "chat", f"user{i}", 50) for i in range(8))
-            )
-        async with Scheduler(device()) as idle:
-            alone = await first_token(idle, "chat", "solo", 50)
-        return list(waits), alone
-
-    waits, alone = run_virtual(main())
+    async with Scheduler(device()) as sched:
+        waits = await asyncio.gather(
+            *(first_token(sched, "chat", f"user{i}", 50) for i in range(8))
+        )
+    async with Scheduler(device()) as idle:
+        alone = await first_token(idle, "chat", "solo", 50)
+    waits, alone = list(waits), alone
     # All eight prompts evaluate in one batch: each within the batch's
     # slowdown of its time alone, and two steps.
     bound = alone * (1 + LLAMA_CPP_CPU_BATCH_COST * 7) + 2 * STEP_MAX
     assert max(waits) <= bound, (waits, alone)
 
 
-def test_each_person_gets_a_slot_beside_one_persons_eight_chats() -> None:
+async def test_each_person_gets_a_slot_beside_one_persons_eight_chats() -> None:
     """One person's eight long chats held every slot and five other people
     waited for them to end (37-39 s). Persons in turn (§4.2) on slots: the
     one holding the most yields a sequence to each person without one; it
     resumes later, its text kept, and every chat completes."""
 
-    async def main() -> tuple[list[float], float, list[int]]:
-        async with Scheduler(device()) as sched:
-            texts: list[list[str]] = []
+    async with Scheduler(device()) as sched:
+        texts: list[list[str]] = []
 
-            async def long_chat(i: int) -> None:
-                pieces: list[str] = []
-                texts.append(pieces)
-                request = GenerationRequest("m1", prompt=f"a{i}", max_tokens=300, prompt_tokens=50)
-                await sched.submit_generation("chat", request, pieces.append, "alice")
+        async def long_chat(i: int) -> None:
+            pieces: list[str] = []
+            texts.append(pieces)
+            request = GenerationRequest("m1", prompt=f"a{i}", max_tokens=300, prompt_tokens=50)
+            await sched.submit_generation("chat", request, pieces.append, "alice")
 
-            alice = [asyncio.create_task(long_chat(i)) for i in range(8)]
-            await asyncio.sleep(2.0)
-            others = await asyncio.gather(
-                *(first_token(sched, "chat", f"person{i}", 50) for i in range(5))
-            )
-            await asyncio.gather(*alice)
-        async with Scheduler(device()) as idle:
-            alone = await first_token(idle, "chat", "solo", 50)
-        return list(others), alone, [len(t) for t in texts]
-
-    others, alone, alice_tokens = run_virtual(main())
+        alice = [asyncio.create_task(long_chat(i)) for i in range(8)]
+        await asyncio.sleep(2.0)
+        others = await asyncio.gather(
+            *(first_token(sched, "chat", f"person{i}", 50) for i in range(5))
+        )
+        await asyncio.gather(*alice)
+    async with Scheduler(device()) as idle:
+        alone = await first_token(idle, "chat", "solo", 50)
+    others, alone, alice_tokens = list(others), alone, [len(t) for t in texts]
     assert alice_tokens == [300] * 8  # nothing of hers lost or repeated
     # Each other person: their prompt in a full batch, and two steps.
     bound = alone * (1 + LLAMA_CPP_CPU_BATCH_COST * 7) + 2 * STEP_MAX
@@ -171,42 +161,39 @@ def test_the_pool_gets_a_first_token_beside_a_persons_long_prompts() -> None:
     assert run_virtual(main()) <= 30.0
 
 
-def test_a_keys_named_persons_yield_slots_as_one_person() -> None:
+async def test_a_keys_named_persons_yield_slots_as_one_person() -> None:
     """A key's chats under eight names (``Job.person`` ``(key, name)``, its
     names share its turn, §4.2) held every slot: one name each, so nobody
     held two and five other people waited for them all to end. Counted as
     the key, its latest sequences yield one slot to each of them."""
 
-    async def main() -> tuple[list[float], float, list[int]]:
-        async with Scheduler(device()) as sched:
-            texts: list[list[str]] = []
+    async with Scheduler(device()) as sched:
+        texts: list[list[str]] = []
 
-            async def long_chat(i: int) -> None:
-                pieces: list[str] = []
-                texts.append(pieces)
-                request = GenerationRequest("m1", prompt=f"a{i}", max_tokens=300, prompt_tokens=50)
-                person = ("app", f"id{i}")
-                await sched.submit_generation(
-                    "chat", request, pieces.append, f"app/id{i}", person=person
-                )
-
-            app = [asyncio.create_task(long_chat(i)) for i in range(8)]
-            await asyncio.sleep(2.0)
-            others = await asyncio.gather(
-                *(first_token(sched, "chat", f"person{i}", 50) for i in range(5))
+        async def long_chat(i: int) -> None:
+            pieces: list[str] = []
+            texts.append(pieces)
+            request = GenerationRequest("m1", prompt=f"a{i}", max_tokens=300, prompt_tokens=50)
+            person = ("app", f"id{i}")
+            await sched.submit_generation(
+                "chat", request, pieces.append, f"app/id{i}", person=person
             )
-            await asyncio.gather(*app)
-        async with Scheduler(device()) as idle:
-            alone = await first_token(idle, "chat", "solo", 50)
-        return list(others), alone, [len(t) for t in texts]
 
-    others, alone, app_tokens = run_virtual(main())
+        app = [asyncio.create_task(long_chat(i)) for i in range(8)]
+        await asyncio.sleep(2.0)
+        others = await asyncio.gather(
+            *(first_token(sched, "chat", f"person{i}", 50) for i in range(5))
+        )
+        await asyncio.gather(*app)
+    async with Scheduler(device()) as idle:
+        alone = await first_token(idle, "chat", "solo", 50)
+    others, alone, app_tokens = list(others), alone, [len(t) for t in texts]
     assert app_tokens == [300] * 8
     bound = alone * (1 + LLAMA_CPP_CPU_BATCH_COST * 7) + 2 * STEP_MAX
     assert max(others) <= bound, (others, alone)
 
 
-def test_a_pool_producer_gets_a_slot_from_one_holding_two_beside_a_chat() -> None:
+async def test_a_pool_producer_gets_a_slot_from_one_holding_two_beside_a_chat() -> None:
     """While a person chats, the guard leaves background two slots (the
     2-thread curve). One pool producer kept four jobs in flight and held both,
     and a second producer's job waited for one of them to end (the Azure pool
@@ -217,33 +204,30 @@ def test_a_pool_producer_gets_a_slot_from_one_holding_two_beside_a_chat() -> Non
     newcomer: it starts within the pool's lag bound, two slices (§4.4), and
     nothing of the yielded job is lost."""
 
-    async def main() -> tuple[float, list[int]]:
-        async with Scheduler(device()) as sched:
-            chat = GenerationRequest("m1", prompt="alice", max_tokens=3000, prompt_tokens=50)
-            talking = sched.submit_generation("chat", chat, lambda _p: None, "alice")
-            await asyncio.sleep(1.0)
-            requests = [
-                GenerationRequest("m1", prompt=f"s{i}", max_tokens=900, prompt_tokens=60)
-                for i in range(4)
-            ]
-            texts: list[list[str]] = [[] for _ in requests]
-            steady = [
-                sched.submit_generation("gana", r, pieces.append, "steady")
-                for r, pieces in zip(requests, texts, strict=True)
-            ]
-            await asyncio.sleep(5.0)
-            waited = await first_token(sched, "gana", "big", 60, max_tokens=50)
-            for handle in steady:
-                await handle
-            talking.cancel()
-            return waited, [len(pieces) for pieces in texts]
-
-    waited, steady_tokens = run_virtual(main())
+    async with Scheduler(device()) as sched:
+        chat = GenerationRequest("m1", prompt="alice", max_tokens=3000, prompt_tokens=50)
+        talking = sched.submit_generation("chat", chat, lambda _p: None, "alice")
+        await asyncio.sleep(1.0)
+        requests = [
+            GenerationRequest("m1", prompt=f"s{i}", max_tokens=900, prompt_tokens=60)
+            for i in range(4)
+        ]
+        texts: list[list[str]] = [[] for _ in requests]
+        steady = [
+            sched.submit_generation("gana", r, pieces.append, "steady")
+            for r, pieces in zip(requests, texts, strict=True)
+        ]
+        await asyncio.sleep(5.0)
+        waited = await first_token(sched, "gana", "big", 60, max_tokens=50)
+        for handle in steady:
+            await handle
+        talking.cancel()
+        waited, steady_tokens = waited, [len(pieces) for pieces in texts]
     assert steady_tokens == [900] * 4
     assert waited <= 2 * SchedulerConfig().slice, waited
 
 
-def test_two_pool_producers_take_turns_on_the_one_slot_the_guard_leaves() -> None:
+async def test_two_pool_producers_take_turns_on_the_one_slot_the_guard_leaves() -> None:
     """Two people chat, and the guard leaves background one slot of eight. A
     pool producer's long job held it, and a second producer's job waited for
     that job to end, though the device was not full: a running job was asked
@@ -254,34 +238,31 @@ def test_two_pool_producers_take_turns_on_the_one_slot_the_guard_leaves() -> Non
     newcomer starts within the pool's lag bound, two slices, and the long job
     loses nothing."""
 
-    async def main() -> tuple[float, int]:
-        async with Scheduler(device()) as sched:
-            chats = [
-                sched.submit_generation(
-                    "chat",
-                    GenerationRequest("m1", prompt=who, max_tokens=3000, prompt_tokens=50),
-                    lambda _p: None,
-                    who,
-                )
-                for who in ("alice", "bob")
-            ]
-            await asyncio.sleep(1.0)
-            pieces: list[str] = []
-            long_job = GenerationRequest("m1", prompt="big", max_tokens=900, prompt_tokens=60)
-            big = sched.submit_generation("gana", long_job, pieces.append, "big")
-            await asyncio.sleep(5.0)
-            waited = await first_token(sched, "gana", "agent", 60, max_tokens=50)
-            await big
-            for chat in chats:
-                chat.cancel()
-            return waited, len(pieces)
-
-    waited, big_tokens = run_virtual(main())
+    async with Scheduler(device()) as sched:
+        chats = [
+            sched.submit_generation(
+                "chat",
+                GenerationRequest("m1", prompt=who, max_tokens=3000, prompt_tokens=50),
+                lambda _p: None,
+                who,
+            )
+            for who in ("alice", "bob")
+        ]
+        await asyncio.sleep(1.0)
+        pieces: list[str] = []
+        long_job = GenerationRequest("m1", prompt="big", max_tokens=900, prompt_tokens=60)
+        big = sched.submit_generation("gana", long_job, pieces.append, "big")
+        await asyncio.sleep(5.0)
+        waited = await first_token(sched, "gana", "agent", 60, max_tokens=50)
+        await big
+        for chat in chats:
+            chat.cancel()
+        waited, big_tokens = waited, len(pieces)
     assert big_tokens == 900
     assert waited <= 2 * SchedulerConfig().slice, waited
 
 
-def test_a_producer_running_all_it_has_gains_no_credit_to_take_a_cut_batch() -> None:
+async def test_a_producer_running_all_it_has_gains_no_credit_to_take_a_cut_batch() -> None:
     """On 8 slots one producer keeps two jobs in flight, another has eight: both
     of the first's run beside six of the second's. The first had all it asked
     for, yet its share of the steps (2 of 8) was counted as credit against
@@ -291,37 +272,33 @@ def test_a_producer_running_all_it_has_gains_no_credit_to_take_a_cut_batch() -> 
     §4.7 (fairness in a batch)), and the two share the cut batch
     (here 221 tokens to 63 before)."""
 
-    async def main() -> dict[str, int]:
-        async with Scheduler(device()) as sched:
-            times: dict[str, list[float]] = {"steady": [], "burst": []}
+    async with Scheduler(device()) as sched:
+        times: dict[str, list[float]] = {"steady": [], "burst": []}
 
-            def stamp(who: str) -> Callable[[str], None]:
-                return lambda _piece: times[who].append(sched.now())
+        def stamp(who: str) -> Callable[[str], None]:
+            return lambda _piece: times[who].append(sched.now())
 
-            handles = [
-                sched.submit_generation(
-                    "gana",
-                    GenerationRequest("m1", prompt=f"{who}{i}", max_tokens=600, prompt_tokens=60),
-                    stamp(who),
-                    who,
-                )
-                for who, jobs in (("steady", 2), ("burst", 8))
-                for i in range(jobs)
-            ]
-            await asyncio.sleep(15.0)
-            chat = GenerationRequest("m1", prompt="alice", max_tokens=3000, prompt_tokens=50)
-            talking = sched.submit_generation("chat", chat, lambda _p: None, "alice")
-            cut_from = sched.now()
-            await asyncio.sleep(12.0)
-            cut_until = sched.now()
-            talking.cancel()
-            for handle in handles:
-                await handle
-            return {
-                who: sum(1 for t in seen if cut_from <= t < cut_until)
-                for who, seen in times.items()
-            }
-
-    during_chat = run_virtual(main())
+        handles = [
+            sched.submit_generation(
+                "gana",
+                GenerationRequest("m1", prompt=f"{who}{i}", max_tokens=600, prompt_tokens=60),
+                stamp(who),
+                who,
+            )
+            for who, jobs in (("steady", 2), ("burst", 8))
+            for i in range(jobs)
+        ]
+        await asyncio.sleep(15.0)
+        chat = GenerationRequest("m1", prompt="alice", max_tokens=3000, prompt_tokens=50)
+        talking = sched.submit_generation("chat", chat, lambda _p: None, "alice")
+        cut_from = sched.now()
+        await asyncio.sleep(12.0)
+        cut_until = sched.now()
+        talking.cancel()
+        for handle in handles:
+            await handle
+        during_chat = {
+            who: sum(1 for t in seen if cut_from <= t < cut_until) for who, seen in times.items()
+        }
     steady, burst = during_chat["steady"], during_chat["burst"]
     assert burst >= 0.8 * steady, during_chat

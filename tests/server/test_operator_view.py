@@ -16,32 +16,27 @@ from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.server.gateway.percentiles import class_percentiles, quantile
 from tierlm.server.gateway.throughput import Throughput
 from tierlm.server.gateway.timeline import Timeline
-from tierlm.testing import run_virtual
 
 TOKEN = 0.05
 
 
-def test_every_job_of_a_batch_holds_a_lane_until_it_ends() -> None:
-    async def main() -> tuple[Timeline, list[list[int]]]:
-        runner = SimulatedRunner(token_interval=TOKEN, initial_model="m1", slots=4)
-        timeline = Timeline(window=600)
-        seen: list[list[int]] = []
-        async with Scheduler(runner) as sched:
-            sched.add_listener(timeline.on_event)
-            sched.add_listener(lambda _: seen.append(sorted(timeline.open_runs)))
-            handles = [
-                sched.submit_generation(
-                    "nataraj",
-                    GenerationRequest(model_id="m1", prompt=f"s{i}", max_tokens=40 + 10 * i),
-                    lambda _: None,
-                    producer=f"agent{i}",
-                )
-                for i in range(4)
-            ]
-            await asyncio.gather(*handles)
-        return timeline, seen
-
-    timeline, seen = run_virtual(main())
+async def test_every_job_of_a_batch_holds_a_lane_until_it_ends() -> None:
+    runner = SimulatedRunner(token_interval=TOKEN, initial_model="m1", slots=4)
+    timeline = Timeline(window=600)
+    seen: list[list[int]] = []
+    async with Scheduler(runner) as sched:
+        sched.add_listener(timeline.on_event)
+        sched.add_listener(lambda _: seen.append(sorted(timeline.open_runs)))
+        handles = [
+            sched.submit_generation(
+                "nataraj",
+                GenerationRequest(model_id="m1", prompt=f"s{i}", max_tokens=40 + 10 * i),
+                lambda _: None,
+                producer=f"agent{i}",
+            )
+            for i in range(4)
+        ]
+        await asyncio.gather(*handles)
     # While the four ran together, all four were open runs (one overwriting the
     # next showed a busy device as idle).
     assert [1, 2, 3, 4] in seen

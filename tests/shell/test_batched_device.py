@@ -158,47 +158,41 @@ def test_on_a_steep_curve_the_chat_runs_alone_at_full_speed() -> None:
     assert rate >= alone / SchedulerConfig().chat_slowdown, (rate, alone)
 
 
-def test_two_producers_with_eight_streams_each_on_four_slots_get_half_each() -> None:
-    async def main() -> Counter[int]:
-        async with Scheduler(device(4, 0.0)) as sched:
-            counts: Counter[int] = Counter()
-            handles = background(sched, 16, 100_000, counts, producers=2)
-            await asyncio.sleep(120.0)
-            for handle in handles:
-                handle.cancel()
-            by_producer: Counter[int] = Counter()
-            for stream, tokens in counts.items():
-                by_producer[stream % 2] += tokens
-            return by_producer
-
-    tokens = run_virtual(main())
+async def test_two_producers_with_eight_streams_each_on_four_slots_get_half_each() -> None:
+    async with Scheduler(device(4, 0.0)) as sched:
+        counts: Counter[int] = Counter()
+        handles = background(sched, 16, 100_000, counts, producers=2)
+        await asyncio.sleep(120.0)
+        for handle in handles:
+            handle.cancel()
+        by_producer: Counter[int] = Counter()
+        for stream, tokens in counts.items():
+            by_producer[stream % 2] += tokens
+        tokens = by_producer
     share = tokens[0] / (tokens[0] + tokens[1])
     assert 0.45 <= share <= 0.55, tokens
 
 
-def test_a_producer_with_one_stream_gets_a_slot_every_step() -> None:
+async def test_a_producer_with_one_stream_gets_a_slot_every_step() -> None:
     """Max-min fair: one stream can use no more than one slot, and gets it;
     the other producer's eight streams share the rest."""
 
-    async def main() -> tuple[int, int]:
-        async with Scheduler(device(4, 0.0)) as sched:
-            counts: Counter[int] = Counter()
-            lone = background(sched, 1, 100_000, counts)
-            crowd_counts: Counter[int] = Counter()
-            crowd = []
-            for i in range(8):
-                request = GenerationRequest(model_id="m1", prompt=f"crowd {i}", max_tokens=100_000)
+    async with Scheduler(device(4, 0.0)) as sched:
+        counts: Counter[int] = Counter()
+        lone = background(sched, 1, 100_000, counts)
+        crowd_counts: Counter[int] = Counter()
+        crowd = []
+        for i in range(8):
+            request = GenerationRequest(model_id="m1", prompt=f"crowd {i}", max_tokens=100_000)
 
-                def count(_piece: str, i: int = i) -> None:
-                    crowd_counts[i] += 1
+            def count(_piece: str, i: int = i) -> None:
+                crowd_counts[i] += 1
 
-                crowd.append(sched.submit_generation("nataraj", request, count, producer="crowd"))
-            await asyncio.sleep(60.0)
-            for handle in [*lone, *crowd]:
-                handle.cancel()
-            return counts[0], sum(crowd_counts.values())
-
-    lone, crowd = run_virtual(main())
+            crowd.append(sched.submit_generation("nataraj", request, count, producer="crowd"))
+        await asyncio.sleep(60.0)
+        for handle in [*lone, *crowd]:
+            handle.cancel()
+        lone, crowd = counts[0], sum(crowd_counts.values())
     steps = round(60.0 / TOKEN)
     assert lone >= 0.9 * steps, (lone, steps)
     assert crowd >= 0.9 * 3 * steps, crowd
@@ -235,38 +229,37 @@ def test_a_batch_rotates_producers_no_more_often_than_one_slot() -> None:
     assert eight <= one, (one, eight)
 
 
-def test_a_producer_arriving_beside_one_that_holds_every_slot_gets_one_within_a_slice() -> None:
+async def test_a_producer_arriving_beside_one_that_holds_every_slot_gets_one_within_a_slice() -> (
+    None
+):
     """docs/design.md §4.7: a slice is its producer's turn, so jobs of a
     producer holding every slot use their slices at the wall-clock rate. Per
     job alone, eight jobs on eight slots each used a slice in eight, and a
     producer arriving beside them waited for the whole batch to end."""
     config = SchedulerConfig()
 
-    async def main() -> tuple[float, int]:
-        async with Scheduler(device(8), config=config) as sched:
-            first: list[float] = []
+    async with Scheduler(device(8), config=config) as sched:
+        first: list[float] = []
 
-            def watch(event: SchedulerEvent) -> None:
-                if isinstance(event, JobStarted) and event.job.producer == "late" and not first:
-                    first.append(sched.now())
+        def watch(event: SchedulerEvent) -> None:
+            if isinstance(event, JobStarted) and event.job.producer == "late" and not first:
+                first.append(sched.now())
 
-            sched.add_listener(watch)
-            counts: Counter[int] = Counter()
-            burst = background(sched, 8, 2_000, counts, producers=1)
-            await asyncio.sleep(0.5)
-            arrived = sched.now()
-            late = sched.submit_generation(
-                "nataraj",
-                GenerationRequest(model_id="m1", prompt="late", max_tokens=50),
-                lambda _piece: None,
-                producer="late",
-            )
-            await late
-            for handle in burst:
-                handle.cancel()
-            return first[0] - arrived, len(counts)
-
-    waited, streams = run_virtual(main())
+        sched.add_listener(watch)
+        counts: Counter[int] = Counter()
+        burst = background(sched, 8, 2_000, counts, producers=1)
+        await asyncio.sleep(0.5)
+        arrived = sched.now()
+        late = sched.submit_generation(
+            "nataraj",
+            GenerationRequest(model_id="m1", prompt="late", max_tokens=50),
+            lambda _piece: None,
+            producer="late",
+        )
+        await late
+        for handle in burst:
+            handle.cancel()
+        waited, streams = first[0] - arrived, len(counts)
     assert streams == 8
     assert waited <= config.slice + 0.5, waited
 
@@ -328,7 +321,7 @@ def test_a_persons_long_prompt_is_evaluated_alone_from_the_step_it_starts() -> N
     assert ttft <= step + 400 * 0.002 * PROMPT_SLOWDOWN + TOKEN + 1e-9, ttft
 
 
-def test_a_job_that_drives_the_runner_itself_never_ends_a_chat() -> None:
+async def test_a_job_that_drives_the_runner_itself_never_ends_a_chat() -> None:
     """A closure job that calls ``ctx.runner`` directly used to take the whole
     device on k slots: every other sequence yielded, a person's chat among
     them, and a chat is never re-queued, so it ended ``Cancelled`` after 30
@@ -341,25 +334,27 @@ def test_a_job_that_drives_the_runner_itself_never_ends_a_chat() -> None:
         ctx.checkpoint()
         return outcome.tokens
 
-    async def main() -> tuple[int, int, int, int]:
-        async with Scheduler(device(8, batch_cost=0.0)) as sched:
-            counts: Counter[int] = Counter()
-            streams = background(sched, 4, 200, counts)
-            chat: list[str] = []
+    async with Scheduler(device(8, batch_cost=0.0)) as sched:
+        counts: Counter[int] = Counter()
+        streams = background(sched, 4, 200, counts)
+        chat: list[str] = []
 
-            async def person() -> None:
-                async for piece in sched.generate("chat", "m1", prompt="hi", max_tokens=300):
-                    chat.append(piece)
+        async def person() -> None:
+            async for piece in sched.generate("chat", "m1", prompt="hi", max_tokens=300):
+                chat.append(piece)
 
-            talking = asyncio.create_task(person())
-            await asyncio.sleep(30 * TOKEN)  # the chat has made about 30 tokens
-            whole = sched.submit("gana", "m1", direct, producer="cron")
-            await talking  # raised Cancelled before
-            tokens = await whole
-            await asyncio.gather(*streams)
-            return len(chat), tokens, sum(counts.values()), sched.stats.preemptions
-
-    chat_tokens, direct_tokens, streamed, preemptions = run_virtual(main())
+        talking = asyncio.create_task(person())
+        await asyncio.sleep(30 * TOKEN)  # the chat has made about 30 tokens
+        whole = sched.submit("gana", "m1", direct, producer="cron")
+        await talking  # raised Cancelled before
+        tokens = await whole
+        await asyncio.gather(*streams)
+        chat_tokens, direct_tokens, streamed, preemptions = (
+            len(chat),
+            tokens,
+            sum(counts.values()),
+            sched.stats.preemptions,
+        )
     assert chat_tokens == 300
     assert direct_tokens == 200
     assert streamed == 4 * 200
