@@ -9,7 +9,6 @@ import asyncio
 
 from tierlm import JobStarted, RunEnded, Scheduler, SchedulerConfig, SchedulerEvent
 from tierlm.runners import GenerationRequest, SimulatedRunner
-from tierlm.testing import run_virtual
 
 TOKEN = 0.05
 SLICE = 4.0
@@ -48,50 +47,47 @@ def submit(sched: Scheduler, producer: str, seconds: float) -> asyncio.Future[st
     return sched.submit_generation("gana", request, lambda _piece: None, producer=producer)
 
 
-def run(producers: dict[str, float], *, one_at_a_time: str | None = None) -> Turns:
+async def run(producers: dict[str, float], *, one_at_a_time: str | None = None) -> Turns:
     """``producers``' jobs of the given seconds, 40 of each queued at once
     (``one_at_a_time``: that one sends its next when its last ends), 300 s."""
 
-    async def main() -> Turns:
-        runner = SimulatedRunner(token_interval=TOKEN, initial_model="m1")
-        async with Scheduler(runner, config=SchedulerConfig(slice=SLICE)) as sched:
-            turns = Turns(sched)
-            sched.add_listener(turns)
-            handles: list[asyncio.Future[str]] = []
+    runner = SimulatedRunner(token_interval=TOKEN, initial_model="m1")
+    async with Scheduler(runner, config=SchedulerConfig(slice=SLICE)) as sched:
+        turns = Turns(sched)
+        sched.add_listener(turns)
+        handles: list[asyncio.Future[str]] = []
 
-            async def agent(producer: str, seconds: float) -> None:
-                while True:
-                    await submit(sched, producer, seconds)
+        async def agent(producer: str, seconds: float) -> None:
+            while True:
+                await submit(sched, producer, seconds)
 
-            tasks = []
-            for producer, seconds in producers.items():
-                if producer == one_at_a_time:
-                    tasks.append(asyncio.ensure_future(agent(producer, seconds)))
-                else:
-                    handles += [submit(sched, producer, seconds) for _ in range(40)]
-            await asyncio.sleep(300.0)
-            for future in [*tasks, *handles]:
-                future.cancel()
-            await asyncio.gather(*tasks, *handles, return_exceptions=True)
-            return turns
-
-    return run_virtual(main())
+        tasks = []
+        for producer, seconds in producers.items():
+            if producer == one_at_a_time:
+                tasks.append(asyncio.ensure_future(agent(producer, seconds)))
+            else:
+                handles += [submit(sched, producer, seconds) for _ in range(40)]
+        await asyncio.sleep(300.0)
+        for future in [*tasks, *handles]:
+            future.cancel()
+        await asyncio.gather(*tasks, *handles, return_exceptions=True)
+        return turns
 
 
-def test_a_producer_of_short_jobs_holds_the_device_one_slice_at_a_turn() -> None:
+async def test_a_producer_of_short_jobs_holds_the_device_one_slice_at_a_turn() -> None:
     """3 s jobs against 40 s ones: a job that ends 3 s into the slice leaves
     its successor the last second, not a fresh slice (a turn of 7 s)."""
-    turns = run({"gana:short": 3.0, "gana:long": 40.0}).of("gana:short")
+    turns = (await run({"gana:short": 3.0, "gana:long": 40.0})).of("gana:short")
     assert len(turns) >= 10, turns
     assert max(turns) <= SLICE + 2 * TOKEN, turns
 
 
-def test_an_agent_sending_one_job_at_a_time_keeps_its_turn() -> None:
+async def test_an_agent_sending_one_job_at_a_time_keeps_its_turn() -> None:
     """An agent's next 1 s job comes the moment its last ends; the scheduler
     decided in the instant between and gave the device to its peer, so every
     turn of the agent was one job long. It keeps its slot for a round trip
     (anticipation), and its turn is a slice."""
-    turns = run({"gana:agent": 1.0, "gana:peer": 40.0}, one_at_a_time="gana:agent")
+    turns = await run({"gana:agent": 1.0, "gana:peer": 40.0}, one_at_a_time="gana:agent")
     # Its first job teaches the scheduler its think time; the next turn makes
     # up what the first lost (EEVDF's lag).
     agent = turns.of("gana:agent")[2:]

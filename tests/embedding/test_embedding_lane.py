@@ -19,7 +19,6 @@ from tierlm.embedding import (
     SimulatedEmbedder,
     TextTooLong,
 )
-from tierlm.testing import run_virtual
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -318,7 +317,7 @@ async def test_flood_beyond_capacity_with_nowait_rejects_the_overflow_visibly() 
     await lane.aclose()
 
 
-def test_flood_leaves_no_memory_behind() -> None:
+async def test_flood_leaves_no_memory_behind() -> None:
     """Memory bounded: what the lane holds after a flood is small and a second
     flood through the same lane adds nothing to it."""
     import gc
@@ -338,7 +337,8 @@ def test_flood_leaves_no_memory_behind() -> None:
         )
         return sum(stat.size for stat in snapshot.statistics("filename"))
 
-    async def main() -> list[int]:
+    tracemalloc.start()
+    try:
         lane = EmbeddingLane(emb, concurrency=2, max_queue=64)
         held = []
         for _ in range(2):
@@ -348,11 +348,6 @@ def test_flood_leaves_no_memory_behind() -> None:
             gc.collect()
             held.append(held_by_the_lane())
         await lane.aclose()
-        return held
-
-    tracemalloc.start()
-    try:
-        held = run_virtual(main())
     finally:
         tracemalloc.stop()
     # After a flood the lane keeps its counters, a bounded window of recent

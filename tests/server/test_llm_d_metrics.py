@@ -22,7 +22,6 @@ from tierlm.server.gateway.admission import RunTimes
 from tierlm.server.gateway.metrics import Metrics
 from tierlm.server.ops.routing import RoutingStats
 from tierlm.shell.scheduler import Scheduler
-from tierlm.testing import run_virtual
 
 # The engine config docs/distributed.md gives llm-d for tierlm's own names.
 TIERLM_ENGINE = {
@@ -161,30 +160,27 @@ def test_metrics_without_a_key_only_when_the_operator_says_so() -> None:
         assert httpx.get(f"{gw.url}/v1/scheduler/routing").status_code == 401
 
 
-def test_the_router_series_cost_no_snapshot() -> None:
+async def test_the_router_series_cost_no_snapshot() -> None:
     """A picker scrapes every 50 ms: the series come from counters and one pass
     over the queue, never the snapshot's dispatch-order replay."""
 
-    async def main() -> str:
-        scheduler = Scheduler(SimulatedRunner(swap_seconds=1.0))
-        run_times = RunTimes()
-        stats = RoutingStats(lambda: scheduler, run_times, lambda _: 1000)
-        scheduler.add_listener(stats.on_event)
-        metrics = Metrics(lambda: None, [])
-        metrics.serve_routers(stats.read)
-        for i in range(500):
-            request = GenerationRequest(model_id=f"m{i % 3}", prompt="p", max_tokens=50)
-            scheduler.submit_generation("gana", request, lambda _: None)
-        await asyncio.sleep(0.5)
+    scheduler = Scheduler(SimulatedRunner(swap_seconds=1.0))
+    run_times = RunTimes()
+    stats = RoutingStats(lambda: scheduler, run_times, lambda _: 1000)
+    scheduler.add_listener(stats.on_event)
+    metrics = Metrics(lambda: None, [])
+    metrics.serve_routers(stats.read)
+    for i in range(500):
+        request = GenerationRequest(model_id=f"m{i % 3}", prompt="p", max_tokens=50)
+        scheduler.submit_generation("gana", request, lambda _: None)
+    await asyncio.sleep(0.5)
 
-        def no_snapshot() -> None:
-            raise AssertionError("the router series read the snapshot")
+    def no_snapshot() -> None:
+        raise AssertionError("the router series read the snapshot")
 
-        scheduler.snapshot = no_snapshot  # type: ignore[method-assign,assignment]
-        text = metrics.render().decode()
-        await scheduler.aclose()
-        return text
-
-    endpoint = extract(run_virtual(main()), TIERLM_ENGINE)
+    scheduler.snapshot = no_snapshot  # type: ignore[method-assign,assignment]
+    text = metrics.render().decode()
+    await scheduler.aclose()
+    endpoint = extract(text, TIERLM_ENGINE)
     assert (endpoint.waiting, endpoint.running) == (499, 1)
     assert endpoint.active == {"m0"} and endpoint.waiting_models == {"m1", "m2"}

@@ -10,8 +10,7 @@ from typing import Any, TypeVar
 import httpx
 
 from tests.payloads import HI, chat_body
-from tests.server.helpers import fresh_data_dir
-from tierlm.server.app import create_app
+from tests.server.helpers import fresh_data_dir, virtual_gateway
 from tierlm.server.settings.sources import settings_from_dict
 from tierlm.testing import run_virtual
 
@@ -36,17 +35,9 @@ def settings(**people: Any) -> Any:
     )
 
 
-def on_app(test: Callable[[httpx.AsyncClient], Awaitable[T]], **people: Any) -> T:
-    async def main() -> T:
-        app = create_app(settings(**people))
-        async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://127.0.0.1", timeout=600
-            ) as client:
-                return await test(client)
-
-    return run_virtual(main())
+async def on_app(test: Callable[[httpx.AsyncClient], Awaitable[T]], **people: Any) -> T:
+    async with virtual_gateway(settings(**people)) as client:
+        return await test(client)
 
 
 def body(tokens: int = 20, **more: Any) -> dict[str, Any]:
@@ -70,7 +61,7 @@ async def chats(client: httpx.AsyncClient, key: str, n: int, gap: float, **more:
     return out
 
 
-def test_a_request_carrying_a_tool_s_result_is_a_program_s() -> None:
+async def test_a_request_carrying_a_tool_s_result_is_a_program_s() -> None:
     tool_turn = [
         *HI,
         {
@@ -98,18 +89,18 @@ def test_a_request_carrying_a_tool_s_result_is_a_program_s() -> None:
         )
         return [served(first), served(after_tool)]
 
-    first, after_tool = on_app(test)
+    first, after_tool = await on_app(test)
     assert first.startswith("person")
     assert after_tool == "program; why=after-a-tool-call"
 
 
-def test_an_agent_loop_is_served_as_a_program_from_its_second_request() -> None:
+async def test_an_agent_loop_is_served_as_a_program_from_its_second_request() -> None:
     async def test(client: httpx.AsyncClient) -> tuple[list[str], list[str]]:
         loop = await chats(client, "sk-app", 4, 0.0)
         reader = await chats(client, "sk-app", 3, 5.0, user="alice")
         return loop, reader
 
-    loop, reader = on_app(test)
+    loop, reader = await on_app(test)
     assert loop == [
         "person; why=first-request",
         "program; why=back-to-back",
@@ -124,7 +115,7 @@ def test_an_agent_loop_is_served_as_a_program_from_its_second_request() -> None:
     ]
 
 
-def test_a_key_pins_person_or_program_and_a_named_class_is_taken_at_its_word() -> None:
+async def test_a_key_pins_person_or_program_and_a_named_class_is_taken_at_its_word() -> None:
     async def test(client: httpx.AsyncClient) -> tuple[list[str], list[str], str]:
         ide = await chats(client, "sk-ide", 3, 0.0)  # an editor's autocomplete
         etl = await chats(client, "sk-etl", 2, 10.0)  # a pipeline that sleeps between calls
@@ -135,13 +126,13 @@ def test_a_key_pins_person_or_program_and_a_named_class_is_taken_at_its_word() -
         )
         return ide, etl, served(named)
 
-    ide, etl, named = on_app(test)
+    ide, etl, named = await on_app(test)
     assert ide == ["person; why=key-says-person"] * 3
     assert etl == ["program; why=key-says-program"] * 2
     assert named == "person; why=class-named"
 
 
-def test_the_state_api_lists_identities_and_their_verdicts() -> None:
+async def test_the_state_api_lists_identities_and_their_verdicts() -> None:
     async def test(client: httpx.AsyncClient) -> dict[str, Any]:
         for _ in range(3):
             reply = await client.post(
@@ -150,26 +141,20 @@ def test_the_state_api_lists_identities_and_their_verdicts() -> None:
             assert reply.status_code == 200
         return (await client.get("/v1/scheduler/state")).json()["people"]
 
-    people = run_virtual(_keyless_app(test))
+    people = await _keyless_app(test)
     [agent] = [i for i in people["identities"] if i["client"] == "my-agent"]
     assert agent["served_as"] == "program" and agent["why"] == "back-to-back"
     assert agent["short_gaps"] == 2 and agent["in_flight"] == 0
 
 
 async def _keyless_app(test: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
-    app = create_app(
-        settings_from_dict(
-            {
-                "backend": {"kind": "sim", "slots": 8, "token_interval": TOKEN},
-                "batches": {"data_dir": str(fresh_data_dir())},
-                "embeddings": {"backend": "none"},
-            }
-        )
-    )
-    async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            return await test(client)
+    keyless = {
+        "backend": {"kind": "sim", "slots": 8, "token_interval": TOKEN},
+        "batches": {"data_dir": str(fresh_data_dir())},
+        "embeddings": {"backend": "none"},
+    }
+    async with virtual_gateway(settings_from_dict(keyless)) as client:
+        return await test(client)
 
 
 def test_one_keyless_agent_loop_leaves_eight_producers_most_of_the_device() -> None:

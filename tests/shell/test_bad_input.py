@@ -19,7 +19,6 @@ from tierlm import (
     TaskClass,
 )
 from tierlm.runners import SimulatedRunner
-from tierlm.testing import run_virtual
 
 
 def _sync_work(ctx: JobContext) -> int:
@@ -131,14 +130,13 @@ async def test_submit_after_aclose_is_a_clear_error() -> None:
         ),
     ],
 )
-def test_bad_configuration_names_the_field(make: Callable[[], Any], message: str | None) -> None:
+async def test_bad_configuration_names_the_field(
+    make: Callable[[], Any], message: str | None
+) -> None:
     if message is None:
         # Weights are checked when the policy is built.
-        async def main() -> None:
-            with pytest.raises(ValueError, match="weight of producer 'a'"):
-                Scheduler(runner(), config=make())
-
-        run_virtual(main())
+        with pytest.raises(ValueError, match="weight of producer 'a'"):
+            Scheduler(runner(), config=make())
         return
     with pytest.raises((ValueError, TypeError), match=message):
         make()

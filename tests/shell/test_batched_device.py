@@ -49,22 +49,19 @@ def background(
     return handles
 
 
-def agents_seconds(slots: int) -> float:
+async def agents_seconds(slots: int) -> float:
     """The agents workload: 16 agents, 300 tokens each, all at once."""
 
-    async def main() -> float:
-        async with Scheduler(device(slots)) as sched:
-            counts: Counter[int] = Counter()
-            start = sched.now()
-            await asyncio.gather(*background(sched, 16, 300, counts))
-            assert sum(counts.values()) == 16 * 300
-            return sched.now() - start
-
-    return run_virtual(main())
+    async with Scheduler(device(slots)) as sched:
+        counts: Counter[int] = Counter()
+        start = sched.now()
+        await asyncio.gather(*background(sched, 16, 300, counts))
+        assert sum(counts.values()) == 16 * 300
+        return sched.now() - start
 
 
 def test_eight_slots_give_the_agents_workload_three_times_the_throughput_of_one() -> None:
-    one, eight = agents_seconds(1), agents_seconds(8)
+    one, eight = run_virtual(agents_seconds(1)), run_virtual(agents_seconds(8))
     assert one / eight >= 3.0, (one, eight)
 
 
@@ -94,7 +91,7 @@ async def test_slots_hold_only_one_model_and_a_swap_empties_every_slot() -> None
     assert max(len(m) for m in mixed) == 1
 
 
-def chat_among_background(slots: int, batch_cost: float) -> tuple[int, float, float]:
+async def chat_among_background(slots: int, batch_cost: float) -> tuple[int, float, float]:
     """(background tokens any stream made between the chat's submit and its
     first token, the chat's tokens/s, the chat's tokens/s alone)."""
 
@@ -111,49 +108,46 @@ def chat_among_background(slots: int, batch_cost: float) -> tuple[int, float, fl
         assert first is not None
         return first - submitted, (tokens - 1) / (sched.now() - first)
 
-    async def main() -> tuple[int, float, float]:
-        async with Scheduler(device(1, batch_cost)) as alone_sched:
-            _wait, alone = await chat_rate(alone_sched)
-        async with Scheduler(device(slots, batch_cost)) as sched:
-            counts: Counter[int] = Counter()
-            handles = background(sched, 8, 2000, counts)
-            await asyncio.sleep(3.0)
-            before = Counter(counts)
-            seen: dict[int, int] = {}
+    async with Scheduler(device(1, batch_cost)) as alone_sched:
+        _wait, alone = await chat_rate(alone_sched)
+    async with Scheduler(device(slots, batch_cost)) as sched:
+        counts: Counter[int] = Counter()
+        handles = background(sched, 8, 2000, counts)
+        await asyncio.sleep(3.0)
+        before = Counter(counts)
+        seen: dict[int, int] = {}
 
-            def mark(_piece: str) -> None:
-                if not seen:
-                    seen.update({i: counts[i] - before[i] for i in counts})
+        def mark(_piece: str) -> None:
+            if not seen:
+                seen.update({i: counts[i] - before[i] for i in counts})
 
-            submitted = sched.now()
-            first: float | None = None
-            tokens = 0
-            async for piece in sched.generate(
-                "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=40
-            ):
-                mark(piece)
-                tokens += 1
-                if first is None:
-                    first = sched.now()
-            assert first is not None and first > submitted
-            rate = (tokens - 1) / (sched.now() - first)
-            for handle in handles:
-                handle.cancel()
-            return max(seen.values()), rate, alone
-
-    return run_virtual(main())
+        submitted = sched.now()
+        first: float | None = None
+        tokens = 0
+        async for piece in sched.generate(
+            "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=40
+        ):
+            mark(piece)
+            tokens += 1
+            if first is None:
+                first = sched.now()
+        assert first is not None and first > submitted
+        rate = (tokens - 1) / (sched.now() - first)
+        for handle in handles:
+            handle.cancel()
+        return max(seen.values()), rate, alone
 
 
-def test_a_chat_among_eight_streams_gets_its_first_token_within_two_steps() -> None:
-    steps, rate, alone = chat_among_background(8, LLAMA_CPP_CPU_BATCH_COST)
+async def test_a_chat_among_eight_streams_gets_its_first_token_within_two_steps() -> None:
+    steps, rate, alone = await chat_among_background(8, LLAMA_CPP_CPU_BATCH_COST)
     assert steps <= 2, steps
     assert rate >= alone / SchedulerConfig().chat_slowdown, (rate, alone)
 
 
-def test_on_a_steep_curve_the_chat_runs_alone_at_full_speed() -> None:
+async def test_on_a_steep_curve_the_chat_runs_alone_at_full_speed() -> None:
     """The 1-thread CPU curve (1 + 0.59 (n - 1)): any company slows a chat by
     more than chat_slowdown, so the guard pauses every background sequence."""
-    steps, rate, alone = chat_among_background(8, 0.59)
+    steps, rate, alone = await chat_among_background(8, 0.59)
     assert steps <= 2, steps
     assert rate >= alone / SchedulerConfig().chat_slowdown, (rate, alone)
 
@@ -198,25 +192,22 @@ async def test_a_producer_with_one_stream_gets_a_slot_every_step() -> None:
     assert crowd >= 0.9 * 3 * steps, crowd
 
 
-def fairness_preemptions(slots: int) -> int:
+async def fairness_preemptions(slots: int) -> int:
     """Preemptions for fairness in the agents workload (16 producers, one
     stream each, 300 tokens)."""
 
-    async def main() -> int:
-        async with Scheduler(device(slots)) as sched:
-            cuts = 0
+    async with Scheduler(device(slots)) as sched:
+        cuts = 0
 
-            def watch(event: SchedulerEvent) -> None:
-                nonlocal cuts
-                cuts += isinstance(event, Preempting)
+        def watch(event: SchedulerEvent) -> None:
+            nonlocal cuts
+            cuts += isinstance(event, Preempting)
 
-            sched.add_listener(watch)
-            counts: Counter[int] = Counter()
-            await asyncio.gather(*background(sched, 16, 300, counts))
-            assert sum(counts.values()) == 16 * 300
-            return cuts
-
-    return run_virtual(main())
+        sched.add_listener(watch)
+        counts: Counter[int] = Counter()
+        await asyncio.gather(*background(sched, 16, 300, counts))
+        assert sum(counts.values()) == 16 * 300
+        return cuts
 
 
 def test_a_batch_rotates_producers_no_more_often_than_one_slot() -> None:
@@ -224,7 +215,7 @@ def test_a_batch_rotates_producers_no_more_often_than_one_slot() -> None:
     others a job uses its slice eight times more slowly, so eight slots hand
     over no more often than one (each hand-over costs a batch a step's worth
     of an empty slot and a prefill)."""
-    one, eight = fairness_preemptions(1), fairness_preemptions(8)
+    one, eight = run_virtual(fairness_preemptions(1)), run_virtual(fairness_preemptions(8))
     assert one > 0
     assert eight <= one, (one, eight)
 
@@ -264,7 +255,7 @@ async def test_a_producer_arriving_beside_one_that_holds_every_slot_gets_one_wit
     assert waited <= config.slice + 0.5, waited
 
 
-def test_a_persons_long_prompt_is_evaluated_alone_from_the_step_it_starts() -> None:
+async def test_a_persons_long_prompt_is_evaluated_alone_from_the_step_it_starts() -> None:
     """docs/design.md §4.7: a chat that meets a full batch stops, at one step
     boundary, every sequence the latency guard would cut once it runs (on the
     0.12 curve its prompt evaluates alone: two sequences cost 1.12x one, past
@@ -278,44 +269,42 @@ def test_a_persons_long_prompt_is_evaluated_alone_from_the_step_it_starts() -> N
         batch_cost=LLAMA_CPP_CPU_BATCH_COST,
     )
 
-    async def main() -> tuple[int, float]:
-        async with Scheduler(runner) as sched:
-            produced: list[float] = []  # when each background token came
-            handles = [
-                sched.submit_generation(
-                    "nataraj",
-                    GenerationRequest(model_id="m1", prompt=f"stream {i}", max_tokens=2000),
-                    lambda _p: produced.append(sched.now()),
-                    producer=f"agent{i}",
-                )
-                for i in range(4)
-            ]
-            await asyncio.sleep(3.01)  # mid-step
-            started: list[float] = []
-
-            def watch(event: SchedulerEvent) -> None:
-                if isinstance(event, JobStarted) and event.job.class_name == "chat":
-                    started.append(sched.now())
-
-            sched.add_listener(watch)
-            request = GenerationRequest(
-                model_id="m1", prompt="a long message", max_tokens=2, prompt_tokens=400
-            )
-            submitted = sched.now()
-            first: list[float] = []
-            chat = sched.submit_generation(
-                "chat", request, lambda _p: first.append(sched.now()) if not first else None
-            )
-            await chat
-            for handle in handles:
-                handle.cancel()
-            # The step it started after delivers its tokens over a moment
-            # (one sequence after another); a later step's come a step on.
-            beside = sum(started[0] + step / 2 < at <= first[0] for at in produced)
-            return beside, first[0] - submitted
-
     step = TOKEN * (1 + LLAMA_CPP_CPU_BATCH_COST * 3)  # a step of the full batch
-    beside, ttft = run_virtual(main())
+
+    async with Scheduler(runner) as sched:
+        produced: list[float] = []  # when each background token came
+        handles = [
+            sched.submit_generation(
+                "nataraj",
+                GenerationRequest(model_id="m1", prompt=f"stream {i}", max_tokens=2000),
+                lambda _p: produced.append(sched.now()),
+                producer=f"agent{i}",
+            )
+            for i in range(4)
+        ]
+        await asyncio.sleep(3.01)  # mid-step
+        started: list[float] = []
+
+        def watch(event: SchedulerEvent) -> None:
+            if isinstance(event, JobStarted) and event.job.class_name == "chat":
+                started.append(sched.now())
+
+        sched.add_listener(watch)
+        request = GenerationRequest(
+            model_id="m1", prompt="a long message", max_tokens=2, prompt_tokens=400
+        )
+        submitted = sched.now()
+        first: list[float] = []
+        chat = sched.submit_generation(
+            "chat", request, lambda _p: first.append(sched.now()) if not first else None
+        )
+        await chat
+        for handle in handles:
+            handle.cancel()
+        # The step it started after delivers its tokens over a moment
+        # (one sequence after another); a later step's come a step on.
+        beside = sum(started[0] + step / 2 < at <= first[0] for at in produced)
+        beside, ttft = beside, first[0] - submitted
     assert beside == 0, beside
     # One step boundary, then its prompt within PROMPT_SLOWDOWN of alone and a token.
     assert ttft <= step + 400 * 0.002 * PROMPT_SLOWDOWN + TOKEN + 1e-9, ttft

@@ -34,7 +34,6 @@ from tierlm import (
     SwapStarted,
 )
 from tierlm.runners import SimulatedRunner
-from tierlm.testing import run_virtual
 
 
 async def _fails(ctx: JobContext) -> None:
@@ -42,29 +41,26 @@ async def _fails(ctx: JobContext) -> None:
     raise LookupError("no such note")
 
 
-def test_every_event_kind_carries_its_typed_fields() -> None:
+async def test_every_event_kind_carries_its_typed_fields() -> None:
     events: list[SchedulerEvent] = []
 
-    async def main() -> None:
-        device = SimulatedRunner(token_interval=0.05, swap_seconds=SWAP, initial_model="m1")
-        async with Scheduler(device) as sched:
-            sched.add_listener(events.append)
-            gana = sched.submit("gana", "m1", work_for(20), producer="gana:a")
-            await asyncio.sleep(1)
-            sched.set_foreground("chat")
-            async for _ in sched.generate("chat", "m2", MESSAGES, max_tokens=4):
-                pass
-            sched.set_foreground(None)
-            failing = sched.submit("extract", "m2", _fails)
-            queued = sched.submit("gana", "m1", work_for(1), producer="gana:b")
-            queued.cancel()
-            with pytest.raises(LookupError):
-                await failing
-            await sched.pause()
-            sched.resume()
-            await gana
-
-    run_virtual(main())
+    device = SimulatedRunner(token_interval=0.05, swap_seconds=SWAP, initial_model="m1")
+    async with Scheduler(device) as sched:
+        sched.add_listener(events.append)
+        gana = sched.submit("gana", "m1", work_for(20), producer="gana:a")
+        await asyncio.sleep(1)
+        sched.set_foreground("chat")
+        async for _ in sched.generate("chat", "m2", MESSAGES, max_tokens=4):
+            pass
+        sched.set_foreground(None)
+        failing = sched.submit("extract", "m2", _fails)
+        queued = sched.submit("gana", "m1", work_for(1), producer="gana:b")
+        queued.cancel()
+        with pytest.raises(LookupError):
+            await failing
+        await sched.pause()
+        sched.resume()
+        await gana
     job_events = [e for e in events if isinstance(e, JobEvent)]
     gana, chat, failing, queued = (e.job for e in job_events if isinstance(e, JobSubmitted))
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from tierlm import Scheduler
 from tierlm.core.guard_relief import GUARD_SPAN
 from tierlm.runners import GenerationRequest, SimulatedRunner
-from tierlm.testing import run_virtual
 
 TOKEN = 0.05
 STEEP = 0.59  # a step of n costs 1 + 0.59 (n - 1) one step's: llama.cpp, 1 thread
@@ -62,9 +61,9 @@ async def people_and_background(
     return tokens, chats
 
 
-def test_people_busy_without_a_pause_leave_background_one_slot_after_the_span() -> None:
+async def test_people_busy_without_a_pause_leave_background_one_slot_after_the_span() -> None:
     seconds = 4 * GUARD_SPAN
-    tokens, chats = run_virtual(people_and_background(people=3, gap=0.5, seconds=seconds))
+    tokens, chats = await people_and_background(people=3, gap=0.5, seconds=seconds)
     # Three people who each read 0.5 s keep a person's chat running or queued
     # at every instant: without relief, background got nothing after the first
     # step. With it, one slot of four from GUARD_SPAN on, at the curve's
@@ -75,17 +74,17 @@ def test_people_busy_without_a_pause_leave_background_one_slot_after_the_span() 
     assert max(chats) <= CHAT * TOKEN * (1 + 3 * STEEP) * 1.1, max(chats)
 
 
-def test_a_person_who_reads_meets_no_background_beside_their_chat() -> None:
+async def test_a_person_who_reads_meets_no_background_beside_their_chat() -> None:
     # One person who reads 5 s between answers pauses every time: no relief,
     # each chat runs alone (the steep curve), as fast as on an idle device.
-    tokens, chats = run_virtual(people_and_background(people=1, gap=5.0, seconds=4 * GUARD_SPAN))
+    tokens, chats = await people_and_background(people=1, gap=5.0, seconds=4 * GUARD_SPAN)
     assert max(chats) <= (CHAT + 3) * TOKEN, max(chats)  # its tokens, a stop and a step
     assert tokens["background"] > 0  # background ran in the reading gaps
 
 
-def test_one_person_back_to_back_is_never_relieved_against() -> None:
+async def test_one_person_back_to_back_is_never_relieved_against() -> None:
     # One identity sending chats 0.5 s apart never pauses, but it is one
     # person (or a program, docs/design.md §4.11): relief needs two people
     # at work, and each chat still runs alone.
-    _, chats = run_virtual(people_and_background(people=1, gap=0.5, seconds=4 * GUARD_SPAN))
+    _, chats = await people_and_background(people=1, gap=0.5, seconds=4 * GUARD_SPAN)
     assert max(chats) <= (CHAT + 3) * TOKEN, max(chats)

@@ -93,44 +93,43 @@ async def chat_at(sched: Scheduler, when: float) -> None:
 INSIDE_THIRD_CALL = (2 * STEP_TOKENS + 15.6) * TOKEN
 
 
-def run_round(
+async def run_round(
     config: SchedulerConfig | None, chat: float | None, work: Callable[..., Awaitable[list[str]]]
 ) -> tuple[list[str], CountingRunner, int]:
-    async def main() -> tuple[list[str], CountingRunner, int]:
-        device = CountingRunner(runner())
-        async with Scheduler(device, config=config) as sched:
-            handle = sched.submit("gana", "m1", work)
-            if chat is not None:
-                await chat_at(sched, chat)
-            answers = await handle
-            assert sched.snapshot().journal_bytes == 0  # dropped when the job ended
-            return answers, device, sched.stats.preemptions
-
-    return run_virtual(main())
+    device = CountingRunner(runner())
+    async with Scheduler(device, config=config) as sched:
+        handle = sched.submit("gana", "m1", work)
+        if chat is not None:
+            await chat_at(sched, chat)
+        answers = await handle
+        assert sched.snapshot().journal_bytes == 0  # dropped when the job ended
+        return answers, device, sched.stats.preemptions
 
 
 def test_a_preempted_agent_round_generates_each_call_once() -> None:
     """The issue's measured case: three 40-token calls, preempted during the
     third. Without a journal the device generated 80 + 80 + 56 tokens; with
     one, 40 + 40 + 40, and the round's answers are the uninterrupted ones."""
-    reference, plain, _ = run_round(None, None, agent_round())
+    reference, plain, _ = run_virtual(run_round(None, None, agent_round()))
     assert plain.per_step() == [STEP_TOKENS] * 3
 
-    answers, device, preemptions = run_round(None, INSIDE_THIRD_CALL, agent_round())
+    answers, device, preemptions = run_virtual(run_round(None, INSIDE_THIRD_CALL, agent_round()))
     assert preemptions == 1
     assert answers == reference
     assert device.per_step() == [40, 40, 40]
     # Replay costs no runner call: 3 calls, then only the resumed third.
     assert device.calls == 4
 
-    answers, device, preemptions = run_round(NO_JOURNAL, INSIDE_THIRD_CALL, agent_round())
+    answers, device, preemptions = run_virtual(
+        run_round(NO_JOURNAL, INSIDE_THIRD_CALL, agent_round())
+    )
     assert preemptions == 1
     assert answers == reference
     assert device.per_step() == [80, 80, 56]
     assert device.calls == 6
 
 
-def test_a_work_that_diverges_generates_live_from_there_on() -> None:
+async def test_a_work_that_diverges_generates_live_from_there_on() -> None:
     """The second prompt depends on the attempt: the first call is replayed,
     the second differs and is generated live, and so is the third (the rest of
     the journal was dropped), from its start, not from the recorded partial."""
@@ -138,7 +137,7 @@ def test_a_work_that_diverges_generates_live_from_there_on() -> None:
     def prompt(step: int, last: str, ctx: JobContext) -> str:
         return f"{step}:attempt {ctx.attempt}" if step == 1 else f"{step}:{last}"
 
-    answers, device, _ = run_round(None, INSIDE_THIRD_CALL, agent_round(prompt))
+    answers, device, _ = await run_round(None, INSIDE_THIRD_CALL, agent_round(prompt))
     assert device.tokens == {
         "0:start": 40,
         "1:attempt 1": 40,
@@ -207,9 +206,9 @@ def test_past_its_bound_a_job_still_gives_the_same_answers() -> None:
     third is generated again; the answers are the uninterrupted ones."""
     piece = piece_bytes("w10 ")
     bound = 2 * CALL_BYTES + (STEP_TOKENS + 10) * piece
-    reference, _, _ = run_round(None, None, agent_round())
-    answers, device, _ = run_round(
-        SchedulerConfig(journal_bytes_per_job=bound), INSIDE_THIRD_CALL, agent_round()
+    reference, _, _ = run_virtual(run_round(None, None, agent_round()))
+    answers, device, _ = run_virtual(
+        run_round(SchedulerConfig(journal_bytes_per_job=bound), INSIDE_THIRD_CALL, agent_round())
     )
     assert answers == reference
     first, second, third = device.per_step()
@@ -261,7 +260,7 @@ async def test_many_preempted_jobs_stay_within_the_total_bound() -> None:
 
 
 @pytest.mark.parametrize("resume", ["re-evaluate", "restore"])
-def test_a_round_past_its_journal_bound_still_finishes_between_slices(resume: str) -> None:
+async def test_a_round_past_its_journal_bound_still_finishes_between_slices(resume: str) -> None:
     """docs/design.md §4.6 (a slice worth its resume), for closure jobs: with no
     journal a resumed round generates its calls again, so a 6 s round cut at
     every 3 s slice redid its 3 s and was cut again, and never finished. The
@@ -269,19 +268,15 @@ def test_a_round_past_its_journal_bound_still_finishes_between_slices(resume: st
     earlier runs produced): its slice stretches and each turn gains ground."""
     rounds = 2
 
-    async def main() -> tuple[list[list[str]], Counter[str], float]:
-        device = CountingRunner(runner(resume=resume))
-        config = SchedulerConfig(journal_bytes_per_job=0, slice=3.0)
-        async with Scheduler(device, config=config) as sched:
-            handles = [
-                sched.submit("gana", "m1", agent_round(), producer=f"gana:{i}")
-                for i in range(rounds)
-            ]
-            # Bounded in virtual time: before the rule the rounds never ended.
-            answers = await asyncio.wait_for(asyncio.gather(*handles), timeout=600.0)
-            return answers, device.tokens, sched.now()
-
-    answers, tokens, ended = run_virtual(main())
+    device = CountingRunner(runner(resume=resume))
+    config = SchedulerConfig(journal_bytes_per_job=0, slice=3.0)
+    async with Scheduler(device, config=config) as sched:
+        handles = [
+            sched.submit("gana", "m1", agent_round(), producer=f"gana:{i}") for i in range(rounds)
+        ]
+        # Bounded in virtual time: before the rule the rounds never ended.
+        answers = await asyncio.wait_for(asyncio.gather(*handles), timeout=600.0)
+        answers, tokens, ended = answers, device.tokens, sched.now()
     expected = ["".join(f"w{i} " for i in range(STEP_TOKENS))] * 3
     assert answers == [expected] * rounds
     # Each round's 120 tokens, plus at most one redo of a turn's work each.

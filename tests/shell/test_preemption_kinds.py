@@ -34,7 +34,6 @@ from tierlm import (
 from tierlm.core import default_classes
 from tierlm.runners import GenerationRequest, SimulatedRunner
 from tierlm.runners.simulated import SimulatedCall, SimulatedOutcome
-from tierlm.testing import run_virtual
 
 PREFILL = 0.01  # seconds a prompt token: 100 tokens/s
 LONG = 1000  # prompt tokens: 10 s of evaluation, longer than a slice
@@ -72,16 +71,13 @@ def ignore(_piece: str) -> None:
     return None
 
 
-def scenario(
+async def scenario(
     body: Callable[[Scheduler, Device, Recorder], Coroutine[Any, Any, None]],
     classes: list[TaskClass] | None = None,
 ) -> None:
-    async def main() -> None:
-        device = Device()
-        async with Scheduler(device.runner, classes=classes, config=SLICE) as sched:
-            await body(sched, device, Recorder.attach(sched))
-
-    run_virtual(main())
+    device = Device()
+    async with Scheduler(device.runner, classes=classes, config=SLICE) as sched:
+        await body(sched, device, Recorder.attach(sched))
 
 
 def yielded_after_its_evaluation(device: Device, rec: Recorder, prompt: str, job_id: int) -> None:
@@ -100,7 +96,7 @@ def yielded_after_its_evaluation(device: Device, rec: Recorder, prompt: str, job
 # -- yields: fairness never cuts an evaluation -----------------------------------
 
 
-def test_a_slice_yields_after_the_first_token_not_in_the_evaluation() -> None:
+async def test_a_slice_yields_after_the_first_token_not_in_the_evaluation() -> None:
     async def body(sched: Scheduler, device: Device, rec: Recorder) -> None:
         a = sched.submit_generation("gana", background("a"), ignore, producer="a")
         sched.submit_generation("gana", background("b", prompt_tokens=10), ignore, producer="b")
@@ -111,10 +107,10 @@ def test_a_slice_yields_after_the_first_token_not_in_the_evaluation() -> None:
         yielded_after_its_evaluation(device, rec, "a", a.id)
         assert rec.runs[1].start == pytest.approx(EVALUATION + TOKEN)  # then b's turn
 
-    scenario(body)
+    await scenario(body)
 
 
-def test_the_pool_floor_yields_after_the_first_token() -> None:
+async def test_the_pool_floor_yields_after_the_first_token() -> None:
     """Overdue work of a T3 class runs first; the pool (backlogged) is owed
     its floor within the first half second: the overdue job yields, but only
     once its evaluation is done."""
@@ -129,7 +125,7 @@ def test_the_pool_floor_yields_after_the_first_token() -> None:
         yielded_after_its_evaluation(device, rec, "cron", cron.id)
         assert rec.runs[1].class_name == "nataraj"
 
-    scenario(body, [*default_classes().values(), TaskClass("cron", tier=3)])
+    await scenario(body, [*default_classes().values(), TaskClass("cron", tier=3)])
 
 
 @pytest.mark.parametrize(
@@ -137,7 +133,7 @@ def test_the_pool_floor_yields_after_the_first_token() -> None:
     [("gana", -1.0), ("report", None)],
     ids=["overdue T3 work", "a T2 class without a budget"],
 )
-def test_a_higher_tier_below_a_person_yields_after_the_first_token(
+async def test_a_higher_tier_below_a_person_yields_after_the_first_token(
     class_name: str, deadline: float | None
 ) -> None:
     async def body(sched: Scheduler, device: Device, rec: Recorder) -> None:
@@ -153,10 +149,10 @@ def test_a_higher_tier_below_a_person_yields_after_the_first_token(
         yielded_after_its_evaluation(device, rec, "deck", deck.id)
         assert rec.runs[1].class_name == class_name
 
-    scenario(body, [*default_classes().values(), TaskClass("report", tier=2)])
+    await scenario(body, [*default_classes().values(), TaskClass("report", tier=2)])
 
 
-def test_a_job_that_is_not_re_queued_ends_as_preempted_after_a_yield() -> None:
+async def test_a_job_that_is_not_re_queued_ends_as_preempted_after_a_yield() -> None:
     """Its caller is told "preempted", whichever kind stopped it (the gateway
     answers 503 with Retry-After for it)."""
 
@@ -170,7 +166,7 @@ def test_a_job_that_is_not_re_queued_ends_as_preempted_after_a_yield() -> None:
         assert rec.kinds(Preempting)[0].reason is CancelReason.YIELD
         assert device.of("once")[0].tokens == 1  # it finished its evaluation first
 
-    scenario(
+    await scenario(
         body,
         [
             *default_classes().values(),
@@ -192,7 +188,7 @@ def cut_at(device: Device, rec: Recorder, prompt: str, job_id: int, when: float)
     assert run.end == pytest.approx(when)
 
 
-def test_a_chat_aborts_an_evaluation_at_once() -> None:
+async def test_a_chat_aborts_an_evaluation_at_once() -> None:
     async def body(sched: Scheduler, device: Device, rec: Recorder) -> None:
         deck = sched.submit_generation("nataraj", background("deck"), ignore, producer="deck")
         await asyncio.sleep(3)
@@ -203,10 +199,10 @@ def test_a_chat_aborts_an_evaluation_at_once() -> None:
         cut_at(device, rec, "deck", deck.id, 3.0)
         assert rec.starts(chat.id) == [3.0]
 
-    scenario(body)
+    await scenario(body)
 
 
-def test_the_foreground_aborts_an_evaluation_at_once() -> None:
+async def test_the_foreground_aborts_an_evaluation_at_once() -> None:
     async def body(sched: Scheduler, device: Device, rec: Recorder) -> None:
         gana = sched.submit_generation("gana", background("gana"), ignore, producer="g")
         card = background("card", prompt_tokens=10)
@@ -219,10 +215,10 @@ def test_the_foreground_aborts_an_evaluation_at_once() -> None:
         cut_at(device, rec, "gana", gana.id, 3.0)
         assert rec.starts(opened.id) == [3.0]
 
-    scenario(body)
+    await scenario(body)
 
 
-def test_a_yield_under_way_is_cut_short_by_a_chat() -> None:
+async def test_a_yield_under_way_is_cut_short_by_a_chat() -> None:
     """The slice asks the job to yield at 4 s, in its evaluation; a chat at
     6 s cuts the evaluation there. One preemption, counted once."""
 
@@ -239,14 +235,14 @@ def test_a_yield_under_way_is_cut_short_by_a_chat() -> None:
         assert rec.starts(chat.id) == [6.0]
         assert sched.stats.preemptions == 1
 
-    scenario(body)
+    await scenario(body)
 
 
 # -- a caller's cancel and shutdown stop at once ------------------------------------
 
 
 @pytest.mark.parametrize("yielding", [False, True], ids=["running", "yielding"])
-def test_a_callers_cancel_stops_an_evaluation_at_once(yielding: bool) -> None:
+async def test_a_callers_cancel_stops_an_evaluation_at_once(yielding: bool) -> None:
     async def body(sched: Scheduler, device: Device, rec: Recorder) -> None:
         a = sched.submit_generation("gana", background("a"), ignore, producer="a")
         if yielding:  # a peer: the slice asks a to yield at 4 s
@@ -259,7 +255,7 @@ def test_a_callers_cancel_stops_an_evaluation_at_once(yielding: bool) -> None:
         cut_at(device, rec, "a", a.id, 6.0)
         assert rec.runs[0].how == "cancelled"
 
-    scenario(body)
+    await scenario(body)
 
 
 async def test_shutdown_stops_an_evaluation_at_once() -> None:
@@ -275,7 +271,7 @@ async def test_shutdown_stops_an_evaluation_at_once() -> None:
     assert device.of("a")[0].tokens == 0
 
 
-def test_pause_stops_an_evaluation_at_once() -> None:
+async def test_pause_stops_an_evaluation_at_once() -> None:
     """``pause()``: the app leaves the device to its other user (seed scenario
     8); the running job is stopped at once, as for a person."""
 
@@ -290,7 +286,7 @@ def test_pause_stops_an_evaluation_at_once() -> None:
         sched.resume()
         assert await a  # resumed, and finished
 
-    scenario(body)
+    await scenario(body)
 
 
 # -- the simulated device: what a yield and a cut leave (docs/design.md §8) ---------

@@ -17,26 +17,22 @@ from tierlm.sim.baselines import (
     TwoLanePolicy,
 )
 from tierlm.sim.policies import POLICIES, make_policy, parse_policy_names
-from tierlm.testing import run_virtual
 
 
-def test_every_policy_runs_through_the_shell_and_snapshots() -> None:
-    async def main(name: str) -> None:
-        policy = make_policy(name)
-        async with Scheduler(runner(), policy=policy) as sched:
-            jobs = [
-                sched.submit("gana", "m1", work_for(2), producer="gana:a"),
-                sched.submit("extract", "m1", work_for(1), subject="note-1"),
-                sched.submit("nataraj", "m2", work_for(1)),
-            ]
-            snap = sched.snapshot()
-            assert snap.policy == name
-            assert snap.running is not None and snap.queue_depth == 2
-            await asyncio.gather(*jobs)
-            assert sched.stats.completed == 3
-
-    for name in POLICIES:
-        run_virtual(main(name))
+@pytest.mark.parametrize("name", POLICIES)
+async def test_every_policy_runs_through_the_shell_and_snapshots(name: str) -> None:
+    policy = make_policy(name)
+    async with Scheduler(runner(), policy=policy) as sched:
+        jobs = [
+            sched.submit("gana", "m1", work_for(2), producer="gana:a"),
+            sched.submit("extract", "m1", work_for(1), subject="note-1"),
+            sched.submit("nataraj", "m2", work_for(1)),
+        ]
+        snap = sched.snapshot()
+        assert snap.policy == name
+        assert snap.running is not None and snap.queue_depth == 2
+        await asyncio.gather(*jobs)
+        assert sched.stats.completed == 3
 
 
 def test_parse_policy_names() -> None:
