@@ -177,9 +177,10 @@ def _own_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 # -- nothing left in the system's temp dir -----------------------------------
 
-LEFT_BEHIND = ("tierlm-tests-*", "tierlm-test-*")
+LEFT_BEHIND = ("tierlm-tests-*", "tierlm-test-*", "ray/session_*")
 """What runs used to leave in the system's temp dir (a data directory per
-gateway): the tests keep theirs in pytest's temp dirs now."""
+gateway, Ray's session folders): the tests keep theirs in pytest's temp dirs,
+and Ray's in a folder of its own that is removed (tests/cluster/local_ray.py)."""
 _TEMP_BEFORE = pytest.StashKey[set[Path]]()
 
 
