@@ -18,6 +18,7 @@ import json
 
 import httpx
 
+from tests.helpers import wait_until
 from tests.payloads import HI, chat_body
 from tests.server.helpers import WAIT
 from tests.server.serve_process import tierlm_serve
@@ -68,16 +69,19 @@ async def burst(url: str, clients: int) -> list[tuple[int, dict[str, str], bytes
         await asyncio.gather(*(writer.drain() for _, writer in pairs))
         answers = [asyncio.create_task(answer(reader)) for reader, _ in pairs]
         # Every request is in the gateway (queued, or refused) before the resume.
-        deadline = asyncio.get_running_loop().time() + WAIT
-        while True:
-            # A full gateway is alive.
+
+        async def arrived() -> tuple[int, int]:
             health = await http.get("/health")
-            assert health.status_code == 200
-            queued, refused = health.json()["queue_depth"], sum(task.done() for task in answers)
-            if queued + refused >= clients:
-                break
-            assert asyncio.get_running_loop().time() < deadline, (queued, refused)
-            await asyncio.sleep(0.1)
+            assert health.status_code == 200  # a full gateway is alive
+            return health.json()["queue_depth"], sum(task.done() for task in answers)
+
+        await wait_until(
+            arrived,
+            f"{clients} requests queued or refused",
+            until=lambda counts: sum(counts) >= clients,
+            timeout=WAIT,
+            every=0.1,
+        )
         assert (await http.post("/v1/scheduler/resume")).json()["paused"] is False
         results = await asyncio.wait_for(asyncio.gather(*answers), WAIT * 4)
     for _, writer in pairs:

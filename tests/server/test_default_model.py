@@ -21,6 +21,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers import wait_until_blocking
 from tests.server.helpers import read_into, serve_default_model
 from tests.server.serve_process import tierlm_serve
 from tierlm.runners.llama_cpp import DEFAULT_SLOTS, default_chat_spec
@@ -158,7 +159,6 @@ def test_a_stopped_worker_is_killed_and_replaced_and_health_says_so() -> None:
     a new worker loads the model, that answer continues (re-queued once, as
     after any crash) and a chat sent while it was stopped is answered."""
     import concurrent.futures
-    import time
 
     argv = ("--stall-timeout", "10", "--n-threads", "1", "--log-level", "warning")
     with tierlm_serve(*argv, start_timeout=START) as (url, _):
@@ -174,13 +174,13 @@ def test_a_stopped_worker_is_killed_and_replaced_and_health_says_so() -> None:
                     client(url).chat.completions.create,
                     model=MODEL, messages=FRANCE, temperature=0, max_tokens=16,
                 )  # fmt: skip
-                said: dict[str, object] = {}
-                for _ in range(400):  # the worker beats twice a second: a few s
-                    ready = httpx.get(f"{url}/ready", timeout=TIMEOUT)
-                    if ready.status_code == 503:
-                        said = ready.json()
-                        break
-                    time.sleep(0.05)
+                said: dict[str, object] = wait_until_blocking(  # beats twice a second
+                    lambda: httpx.get(f"{url}/ready", timeout=TIMEOUT),
+                    "/ready to say the worker is stopped",
+                    until=lambda ready: ready.status_code == 503,
+                    timeout=TIMEOUT,
+                    every=0.05,
+                ).json()
                 assert "has sent no heartbeat" in str(said.get("reason")), said
                 health = httpx.get(f"{url}/health", timeout=TIMEOUT).json()
                 assert health["status"] == "degraded", health
