@@ -131,3 +131,26 @@ def test_queue_order_is_the_order_successive_one_slice_runs_take(case: dict[str,
         now += SLICE
         policy.finished(job, now)
     assert [j.id for j in taken] == [j.id for j in expected]
+
+
+def test_looking_at_the_queue_changes_no_schedule() -> None:
+    """``queue_order`` is a query (docs/design.md §2.6): it reads the pool's
+    floor as a decision now would find it, and leaves it where the last
+    decision did (§4.5). It brought the floor up to now, so a gateway that
+    looked at queue positions every 0.25 s moved the floor between decisions
+    and changed what the next one ran."""
+    twins = [TieredPolicy(default_classes(), SchedulerConfig()) for _ in range(2)]
+    starts = []
+    for policy in twins:
+        overdue = Job(1, default_classes()["gana"], "m1", "cron", None, -1.0, 0.0)
+        fresh = Job(2, default_classes()["gana"], "m1", "deck", None, None, 0.0)
+        policy.submit(overdue, 0.0)
+        policy.submit(fresh, 0.0)
+        starts.append(next_start(policy, 0.0, "m1"))
+    assert [job.id for job in starts if job] == [1, 1]  # the loan runs first
+    looked, untouched = twins
+    before = looked.floor.active
+    order = looked.queue_order(100.0, "m1")  # 100 s of overdue work: the floor is owed
+    assert [job.id for job in order] == [2]
+    assert looked.floor.active == before
+    assert looked.floor.owed(100.0, True) == untouched.floor.owed(100.0, True)

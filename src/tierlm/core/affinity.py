@@ -22,9 +22,10 @@ best job on the loaded model, which one runs, or whether to wait.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tierlm.core.anticipation import Anticipation
-from tierlm.core.classes import Tier
+from tierlm.core.classes import T1
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Job, due_or_never
 from tierlm.core.model_scan import ModelScan
@@ -33,8 +34,7 @@ from tierlm.core.on_time import DeadlineMode
 __all__ = ["Affinity", "AffinityView", "Choice"]
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(NamedTuple):
     """The job to run (None: wait), and when that answer changes by itself."""
 
     job_id: int | None
@@ -45,8 +45,7 @@ class Choice:
     (docs/design.md §4.8 (excursions))."""
 
 
-@dataclass(frozen=True, slots=True)
-class AffinityView:
+class AffinityView(NamedTuple):
     """What affinity sees at one pick (``Affinity.choose``)."""
 
     now: float
@@ -99,7 +98,7 @@ class Affinity:
             person_model is not None
             and loaded_model is not None
             and loaded_model != person_model
-            and rank > Tier.T1
+            and rank > T1
         ):
             # docs/design.md §4.8 (excursions): away from the model a person may
             # type on, only work that has waited the bound runs, then the device
@@ -112,7 +111,7 @@ class Affinity:
                 return Choice(best_id)
             return Choice(None, return_to=person_model)
         overdue = scan.overdue  # set by deadlines on time only
-        if overdue is not None and loaded_model is not None and rank > Tier.T1:
+        if overdue is not None and loaded_model is not None and rank > T1:
             # docs/design.md §4.8 (deadlines on time): the operator chose punctual
             # deadlines over the person's idle gap, so no hold and no gap bet; the
             # loaded model's overdue or pressing work due as early goes first (one
@@ -128,7 +127,7 @@ class Affinity:
             return Choice(overdue_id)
         if loaded_model is None or best_job.model_id == loaded_model:
             return Choice(best_id)
-        if rank <= Tier.T1:
+        if rank <= T1:
             return Choice(best_id)
         oldest = scan.oldest
         waiting_id, waiting = oldest if oldest is not None else (best_id, best_job)

@@ -30,6 +30,7 @@ class JobBook:
     __slots__ = (
         "_pending",
         "_version",
+        "_waiting",
         "chats",
         "fair",
         "fresh",
@@ -55,13 +56,17 @@ class JobBook:
         """Queued fair jobs not overdue: the pool proper, which the floor protects."""
         self.chats = 0
         """Queued persons' jobs (T0), counted: O(1) for the guard's relief (§4.7)."""
+        self._waiting: dict[Person, int] = {}
+        """Per person with a chat queued, how many (``people_waiting``)."""
 
     def __len__(self) -> int:
         return len(self.jobs)
 
     def people_waiting(self) -> set[Person]:
-        """The persons with a chat queued (docs/design.md §4.7 (persons in turn on slots))."""
-        return {job.chat_person for job in self.jobs.values() if job.task_class.tier == Tier.T0}
+        """The persons with a chat queued (docs/design.md §4.7 (persons in turn
+        on slots)): counted as they come and go, not found among every queued
+        job (a device full of chats asked it at every decision)."""
+        return set(self._waiting)
 
     def add(self, job: Job, now: float) -> None:
         self._version += 1
@@ -73,7 +78,11 @@ class JobBook:
             model = self.models[job.model_id] = ModelQueue(self.live, self.turns)
         model.queue_for(job.task_class).add(job, version)
         model.count += 1
-        self.chats += job.task_class.tier == Tier.T0
+        model.changed()
+        if job.task_class.tier == Tier.T0:
+            self.chats += 1
+            person = job.chat_person
+            self._waiting[person] = self._waiting.get(person, 0) + 1
         if job.task_class.fair:
             overdue = job.deadline is not None and now >= job.deadline
             self.fair.enqueue(job, now, overdue)
@@ -91,7 +100,15 @@ class JobBook:
         model = self.models[job.model_id]
         model.by_class[job.class_name].removed(job)
         model.count -= 1
-        self.chats -= job.task_class.tier == Tier.T0
+        model.changed()
+        if job.task_class.tier == Tier.T0:
+            self.chats -= 1
+            person = job.chat_person
+            left = self._waiting[person] - 1
+            if left:
+                self._waiting[person] = left
+            else:
+                del self._waiting[person]
         if model.count == 0:
             del self.models[job.model_id]
         if job.task_class.fair:

@@ -28,7 +28,7 @@ __all__ = ["BudgetMeter", "Budgets"]
 class BudgetMeter:
     """Busy time of one class against all busy time, over a rolling window."""
 
-    __slots__ = ("_intervals", "_mine_total", "_running", "_total", "window")
+    __slots__ = ("_intervals", "_mine_total", "_running", "_total", "_usage", "window")
 
     def __init__(self, window: float) -> None:
         self.window = window
@@ -39,6 +39,10 @@ class BudgetMeter:
         self._total = 0.0
         self._mine_total = 0.0
         self._running: tuple[float, float] | None = None
+        # ``usage`` at one instant, asked several times by one decision (the
+        # floor, the budgets, each rank): kept until the instant or the
+        # spans change.
+        self._usage: tuple[float, tuple[float, float]] | None = None
 
     def start(self, now: float, mine: float) -> None:
         """The device is busy from ``now``, ``mine`` of it this class's (1 or 0
@@ -46,6 +50,7 @@ class BudgetMeter:
         when the running set changes: the span so far is closed at its share."""
         self.stop(now)
         self._running = (now, float(mine))
+        self._usage = None
 
     def stop(self, now: float) -> None:
         """The device is idle from ``now``."""
@@ -53,6 +58,7 @@ class BudgetMeter:
             return
         start, mine = self._running
         self._running = None
+        self._usage = None
         if now > start:
             self._intervals.append((start, now, mine))
             self._total += now - start
@@ -70,6 +76,9 @@ class BudgetMeter:
 
     def usage(self, now: float) -> tuple[float, float]:
         """(this class's busy seconds, all busy seconds) in ``(now - window, now]``."""
+        known = self._usage
+        if known is not None and known[0] == now:
+            return known[1]
         cutoff = now - self.window
         self._trim(cutoff)
         mine_total, total = self._mine_total, self._total
@@ -84,7 +93,9 @@ class BudgetMeter:
             if part > 0:
                 total += part
                 mine_total += part * mine
-        return max(0.0, mine_total), max(0.0, total)
+        usage = max(0.0, mine_total), max(0.0, total)
+        self._usage = (now, usage)
+        return usage
 
     def share(self, now: float) -> float:
         """This class's share of busy time in the window (0 when nothing ran)."""

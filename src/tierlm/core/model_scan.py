@@ -6,7 +6,7 @@ models a decision sees; hot path, plain ints."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tierlm.core.book import JobBook
 from tierlm.core.classes import T3
@@ -18,8 +18,7 @@ from tierlm.core.queues import Candidate
 __all__ = ["ModelScan", "PickView", "scan_models"]
 
 
-@dataclass(frozen=True, slots=True)
-class PickView:
+class PickView(NamedTuple):
     """What one pick sees: the instant, the device, the skipped classes and
     the running job that takes part in it (docs/design.md §4.6: best =
     pick(queue + running))."""
@@ -46,8 +45,7 @@ class PickView:
         return running if running is not None and running.id == job_id else book.jobs[job_id]
 
 
-@dataclass(frozen=True, slots=True)
-class ModelScan:
+class ModelScan(NamedTuple):
     best: Candidate | None = None
     """The best job overall (B)."""
     best_loaded: Candidate | None = None

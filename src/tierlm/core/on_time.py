@@ -86,13 +86,17 @@ class AfterPeople:
     def scan(
         self, book: JobBook, now: float, skip: frozenset[str], running: Job | None
     ) -> Pressing:
-        return Pressing()
+        return _NOTHING_PRESSES
 
     def shielded(self, job: Job, now: float) -> bool:
         return False
 
     def finish_until(self, running: Job, person: Job, now: float) -> float | None:
         return None
+
+
+_NOTHING_PRESSES = Pressing()
+"""``AfterPeople.scan``'s answer, shared (read only)."""
 
 
 def deadline_mode(config: SchedulerConfig, swap_estimate: Callable[[str], float]) -> DeadlineMode:

@@ -166,13 +166,22 @@ class ClassQueue:
 class ModelQueue:
     """The queued jobs of one model, by class."""
 
-    __slots__ = ("by_class", "count", "live", "turns")
+    __slots__ = ("_best", "_best_for", "by_class", "count", "live", "turns")
 
     def __init__(self, live: Live, turns: ChatTurns) -> None:
         self.live = live
         self.turns = turns
         self.by_class: dict[str, ClassQueue] = {}
         self.count = 0
+        # ``best``'s last answer and what it was asked (its skip, foreground,
+        # floor and the persons' turns): a step changes one or two models'
+        # queues, not all (``changed``).
+        self._best: Candidate | None = None
+        self._best_for: tuple[Any, ...] | None = None
+
+    def changed(self) -> None:
+        """A job came or left (``JobBook``): ``best`` asks its queues again."""
+        self._best_for = None
 
     def queue_for(self, task_class: TaskClass) -> ClassQueue:
         queue = self.by_class.get(task_class.name)
@@ -186,6 +195,9 @@ class ModelQueue:
         """The best queued job of this model outside the pool's own order:
         T0, the foreground (T1), T2 and T3 classes (docs/design.md §4.1 (rules 1-3)).
         Hot path: plain ints."""
+        asked = (skip, foreground, floor_owed, self.turns.latest)
+        if asked == self._best_for:
+            return self._best
         best: Candidate | None = None
         fg_class = foreground.class_name if foreground is not None else None
         for queue in self.by_class.values():
@@ -210,6 +222,7 @@ class ModelQueue:
                     candidate = (T3_AFTER_POOL, candidate[1], candidate[2])
             if candidate is not None and (best is None or candidate < best):
                 best = candidate
+        self._best, self._best_for = best, asked
         return best
 
 

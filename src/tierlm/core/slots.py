@@ -102,20 +102,45 @@ def plan(
     ``relieved``: people have held the device long enough that the guard
     keeps one background sequence (docs/design.md §4.7 (guard relief))."""
     loaded = device.loaded_model
+    if device.slots == 1 and not device.running and device.can_start:
+        # One free slot: what the rules below come to (no guard, no turns,
+        # nothing to stop), the single-sequence shell's pick, asked directly.
+        job = rules.peek(now, loaded)
+        if job is None:
+            return Decision((), (), rules.next_wakeup(now))
+        rules.take(job, now)
+        return Decision((job,), (), rules.next_wakeup(now))
     staying = [j for j in device.running if j.id not in device.stopping]
     starts: list[Job] = []
     cap = guard_cap(device.step_cost, chat_slowdown, device.slots)
     prompt_cap = min(cap, guard_cap(device.step_cost, PROMPT_SLOWDOWN, device.slots))
 
+    # Whether a job is a person's (T0, T1) and whether the guard may cut it
+    # cannot change within one plan (a class, the foreground, a deadline's
+    # lead): each is asked once per job, not at every slot.
+    people: dict[int, bool] = {}
+    guard: dict[int, bool] = {}
+
+    def persons(job: Job) -> bool:
+        known = people.get(job.id)
+        if known is None:
+            known = people[job.id] = rules.tier(job, now) <= T1
+        return known
+
     def person(jobs: Iterable[Job]) -> bool:
-        return any(rules.tier(j, now) <= T1 for j in jobs)
+        return any(persons(j) for j in jobs)
 
     def guarded(job: Job) -> bool:
         """Background the chat latency guard may cut or keep out."""
-        return rules.tier(job, now) > T1 and (shielded is None or not shielded(job, now))
+        known = guard.get(job.id)
+        if known is None:
+            known = guard[job.id] = not persons(job) and (
+                shielded is None or not shielded(job, now)
+            )
+        return known
 
     def person_evaluating(jobs: Iterable[Job]) -> bool:
-        return any(rules.tier(j, now) <= T1 and j.id not in device.decoding for j in jobs)
+        return any(persons(j) and j.id not in device.decoding for j in jobs)
 
     def limit_now() -> int:
         if chat_slowdown is not None and (person_evaluating(staying) or person_evaluating(starts)):

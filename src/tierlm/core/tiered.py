@@ -15,7 +15,7 @@ from tierlm.core.affinity import Affinity
 from tierlm.core.anticipation import Anticipation
 from tierlm.core.book import JobBook
 from tierlm.core.budget import Budgets
-from tierlm.core.classes import T1, T2, T3, T4, TaskClass, Tier
+from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.config import SchedulerConfig
 from tierlm.core.device import Decision, Device
 from tierlm.core.fairness import FairPool
@@ -199,11 +199,12 @@ class TieredPolicy:
         fair job is T3 only while its loan is open (its producer eligible at
         every level, the pool not owed its floor)."""
         base = job.task_class.tier
-        if base == Tier.T0:
+        if base == T0:  # compared as plain ints (hot path), answered as tiers
             return Tier.T0
-        if self.foreground is not None and self.foreground.matches(job):
+        foreground = self.foreground
+        if foreground is not None and foreground.matches(job):
             return Tier.T1
-        if base != Tier.T4:
+        if base != T4:
             return base
         if job.deadline is not None and now >= job.deadline and self._loan_open(job, now):
             return Tier.T3
@@ -225,12 +226,15 @@ class TieredPolicy:
 
     # -- decisions ------------------------------------------------------------
 
-    def over_budget(self, now: float, joining: bool = False) -> frozenset[str]:
+    def over_budget(
+        self, now: float, joining: bool = False, floor_owed: bool | None = None
+    ) -> frozenset[str]:
         """The budgeted classes the picker skips now; ``joining``: for a free
-        slot beside running sequences (``Budgets.over``)."""
+        slot beside running sequences (``Budgets.over``); ``floor_owed``: the
+        floor's state if not as the last decision left it (a query's)."""
         if not self._budgets:
             return NO_SKIP
-        if self.floor.active:
+        if self.floor.active if floor_owed is None else floor_owed:
             # docs/design.md §4.3: while the backlogged pool is owed its floor,
             # budgeted work waits as overdue work does, within its cap or not
             # (a chat's share would otherwise leave the pool nothing).
@@ -265,6 +269,8 @@ class TieredPolicy:
     def _guard_relief(self, now: float, device: Device, wakes: list[float]) -> bool:
         """docs/design.md §4.7 (guard relief), ``GuardRelief``; woken for it only
         when it would change the batch: background queued, none running."""
+        if device.slots < 2:
+            return False  # never on one slot (``GuardRelief.step``)
         tiers = [self.tier(j, now) for j in device.running]
         busy = self.book.chats > 0 or any(t <= T1 for t in tiers)
         gains = len(self.book) > self.book.chats and all(t <= T1 for t in tiers)
@@ -316,11 +322,11 @@ class TieredPolicy:
         """Every queued job in the order ``pick`` would dispatch them, call after
         call, if the device freed now: tiers, each tier's order (the pool's
         turns, each charged one slice: ``pool_order``), affinity and swaps;
-        holds and deadlines still ahead are ignored (docs/design.md §2.6). It changes nothing but
-        the pool floor's state, brought up
-        to now as a decision would (§4.3), so positions tell the next one."""
-        self.floor.update(now, self.book.fresh > 0)
-        skip = self.over_budget(now)
+        holds and deadlines still ahead are ignored (docs/design.md §2.6). A
+        query: the pool floor is read as a decision at ``now`` would find it
+        (§4.5), not brought up to now; only decisions move it, so looking
+        changes no schedule."""
+        skip = self.over_budget(now, floor_owed=self._floor_owed(now))
         return policy_order(
             list(self._jobs.values()),
             now,

@@ -9,13 +9,12 @@ and ``Decision.load`` (docs/design.md §2.2, §4.8 (excursions)).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from tierlm.core.affinity import Affinity, AffinityView
 from tierlm.core.anticipation import Anticipation
 from tierlm.core.book import JobBook
-from tierlm.core.classes import T4, Tier
+from tierlm.core.classes import T0, T1, T4
 from tierlm.core.flapping import Flapping
 from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
@@ -34,8 +33,7 @@ __all__ = ["NO_SKIP", "Pick", "StepState", "TieredStep"]
 NO_SKIP: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
-class Pick:
+class Pick(NamedTuple):
     """One pick's answer: the job to run (None: none now), the times at
     which that answer would change with no event, and, with nothing to run,
     the model an idle device goes back to (docs/design.md §4.8 (excursions))."""
@@ -72,7 +70,9 @@ class StepState(Protocol):
     def tier(self, job: Job, now: float) -> int: ...
     def rank(self, job: Job, now: float) -> int: ...
     def prepare(self, now: float) -> None: ...
-    def over_budget(self, now: float, joining: bool = False) -> frozenset[str]: ...
+    def over_budget(
+        self, now: float, joining: bool = False, floor_owed: bool | None = None
+    ) -> frozenset[str]: ...
     def chat_surface_open(self) -> bool: ...
     def nothing_to_run(self, now: float) -> None: ...
     def take(self, job: Job, now: float) -> None: ...
@@ -122,8 +122,8 @@ class TieredStep:
         against the pool's own order: never against a person, a budget or a
         deadline."""
         policy = self.policy
-        if policy.rank(best, now) != T4:
-            return False
+        if not best.task_class.fair or policy.rank(best, now) != T4:
+            return False  # only a fair class ranks T4
         until = policy.anticipation.holds_turn(best.producer, now, policy.slices.turn_left)
         if until is not None:
             self.wakes.append(until)
@@ -137,7 +137,7 @@ class TieredStep:
         running job takes part in the pick, a preemption that would only lead
         back to it, or to a pointless swap, never happens (§6.6)."""
         policy = self.policy
-        if running.task_class.tier == Tier.T0:
+        if running.task_class.tier == T0:
             return None  # T0 only loses to itself, and it is first in line.
         if not policy.book.jobs:
             return None
@@ -148,19 +148,19 @@ class TieredStep:
         # or overdue work waiting for the floor; anything else yields only to a
         # higher tier, so the hot case (an arrival) skips the EEVDF descent.
         t4 = run_rank == T3_AFTER_POOL or (run_rank == T4 and not in_slice)
-        choice = self._met(select(policy, now, loaded_model, running, t4))
+        choice = self._met(select(policy, now, loaded_model, (running, run_rank), t4))
         if choice is None or choice == running.id:
             return None
         best = policy.book.jobs[choice]
         best_rank = policy.rank(best, now)
         redo, wake, flapping = policy.slices.evaluations, self.wakes, policy.flapping
         just_left = flapping.just_left(running, now, redo, wake)
-        if just_left and best_rank == Tier.T1:
+        if just_left and best_rank == T1:
             # docs/design.md §4.6 (foreground flapping).
             flapping.cut(running)
             if flapping.owes_resume(running, now, redo, wake):
                 return None
-        if best_rank <= Tier.T1:
+        if best_rank <= T1:
             until = policy.deadlines.finish_until(running, best, now)  # §4.8 on time
             if until is not None:
                 self.wakes.append(until)
@@ -193,19 +193,28 @@ class TieredStep:
 
 
 def select(
-    policy: StepState, now: float, loaded_model: str | None, extra: Job | None, t4: bool = True
+    policy: StepState,
+    now: float,
+    loaded_model: str | None,
+    running: tuple[Job, int] | None,
+    t4: bool = True,
 ) -> Pick:
     """The pick within the budgets; if none, and the device would otherwise
-    idle for them, the pick without (work-conserving, docs/design.md §6.4)."""
+    idle for them, the pick without (work-conserving, docs/design.md §6.4).
+    ``running``: the running job taking part in the pick, and its rank."""
+    extra = running[0] if running is not None else None
     skip = policy.over_budget(now, joining=extra is None)
-    pick = choose(policy, now, loaded_model, skip, extra, t4)
-    only_skipped = all(job.class_name in skip for job in policy.running.values())
-    if pick.job_id is None and skip and (extra is not None or only_skipped):
+    pick = choose(policy, now, loaded_model, skip, running, t4)
+    if (
+        pick.job_id is None
+        and skip
+        and (extra is not None or all(job.class_name in skip for job in policy.running.values()))
+    ):
         # Work-conserving budget (docs/design.md §6.4): the device never
         # idles for it. A free slot beside other classes' sequences may stay
         # free: the device is busy, and each sequence more slows every other
         # one's step (docs/design.md §4.7 (budgets in a batch)).
-        pick = pick.then(choose(policy, now, loaded_model, NO_SKIP, extra, t4))
+        pick = pick.then(choose(policy, now, loaded_model, NO_SKIP, running, t4))
     return pick
 
 
@@ -214,16 +223,18 @@ def choose(
     now: float,
     loaded_model: str | None,
     skip: frozenset[str],
-    extra: Job | None,
+    running: tuple[Job, int] | None,
     t4: bool,
 ) -> Pick:
     """The best candidate of each model (``scan_models``), then docs/design.md
-    §4.8 (``Affinity.choose``). Without ``t4`` the pool's
-    own order is left out (``extra``, in it, stands for it): enough to know
-    whether anything outranks ``extra``."""
-    in_pool = mine = None
-    if extra is not None:
-        mine = running_candidate(policy.rank(extra, now), extra, skip)
+    §4.8 (``Affinity.choose``). ``running``: the running job taking part
+    (``extra``), and its rank. Without ``t4`` the pool's own order is left
+    out (``extra``, in it, stands for it): enough to know whether anything
+    outranks ``extra``."""
+    in_pool = mine = extra = None
+    if running is not None:
+        extra, rank = running
+        mine = running_candidate(rank, extra, skip)
         if mine is None and extra.task_class.fair and extra.class_name not in skip:
             in_pool = extra  # ranks T4: the pool compares it along its path
             if not t4:
