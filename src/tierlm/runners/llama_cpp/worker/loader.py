@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from tierlm.runners.requests import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from tierlm.runners.llama_cpp.model.spec import LlamaModelSpec
 
@@ -250,9 +250,6 @@ class LoadedModel:
     llm: Any
     text: _Text
     info: LoadInfo
-    abort_check: Callable[[], bool] | None = None
-    """Read by llama.cpp's abort callback during a prompt evaluation."""
-    abort_cb: Any = field(default=None)
 
     @property
     def key(self) -> str:
@@ -261,7 +258,6 @@ class LoadedModel:
 
     def close(self) -> None:
         self.llm.close()
-        self.abort_cb = None
 
 
 @dataclass(slots=True)
@@ -457,15 +453,7 @@ def open_model(
         probed=probed,
         slots=slots,
     )
-    loaded = LoadedModel(model_id, spec, llm, _Text.of(llm._model, spec), info)
-
-    def abort(_: Any) -> bool:
-        check = loaded.abort_check
-        return bool(check is not None and check())
-
-    # Kept on the model: ctypes frees a callback once nothing references it.
-    loaded.abort_cb = llama_cpp.ggml_abort_callback(abort)
-    return loaded
+    return LoadedModel(model_id, spec, llm, _Text.of(llm._model, spec), info)
 
 
 def open_vocab(model_id: str, spec: LlamaModelSpec) -> Vocab:

@@ -18,15 +18,14 @@ stream each) and a ``Generation`` (its sampler, cancel, run-ahead:
 3. one ``llama_decode``; each generation with a row of logits samples its next
    token with its own chain and sends its piece.
 
-A step of prompt chunks alone (always so with one slot) can take seconds on
-a small device, so it is abortable: llama.cpp's abort callback
-(``llama_set_abort_callback``) polls the control block between graph nodes and
-aborts the decode once every generation in it is asked to stop; llama.cpp drops
-the aborted ubatch from the KV cache and keeps the ones it finished (the
-preemption's snapshot keeps them, docs/design.md §4.9). A
-yield aborts nothing: it stops a generation after its first token
-(docs/design.md §4.6). A step with decode rows installs no
-callback: it costs a Python call per graph node, and the step is short.
+Every step is abortable (``step_abort.py``): once every generation in it is
+asked to stop (a yield excepted), llama.cpp gives up the decode between two
+graph nodes and drops the ubatch it was computing from the KV cache, keeping
+the ones it finished (the preemption's snapshot keeps them, docs/design.md
+§4.9). So a person's chat that stops a full batch waits for no step in
+flight, and a long prompt evaluation (a step of prompt chunks alone, always so
+with one slot) is cut at once. A yield aborts nothing: it stops a generation
+after its first token (docs/design.md §4.6).
 
 KV reuse (``kv_slots.py``). A KV slot keeps the KV of what ran in it
 last, and a new generation goes to the free slot sharing the longest prefix
@@ -46,6 +45,7 @@ from tierlm.runners.llama_cpp.wire.messages import Failed, GenerationStats, Repl
 from tierlm.runners.llama_cpp.worker import snapshots
 from tierlm.runners.llama_cpp.worker.engine.generation import Generation
 from tierlm.runners.llama_cpp.worker.engine.kv_slots import KvSlots
+from tierlm.runners.llama_cpp.worker.engine.step_abort import StepAbort
 from tierlm.runners.llama_cpp.worker.engine.step_plan import SlotState, plan_step
 from tierlm.runners.llama_cpp.worker.kv_pool import Snapshot
 from tierlm.runners.llama_cpp.worker.sampling import build_sampler, resumed_tokens
@@ -102,8 +102,8 @@ class BatchEngine:
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self._ctx)
         self._n_batch = llama_cpp.llama_n_batch(self._ctx)
         self._chunk = PREFILL_CHUNK if slots > 1 else self._n_batch
-        self._no_abort = llama_cpp.ggml_abort_callback()
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._abort = StepAbort(self._ctx, lambda gen: gen.stop_reason(control))
         self._kv_slots = KvSlots(self._ctx, model.key, slots, pool, lambda: fault("restore"))
         self._running: list[Generation] = []
         self._out: list[Any] | None = None
@@ -124,6 +124,7 @@ class BatchEngine:
     def close(self) -> None:
         import llama_cpp
 
+        self._abort.close()
         llama_cpp.llama_batch_free(self._batch)
 
     # -- admission ----------------------------------------------------------------
@@ -227,13 +228,10 @@ class BatchEngine:
             return
         batch.n_tokens = n
         reused = llama_cpp.llama_perf_context(self._ctx).n_reused
-        if plan.decode:
-            status = llama_cpp.llama_decode(self._ctx, batch)
-        else:
-            status = self._decode_abortable([gen for gen, _tokens, _row in fed])
-            if status == _ABORTED:
-                self._aborted(fed)
-                return
+        status = self._abort.decode(batch, [gen for gen, _tokens, _row in fed])
+        if status == _ABORTED:
+            self._aborted(fed)
+            return
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")
         one_pass = llama_cpp.llama_perf_context(self._ctx).n_reused > reused
@@ -253,24 +251,11 @@ class BatchEngine:
             if ended is not None:
                 self._end(gen, ended)
 
-    def _decode_abortable(self, prompts: list[Generation]) -> int:
-        """``llama_decode`` of a step of prompt chunks, aborted between graph
-        nodes once every one of ``prompts`` is asked to stop (module docstring)."""
-        import llama_cpp
-
-        control, model = self.control, self.model
-        model.abort_check = lambda: all(gen.stop_reason(control) is not None for gen in prompts)
-        llama_cpp.llama_set_abort_callback(self._ctx, model.abort_cb, None)
-        try:
-            status: int = llama_cpp.llama_decode(self._ctx, self._batch)
-        finally:
-            llama_cpp.llama_set_abort_callback(self._ctx, self._no_abort, None)
-            model.abort_check = None
-        return status
-
     def _aborted(self, fed: list[tuple[Generation, list[int], int]]) -> None:
-        """An aborted step: each generation keeps what llama.cpp kept of its chunk
-        (the ubatches it finished), and ends."""
+        """An aborted step: each generation keeps what llama.cpp kept of its
+        tokens (the ubatches it finished; a decode row's token, not evaluated,
+        stays pending as between two steps), and those asked to stop end
+        (all of them, unless one was admitted to the step after the abort)."""
         import llama_cpp
 
         memory = llama_cpp.llama_get_memory(self._ctx)
@@ -280,7 +265,9 @@ class BatchEngine:
             self._kv_slots[gen.kv_slot].tokens.extend(tokens[:kept])
             gen.n_past += kept
             del gen.pending[:kept]
-            self._end(gen, "prefill_aborted", gen.stop_reason(self.control))
+            reason = gen.stop_reason(self.control)
+            if reason is not None:
+                self._end(gen, "prefill_aborted" if gen.prefilling else "cancelled", reason)
 
     def _add(self, i: int, token: int, pos: int, slot: int, *, logits: bool) -> None:
         batch = self._batch
