@@ -169,6 +169,9 @@ def test_an_idle_replica_holding_a_persons_model_takes_other_work_last() -> None
     assert demoted(fleet, {}, "m1", "extract", ("m0",)) == {"new"}
     assert demoted(fleet, {}, "m1", "extract", ()) == set()
     assert demoted({"new": busy("m0"), "b": busy("m1")}, {}, "m1", "extract", ("m0",)) == set()
+    # Once a replica keeps m0, the other idle holders take work again.
+    fleet["a"] = kept("m0")
+    assert demoted(fleet, {}, "m1", "extract", ("m0",)) == {"a"}
 
 
 def test_work_queued_on_a_keeper_for_another_model_moves_off_it() -> None:

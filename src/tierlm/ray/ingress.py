@@ -52,6 +52,7 @@ from starlette.responses import JSONResponse, Response
 
 from tierlm.ray.fleet_ops import DEFAULT_OPS_TIMEOUT_S, FleetOps
 from tierlm.ray.homes import Homes
+from tierlm.ray.keep_loop import keep_watch
 from tierlm.ray.keeping import Keeper
 from tierlm.ray.moves import MOVE_PERIOD_S, Mover, Waiting
 from tierlm.ray.ops import is_ops_path
@@ -467,41 +468,8 @@ class TierlmIngress:
 
     def _watch_keeping(self) -> None:
         if self._keeper is None or self._keeper.done():
-            self._keeper = asyncio.ensure_future(self._keeping())
-
-    async def _keeping(self) -> None:
-        """Look at the fleet every ``Keeper.period`` and ask a replica to keep each such
-        model loaded when its holder leaves (``tierlm.ray.keeping``)."""
-        first = True
-        while True:
-            if not first:  # the first look at once: an ingress started mid-update
-                await asyncio.sleep(self.keeper.period(time.time()))
-            first = False
-            try:
-                reach = await each_replica(
-                    self.replicas, "record_routing_stats", self.ops_timeout_s
-                )
-            except Exception as exc:  # no look this time
-                logger.warning("the keeper could not read the replicas' stats: %s", exc)
-                continue
-            stats = {str(a["replica"]): a for a in reach.answers if isinstance(a, dict)}
-            complete = reach.silent == 0 and not reach.failed
-            for keep in self.keeper.look(stats, complete, time.time()):
-                logger.info(
-                    "asking replica %s to keep %s loaded for persons (%.0f s)",
-                    keep.replica,
-                    keep.model,
-                    keep.for_s,
-                )
-                with contextlib.suppress(Exception):
-                    await each_replica(
-                        self.replicas,
-                        "keep",
-                        self.ops_timeout_s,
-                        replica=keep.replica,
-                        model=keep.model,
-                        for_s=keep.for_s,
-                    )
+            watch = keep_watch(self.replicas, self.keeper, self.ops_timeout_s)
+            self._keeper = asyncio.ensure_future(watch)
 
 
 def _drop(pending: asyncio.Future[Any]) -> None:

@@ -110,8 +110,9 @@ def demoted(
     only after the others: keepers of another model persons use (by their
     stats, or ``keeping``: the ingress's, replica -> model, asked but maybe
     not polled yet), and idle replicas holding another of ``persons``' models
-    (a replica Serve just started holds the first model, and is idle: the
-    keeper asks it a moment later). A chat goes anywhere: it is a person's."""
+    while none keeps it (a replica Serve just started holds the first model,
+    and is idle: the keeper asks it a moment later). A chat goes anywhere:
+    it is a person's."""
     chat_classes: frozenset[str] = frozenset(DEFAULT_CHAT_CLASSES)
     for s in stats.values():
         if s and s.get("chat_classes"):
@@ -120,13 +121,18 @@ def demoted(
     if class_name in chat_classes:
         return set()
     out = {name for name, kept in keeping.items() if kept != model}
+    kept_models = set(keeping.values())
     for name, s in stats.items():
         kept = keeps_of(s)
-        if kept is not None and kept != model:
-            out.add(name)
-        elif s and persons and not s.get("busy") and not s.get("queued_by_class"):
+        if kept is not None:
+            kept_models.add(kept)
+            if kept != model:
+                out.add(name)
+    for name, s in stats.items():
+        if s and persons and not s.get("busy") and not s.get("queued_by_class"):
             held = s.get("swapping_to") or s.get("loaded_model")
-            if held != model and held in persons:
+            # Until a keeper of it exists: then the other holders are free.
+            if held != model and held in persons and held not in kept_models:
                 out.add(name)
     return out
 
