@@ -196,3 +196,23 @@ def test_one_keyless_agent_loop_leaves_eight_producers_most_of_the_device() -> N
     alone = run_virtual(run(agent=False))
     beside = run_virtual(run(agent=True))
     assert beside >= 0.8 * alone, (beside, alone)
+
+
+async def test_a_list_of_prompts_is_one_request_judged_once() -> None:
+    # Legacy completions take a list of prompts: one request, one verdict.
+    # Judged per prompt, its own prompts would be "alongside" each other, and
+    # its person's next message, after reading, a program's.
+    async def test(client: httpx.AsyncClient) -> tuple[str, str]:
+        app = {"Authorization": "Bearer sk-app"}
+        many = await client.post(
+            "/v1/completions",
+            json={"model": "sim-a", "prompt": ["a", "b", "c", "d"], "max_tokens": 5},
+            headers=app,
+        )
+        await asyncio.sleep(5.0)  # reads the four answers
+        reply = await client.post("/v1/chat/completions", json=body(), headers=app)
+        return served(many), served(reply)
+
+    many, after = await on_app(test)
+    assert many == "person; why=first-request"
+    assert after == "person; why=reads-between-requests"

@@ -15,7 +15,7 @@ is. ``admit`` is both, on one gateway.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from starlette.datastructures import Headers
@@ -96,27 +96,43 @@ async def admit(
     """``classify`` then ``enqueue`` on this gateway, the model checked first
     (404 naming the models served). The judge hears when the request ends:
     its last job's end, or its refusal."""
-    gateway.check_model(ask.request.model_id)
+    [jobs] = await admit_prompts(gateway, principal, headers, [ask])
+    return jobs
+
+
+async def admit_prompts(
+    gateway: Gateway, principal: Principal, headers: Headers, asks: Sequence[Ask]
+) -> list[list[GatewayJob]]:
+    """``admit`` for a request of several prompts (legacy completions' list
+    prompt): one request, so one verdict (classified once, by the first), each
+    prompt's jobs queued, all or none."""
+    gateway.check_model(asks[0].request.model_id)
     people, clock = gateway.people, gateway.scheduler.now
-    served = classify(principal, headers, ask, gateway.settings.classes, people, clock())
+    served = classify(principal, headers, asks[0], gateway.settings.classes, people, clock())
     identity = served.identity
+    groups: list[list[GatewayJob]] = []
     try:
-        jobs = await enqueue(gateway, served.meta, ask)
+        for ask in asks:
+            groups.append(await enqueue(gateway, served.meta, ask))
     except BaseException:
+        for jobs in groups:  # queued whole or not at all
+            for job in jobs:
+                job.disconnect()
         if identity is not None:
             people.ended(identity, clock())
         raise
     if identity is not None:
-        left = [len(jobs)]
+        left = [sum(len(jobs) for jobs in groups)]
 
         def one_ended() -> None:
             left[0] -= 1
             if left[0] == 0:
                 people.ended(identity, clock())
 
-        for job in jobs:
-            job.add_end_hook(one_ended)
-    return jobs
+        for jobs in groups:
+            for job in jobs:
+                job.add_end_hook(one_ended)
+    return groups
 
 
 async def counted(

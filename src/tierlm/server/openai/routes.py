@@ -34,7 +34,7 @@ from tierlm.runners.protocol import Tokenizer
 from tierlm.server.edge.body import read_json
 from tierlm.server.edge.errors import APIError
 from tierlm.server.gateway.gateway import Gateway, GatewayJob
-from tierlm.server.gateway.intake import admit
+from tierlm.server.gateway.intake import admit_prompts
 from tierlm.server.gateway.model_names import resolve
 from tierlm.server.openai import models, responses
 from tierlm.server.openai.answers import Answer, Endpoint, Params, merged, total_usage
@@ -69,16 +69,12 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
         prompts = completion_params(completion, texts, settings.limits, settings.backend.kind)
     else:
         prompts = [parse_chat(body, settings.limits, settings.backend.kind)]
-    groups: list[tuple[Params, list[GatewayJob]]] = []
-    try:
-        for params in prompts:  # a request per prompt, each with its n choices
-            jobs = await admit(gateway, principal, headers, ask_of(params))
-            groups.append((replace(params, request=jobs[0].request), jobs))  # as counted
-    except BaseException:
-        for _, jobs in groups:  # queued whole or not at all
-            for job in jobs:
-                job.disconnect()
-        raise
+    # One request, one verdict; each prompt with its n choices, all or none.
+    queued = await admit_prompts(gateway, principal, headers, [ask_of(p) for p in prompts])
+    groups = [
+        (replace(params, request=jobs[0].request), jobs)  # as counted
+        for params, jobs in zip(prompts, queued, strict=True)
+    ]
     return respond(groups, settings.server.sse_heartbeat)
 
 
