@@ -9,8 +9,10 @@ import dataclasses
 import re
 from pathlib import Path
 
+import pytest
+
 from tierlm.core import config
-from tierlm.core.config import KNOBS, SchedulerConfig, knobs_markdown
+from tierlm.core.config import KNOBS, SchedulerConfig, knobs_markdown, scheduler_config
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -59,3 +61,13 @@ def test_each_rule_is_a_section_of_the_design() -> None:
 def test_docs_knobs_md_is_up_to_date() -> None:
     """Regenerate with ``scripts/knobs``."""
     assert (ROOT / "docs" / "knobs.md").read_text() == knobs_markdown()
+
+
+def test_a_retired_setting_still_loads_and_says_it_does_nothing() -> None:
+    """``decay_period`` is no setting of the policy any more (the EEVDF pool
+    keeps no history to halve, docs/design.md §4.4); a gateway file naming
+    it still loads, with a warning, and the config has no such field."""
+    with pytest.warns(DeprecationWarning, match="decay_period has no effect"):
+        loaded = scheduler_config({"decay_period": 60.0, "slice": 2.0})
+    assert loaded == SchedulerConfig(slice=2.0)
+    assert "decay_period" not in {f.name for f in dataclasses.fields(SchedulerConfig)}

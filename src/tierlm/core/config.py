@@ -4,8 +4,10 @@ the policy in one table (``KNOBS``, written to docs/knobs.md)."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from tierlm.core import anticipation, classes, fairness, floor, holds, people, slices, slots, turns
 from tierlm.core import guard_relief as relief
@@ -16,9 +18,11 @@ __all__ = [
     "KNOBS",
     "MAX_WEIGHT",
     "MIN_WEIGHT",
+    "RETIRED",
     "Knob",
     "SchedulerConfig",
     "knobs_markdown",
+    "scheduler_config",
 ]
 
 MIN_WEIGHT = 0.001
@@ -157,6 +161,23 @@ class SchedulerConfig:
             )
         _check_weights("weights", self.weights, "producer")
         _check_weights("class_weights", self.class_weights, "class")
+
+
+RETIRED = {
+    "decay_period": "the EEVDF fair pool keeps no history to halve "
+    "(lag is clamped and forgotten after idle_reset)",
+}
+"""Settings the policy no longer has, and why: a gateway file naming one still
+loads (``scheduler_config``), with a warning."""
+
+
+def scheduler_config(values: Mapping[str, Any]) -> SchedulerConfig:
+    """``SchedulerConfig(**values)``; a retired setting (``RETIRED``) is
+    dropped with a ``DeprecationWarning`` that says why."""
+    for name in RETIRED.keys() & values.keys():
+        why = f"scheduler.{name} has no effect: {RETIRED[name]}"
+        warnings.warn(why, DeprecationWarning, stacklevel=3)
+    return SchedulerConfig(**{k: v for k, v in values.items() if k not in RETIRED})
 
 
 def _check_number(name: str, value: object) -> None:

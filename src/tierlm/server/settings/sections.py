@@ -31,14 +31,13 @@ an unknown field is an error too, with a suggestion.
 from __future__ import annotations
 
 import ipaddress
-import warnings
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
 
 from tierlm.core.classes import TaskClass
-from tierlm.core.config import MAX_WEIGHT, MIN_WEIGHT, SchedulerConfig
+from tierlm.core.config import MAX_WEIGHT, MIN_WEIGHT, SchedulerConfig, scheduler_config
 from tierlm.server.settings.access import (
     ApiKey,
     ClassSettings,
@@ -315,23 +314,13 @@ class SchedulerSettings(Schema):
     """docs/design.md §4.9: bytes of replay journal all jobs may keep."""
     decay_period: Annotated[float, Field(gt=0)] | None = None
     """Deprecated, no effect (the seed's vruntime halving; the EEVDF pool keeps no
-    history to halve), and no longer a field of ``SchedulerConfig``. Accepted so
-    that older files still load; setting it warns."""
+    history to halve). Accepted so that older files still load; setting it warns."""
     default_classes: bool = True
     """Start from the default classes (chat, extract, nataraj, gana); false: only
     the ``[classes.NAME]`` tables."""
 
     def config(self) -> SchedulerConfig:
-        if self.decay_period is not None:
-            warnings.warn(
-                "scheduler.decay_period has no effect: the EEVDF fair pool keeps no "
-                "history to halve (lag is clamped and forgotten after idle_reset)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        return SchedulerConfig(
-            **self.model_dump(exclude={"default_classes", "decay_period"}, exclude_none=True)
-        )
+        return scheduler_config(self.model_dump(exclude={"default_classes"}, exclude_none=True))
 
 
 class MetricsSettings(Schema):
