@@ -469,7 +469,7 @@ KNOBS: tuple[Knob, ...] = (
         "tests/core/test_people.py::test_the_table_of_identities_is_bounded",
     ),
 )
-"""Every knob of the policy (issue 60 item 4): the operator's settings, then
+"""Every knob of the policy (docs/knobs.md): the operator's settings, then
 the rules' tuning constants. ``scripts/knobs`` writes it to docs/knobs.md."""
 
 

@@ -5,7 +5,7 @@ swap anywhere else. In a steady fleet one replica holds the chat's model and
 its scheduler keeps it there while the person may type again (docs/design.md
 §4.8, holds). A rolling update or a scale-down stops that replica: Serve
 stops routing to it, and the next chats swap on another replica, behind the
-work under way there (issue 58: a chat's first token 4.1 s during a rollout
+work under way there (docs/distributed.md: a chat's first token 4.1 s during a rollout
 against 0.12 s steady). And a replica that Serve starts in its place holds
 the first model or none, idle: the router gives it background work at once
 (an idle replica is the best place for it), which swaps away the very model

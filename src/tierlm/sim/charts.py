@@ -66,7 +66,7 @@ POLICY_STYLES = ["-", "-", "-", "--", ":", "-.", "--", ":"]
 # drawn at it: a log axis has no zero.
 WAIT_FLOOR = 0.001
 # The zoom panel: from a little before the first chat to well after it, long
-# enough to show a 30-110 s wait (issue #118).
+# enough to show a 30-110 s wait (the seed's scenario 1, the issue118 workload).
 ZOOM_BEFORE = 20.0
 ZOOM_AFTER = 130.0
 

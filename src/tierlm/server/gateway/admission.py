@@ -5,7 +5,7 @@ The counts are kept from the scheduler's events (``QueueBook``: a counter per
 class and key, updated per event), so admitting a request costs the same with
 10 or 10 000 jobs queued: walking the queue per request (``Policy.queued``)
 made every request, ``/health`` included, slower with each idle queued stream
-(19 ms at 1 000, issue 57; docs/design.md §1.11). With keys, a job's key
+(19 ms at 1 000; docs/design.md §1.11). With keys, a job's key
 is the head of its producer path (``<key name>/...``, ``metadata``).
 
 Fair admission (docs/gateway.md "Queue limits"): a class's ``queue_limit`` is

@@ -6,19 +6,19 @@ queue position ``watch``-es: after events, at most every ``POSITION_INTERVAL``,
 the positions are looked up once (``Scheduler.queue_positions``) and the
 streams whose shown place changed are woken, and only they. Nothing here copies
 the queue: the positions are the scheduler's, looked up at most every
-``POSITION_INTERVAL`` (``position``). Not less often either: the look-up
-(``Policy.queue_order``) brings the policy's pool floor up to now, and
-1 000 streams of 4 tokens took 74-84 s to serve with look-ups spaced to 5 %
-of the loop against 66 s every 0.25 s (issue 57: the policy's decisions
-should not depend on being looked at; until they do not, the cadence stays).
+``POSITION_INTERVAL`` (``position``). The cadence was measured when the
+look-up (``Policy.queue_order``) still moved the policy's pool floor: 1 000
+streams of 4 tokens took 74-84 s to serve with look-ups spaced to 5 % of the
+loop against 66 s every 0.25 s. The look-up is a pure query now
+(docs/design.md §2.6); the cadence stays until measured again.
 
 Why only they: waking every waiting stream after every burst of events made
 the loop's work per event grow with the idle queued streams. At 1 000 queued,
 4 000 wake-ups a second each wrote nothing new (a place far back is shown
 rounded, ``shown_position``, and stays the same as jobs start), and the
-gateway's loop lag p99 lay in 100-250 ms (issue 57; docs/design.md §1, the
-edge). A stream ``wake`` that carries its job's id (``JobWake``) is woken when
-what it would show changes; any other ``asyncio.Event`` is woken as before.
+gateway's loop lag p99 lay in 100-250 ms (docs/design.md §1.11). A stream
+``wake`` that carries its job's id (``JobWake``) is woken when what it would
+show changes; any other ``asyncio.Event`` is woken as before.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _gateway(request: Request) -> Gateway:
 def _summary(gateway: Gateway) -> dict[str, Any]:
     """From counters, never the snapshot: a supervisor polls this, and the
     snapshot replays the dispatch order of the whole queue, so ``/health``
-    took 19 ms at 1 000 idle queued streams against 1.8 ms at none (issue 57;
+    took 19 ms at 1 000 idle queued streams against 1.8 ms at none (docs/measurements.md §1.11;
     docs/design.md §1.11). The queue depth and running jobs are the
     admission's book of the scheduler's events (``QueueBook``)."""
     scheduler = gateway.scheduler

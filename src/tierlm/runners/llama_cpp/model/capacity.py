@@ -123,7 +123,7 @@ def auto_slots(
     share = f"{KV_MEMORY_SHARE:.0%} of {memory / 2**30:.1f} GiB of memory"
     if need > budget:
         # One context does not fit the share either: say so, not "within"
-        # (issue 55). One slot is the least; the operator's n_ctx is too big.
+        # (docs/design.md §2.8). One slot is the least; the n_ctx is too big.
         return SlotChoice(
             1,
             f"1 x {mib:.0f} MiB of KV a context, over {share} "
