@@ -209,7 +209,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         person = [o for o in self.policy.queued() if self.policy.tier(o, now) <= 1]
         # Foreground flapping (docs/design.md §4.6): the surface the person just
         # left yields to the new one; only a chat then still cuts it at once.
-        if self.policy._just_left(event.job, now):
+        policy = self.policy
+        if policy.flapping.just_left(event.job, now, policy.slices.evaluations, []):
             person = [o for o in person if self.policy.tier(o, now) == 0]
         if event.reason is CancelReason.YIELD and person:
             self.violations.append(f"t={now}: {event.job!r} yielded while {person[0]!r} waits")
