@@ -216,3 +216,42 @@ async def test_a_list_of_prompts_is_one_request_judged_once() -> None:
     many, after = await on_app(test)
     assert many == "person; why=first-request"
     assert after == "person; why=reads-between-requests"
+
+
+async def test_a_fan_out_s_first_request_joins_the_pool_once_the_others_show_a_program() -> None:
+    # A script sends four requests at once from a new identity: the first is
+    # a person's for want of evidence; the three alongside are the evidence.
+    # From then on the first is served as they are: no chat holds the device,
+    # and the batch is not cut around it (eight background streams beside).
+    keyless = settings_from_dict(
+        {
+            "backend": {"kind": "sim", "slots": 8, "token_interval": TOKEN},
+            "batches": {"data_dir": str(fresh_data_dir())},
+            "embeddings": {"backend": "none"},
+        }
+    )
+    async with virtual_gateway(keyless) as client:
+        background = [
+            asyncio.create_task(
+                client.post(
+                    "/v1/chat/completions",
+                    json=body(400),
+                    headers={"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"p{i}"},
+                )
+            )
+            for i in range(8)
+        ]
+        await asyncio.sleep(1.0)
+        script = {"User-Agent": "eval-script/1.0"}
+        fan_out = [
+            asyncio.create_task(client.post("/v1/chat/completions", json=body(200), headers=script))
+            for _ in range(4)
+        ]
+        await asyncio.sleep(1.0)
+        batch = (await client.get("/dashboard/state")).json()["batch"]
+        verdicts = [served(await reply) for reply in fan_out]
+        await asyncio.gather(*background)
+    assert verdicts[0] == "person; why=first-request"  # as it was admitted
+    assert verdicts[1:] == ["program; why=alongside-another"] * 3
+    assert [job["class"] for job in batch if job["class"] == "chat"] == []
+    assert len(batch) == 8  # a full batch: no person's guard cuts it

@@ -25,7 +25,7 @@ from tierlm.runners.errors import DeviceCrashed, RunnerError
 from tierlm.runners.protocol import Runner, Unloadable, abilities_of
 from tierlm.shell.decision_clock import DecisionClock
 from tierlm.shell.device_view import describe
-from tierlm.shell.entries import Entry, Outcome, Raised, Returned, Stopped, transition
+from tierlm.shell.entries import Entry, Outcome, Raised, Reclass, Returned, Stopped, transition
 from tierlm.shell.events import (
     JobCancelled,
     JobCompleted,
@@ -135,6 +135,26 @@ class Dispatcher:
         self.policy.remove(entry.job, self.now())
         self._resolve(entry, Stopped(reason))
         self.reschedule()
+        return True
+
+    def reclass(self, handle: JobHandle[Any], change: Reclass) -> bool:
+        """``Scheduler.reclass``: queued, moved at once; running, preempted
+        and re-queued as the new one when its run ends (``_finish``)."""
+        entry = self.entries.get(handle.id)
+        if entry is None or entry.future.done() or entry.cancel_requested is not None:
+            return False
+        if self.running.get(entry.job.id) is entry:
+            entry.reclass = change
+            self.stop_running(entry, CancelReason.PREEMPTED)
+            return True
+        now = self.now()
+        queued = entry not in self.survivors.held  # a crash's survivor waits outside
+        if queued:
+            self.policy.remove(entry.job, now)
+        change.apply(entry.job)
+        if queued:
+            self.policy.submit(entry.job, now)
+            self.reschedule()
         return True
 
     def close(self) -> None:
@@ -393,6 +413,9 @@ class Dispatcher:
         now = self.now()
         job = entry.job
         self.policy.finished(job, now)
+        if entry.reclass is not None:  # docs/design.md §4.11: re-queued as the new one
+            entry.reclass.apply(job)
+            entry.reclass = None
         self.running.pop(job.id, None)
         reported = self.survivors.run_ended(entry)
         entry.started_at = None

@@ -9,12 +9,22 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from tierlm.core.jobs import Job
+from tierlm.core.classes import TaskClass
+from tierlm.core.jobs import Job, Person
 from tierlm.runners.cancellation import CancelReason, CancelToken
 from tierlm.shell.handles import JobContext, JobHandle, JobState
 from tierlm.shell.journal import Journal
 
-__all__ = ["TRANSITIONS", "Entry", "Outcome", "Raised", "Returned", "Stopped", "transition"]
+__all__ = [
+    "TRANSITIONS",
+    "Entry",
+    "Outcome",
+    "Raised",
+    "Reclass",
+    "Returned",
+    "Stopped",
+    "transition",
+]
 
 T = TypeVar("T")
 
@@ -34,6 +44,20 @@ def transition(entry: Entry[Any], state: JobState) -> None:
     if (handle.state, state) not in TRANSITIONS:
         raise AssertionError(f"job #{entry.job.id}: {handle.state.value} -> {state.value}")
     handle.state = state
+
+
+@dataclass(frozen=True, slots=True)
+class Reclass:
+    """What a job is served as from now (``Scheduler.reclass``)."""
+
+    task_class: TaskClass
+    producer: str
+    person: Person
+
+    def apply(self, job: Job) -> None:
+        """Only while the policy holds no record of the job (out of its queue,
+        not running): its records are keyed by these fields."""
+        job.task_class, job.producer, job.person = self.task_class, self.producer, self.person
 
 
 @dataclass(eq=False, slots=True)
@@ -56,6 +80,9 @@ class Entry(Generic[T]):
     started_at: float | None = None
     context: JobContext | None = None
     """The current run's context, once its work began (after any swap)."""
+    reclass: Reclass | None = None
+    """Served as another from its next run on (``Scheduler.reclass``), applied
+    when this run ends."""
 
 
 # How a run ended: the shell's typed results.

@@ -28,6 +28,7 @@ from tierlm.runners.protocol import Runner
 from tierlm.runners.requests import GenerationRequest, Message
 from tierlm.shell import arguments
 from tierlm.shell.dispatch import Dispatcher, Entry, Listener
+from tierlm.shell.entries import Reclass
 from tierlm.shell.events import ForegroundChanged
 from tierlm.shell.handles import (
     GenerationHandle,
@@ -151,6 +152,25 @@ class Scheduler:
         if not dispatch.paused:
             dispatch.hold()
         await dispatch.idle()
+
+    def reclass(
+        self,
+        handle: JobHandle[Any],
+        class_name: str,
+        producer: str | None = None,
+        person: Sequence[str] = (),
+    ) -> bool:
+        """Serve ``handle``'s job from now as ``class_name``, for ``producer``
+        (default: the class's name, as ``submit``) and ``person``'s turns: a
+        request served as a person's before there was evidence, which the
+        next ones show a program's (docs/design.md §4.11). Queued, it moves
+        at once; running, it is preempted and re-queued as the new one, its
+        text kept (§4.9). False if the job has ended or is being cancelled."""
+        self._bind_loop()
+        task_class = arguments.task_class(self.classes, class_name)
+        producer = arguments.check_producer(producer, task_class.name)
+        change = Reclass(task_class, producer, arguments.check_person(person))
+        return self._dispatch.reclass(handle, change)
 
     def resume(self) -> None:
         """Undo ``pause()``: dispatch again."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from starlette.datastructures import Headers
 
 from tierlm.core.classes import TaskClass
+from tierlm.core.people import Why
 from tierlm.runners.errors import InvalidRequest, RunnerError
 from tierlm.runners.protocol import PromptCounter, abilities_of
 from tierlm.runners.requests import GenerationRequest
@@ -122,17 +123,35 @@ async def admit_prompts(
             people.ended(identity, clock())
         raise
     if identity is not None:
-        left = [sum(len(jobs) for jobs in groups)]
+        mine = [job for jobs in groups for job in jobs]
+        _settle_first(gateway, identity, served.meta, mine)
+        left = [len(mine)]
 
         def one_ended() -> None:
             left[0] -= 1
             if left[0] == 0:
                 people.ended(identity, clock())
+                if people.unproven.get(identity) is mine:
+                    del people.unproven[identity]
 
-        for jobs in groups:
-            for job in jobs:
-                job.add_end_hook(one_ended)
+        for job in mine:
+            job.add_end_hook(one_ended)
     return groups
+
+
+def _settle_first(gateway: Gateway, identity: str, meta: JobMeta, jobs: list[GatewayJob]) -> None:
+    """An identity's first request is a person's for want of evidence
+    (docs/design.md §4.11); one sent alongside it is the evidence that it is
+    a program's: from then on the first is served as this one is, in the
+    fair pool (re-queued with its text kept if it runs, ``Scheduler.reclass``).
+    A script's fan-out of eight had its first request hold the chat latency
+    guard for its whole answer (keyless streams 0.72x producers')."""
+    people = gateway.people
+    if meta.why == Why.FIRST.value:
+        people.unproven[identity] = jobs
+    elif meta.why == Why.ALONGSIDE.value:
+        for job in people.unproven.pop(identity, ()):
+            gateway.scheduler.reclass(job.handle, meta.class_name, meta.producer, meta.person)
 
 
 async def counted(

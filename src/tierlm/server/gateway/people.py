@@ -79,6 +79,11 @@ class People:
         self.judge = PeopleJudge(settings.reading_gap)
         self.program_class = program_class
         self._fair = sorted(c.name for c in classes.values() if c.fair)
+        self.unproven: dict[str, list[Any]] = {}
+        """Per identity, the jobs (``GatewayJob``) of its first request while
+        it is in flight: served as a person's for want of evidence, and as a
+        program's from the moment a request alongside shows it one
+        (``intake.admit_prompts``). Bounded by the requests in flight."""
 
     def serve(
         self,
