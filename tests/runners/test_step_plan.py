@@ -33,6 +33,21 @@ def test_a_persons_prompt_is_evaluated_before_background_prompts_admitted_earlie
     assert plan.prefill == ((2, 50), (0, 14))  # the person's whole prompt first
 
 
+def test_prompts_that_arrive_together_with_no_stream_running_are_read_in_one_step() -> None:
+    """As llama-server reads them: one chunk a step made the eighth of eight
+    first tokens wait five steps for nothing (no stream was decoding)."""
+    plan = plan_step([slot(i, i, pending=40) for i in range(8)], n_batch=512, chunk=64, n_ctx=4096)
+    assert plan.decode == () and plan.prefill == tuple((i, 40) for i in range(8))
+    # One stream decoding: the chunk again bounds what its step carries.
+    plan = plan_step(
+        [slot(0, 0), *(slot(i, i, pending=40) for i in range(1, 8))],
+        n_batch=512,
+        chunk=64,
+        n_ctx=4096,
+    )
+    assert plan.decode == (0,) and plan.prefill == ((1, 40), (2, 24))
+
+
 def test_decoding_rows_go_in_slot_order_and_full_contexts_end() -> None:
     plan = plan_step(
         [slot(5, 0), slot(2, 1), slot(3, 2, n_past=4096)], n_batch=512, chunk=64, n_ctx=4096
@@ -56,9 +71,11 @@ def test_the_plan_keeps_within_the_batch_and_the_budget(
         SlotState(i, i, person, pending, may_step=pending == 0 and ahead, n_past=past)
         for i, (person, pending, ahead, past) in enumerate(rows)
     ]
-    plan = plan_step(states, n_batch=max(n_batch, len(states)), chunk=chunk, n_ctx=4096)
-    assert plan.tokens <= max(n_batch, len(states))
-    assert sum(n for _s, n in plan.prefill) <= chunk
+    rows_max = max(n_batch, len(states))
+    plan = plan_step(states, n_batch=rows_max, chunk=chunk, n_ctx=4096)
+    assert plan.tokens <= rows_max
+    # The chunk bounds prompts beside decoding streams; alone, a whole batch.
+    assert sum(n for _s, n in plan.prefill) <= (chunk if plan.decode else rows_max)
     # A background prompt gets budget only once every person's prompt has all of it.
     persons = {s.slot: s.pending for s in states if s.person and s.pending}
     given_to = dict(plan.prefill)

@@ -13,8 +13,8 @@ stream each) and a ``Generation`` (its sampler, cancel, run-ahead:
    every running generation within its run-ahead bound, then at most
    ``PREFILL_CHUNK`` prompt tokens of the generations still evaluating their
    prompt, a person's first (chunked prefill: a long prompt delays the others
-   by one chunk a step, never by all of it); with one slot there are no
-   others, and a chunk is the whole ``n_batch``;
+   by one chunk a step, never by all of it); with none decoding (always so
+   with one slot), the whole ``n_batch``;
 3. one ``llama_decode``; each generation with a row of logits samples its next
    token with its own chain and sends its piece.
 
@@ -69,9 +69,9 @@ PREFILL_CHUNK = 64
 prefill, docs/design.md §1.6). Small enough that a step with a chunk
 costs a few plain decode steps on a small CPU, so running generations keep
 streaming while a long background prompt is read; large enough that a
-2 000-token prompt takes ~30 steps, not 2 000. With one slot the chunk is
-``n_batch``: no running generation waits on it, and the abort callback bounds
-what a cancel waits for (module docstring)."""
+2 000-token prompt takes ~30 steps, not 2 000. With no generation decoding
+(always so with one slot) a step reads a whole ``n_batch``: nothing waits on
+it, and the abort bounds what a cancel waits for (module docstring)."""
 _RUN_AHEAD_POLL = 0.001
 _ABORTED = 2
 """``llama_decode``'s status when the abort callback stopped it (GGML_STATUS_ABORTED)."""

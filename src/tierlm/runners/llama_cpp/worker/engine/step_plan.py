@@ -11,9 +11,12 @@ llama.cpp:
 - every slot that is decoding and within its run-ahead bound decodes one
   token (stall-free: a prompt never pauses the running streams, as
   Sarathi-Serve's and vLLM v1's token budgets);
-- the step's prompt budget (``chunk`` tokens, within ``n_batch``) goes to
-  a person's prompts first (T0, T1: what a person waits for is their first
-  token), then background prompts, each group in admission order;
+- the step's prompt budget (``chunk`` tokens, within ``n_batch``, while any
+  slot decodes; the whole ``n_batch`` when none does: no stream to keep
+  flowing, and prompts that arrive together, as llama-server's, are read in
+  one step, not one chunk a step) goes to a person's prompts first (T0, T1:
+  what a person waits for is their first token), then background prompts,
+  each group in admission order;
 - rows go in slot order: with a KV stream per slot llama.cpp puts in one
   ubatch only slots whose ids follow each other (``split_equal``).
 """
@@ -71,7 +74,7 @@ def plan_step(slots: Iterable[SlotState], *, n_batch: int, chunk: int, n_ctx: in
         elif state.may_step:
             (full if state.n_past >= n_ctx else decode).append(state.slot)
     decode.sort()
-    budget = min(chunk, n_batch - len(decode))
+    budget = min(chunk, n_batch - len(decode)) if decode else n_batch
     prefill: list[tuple[int, int]] = []
     for state in sorted(prompts, key=lambda s: (not s.person, s.admitted)):
         if budget <= 0:
