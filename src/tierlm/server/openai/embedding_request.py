@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, model_validator
 
+from tierlm.server.openai.text_or_ids import TokenIds, many
 from tierlm.server.settings.schema import Expect, FieldError, Schema
 
 if TYPE_CHECKING:
@@ -57,25 +58,6 @@ def token_decoder(embedder: Any) -> Decoder | None:
     return None
 
 
-def _is_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _embedding_input(value: Any) -> Any:
-    if not isinstance(value, list):
-        return value
-    if not value:
-        raise FieldError("must not be an empty array: there is nothing to embed")
-    if len(value) > MAX_INPUTS:
-        raise FieldError(f"at most {MAX_INPUTS} inputs per request, got {len(value)}")
-    if all(_is_id(v) for v in value):
-        return [value]  # one text's token ids
-    return value
-
-
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-
-
 class EmbeddingRequest(Schema):
     """``POST /v1/embeddings``. Validated against the lane that will embed it
     (``context={"lane": lane, "model": name}``)."""
@@ -83,7 +65,7 @@ class EmbeddingRequest(Schema):
     model: Annotated[str, Field(min_length=1), Expect("a non-empty string naming a model")]
     input: Annotated[
         str | list[str] | list[TokenIds],
-        BeforeValidator(_embedding_input),
+        BeforeValidator(many(MAX_INPUTS, "inputs", "embed")),
         Expect("a string, an array of strings, or token ids (arrays of integers)"),
     ]
     encoding_format: Literal["float", "base64"] | None = None

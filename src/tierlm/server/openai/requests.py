@@ -40,6 +40,7 @@ from tierlm.server.openai.chat_schema import (
     ToolChoice,
 )
 from tierlm.server.openai.embedding_request import MAX_INPUTS, EmbeddingRequest
+from tierlm.server.openai.text_or_ids import TokenIds, many
 from tierlm.server.settings.schema import Expect, FieldError, Schema
 from tierlm.server.settings.validation import JSON_WORDS, first_problem, json_type
 
@@ -308,25 +309,6 @@ class ChatRequest(GenerationFields):
         return super().max_tokens_field()
 
 
-def _is_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _prompts(value: Any) -> Any:
-    if not isinstance(value, list):
-        return value
-    if not value:
-        raise FieldError("must not be an empty array: there is nothing to complete")
-    if len(value) > MAX_PROMPTS:
-        raise FieldError(
-            f"at most {MAX_PROMPTS} prompts per request, got {len(value)}; split the request"
-        )
-    if all(_is_id(v) for v in value):
-        return [value]  # one prompt's token ids
-    return value
-
-
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 TextOrIds = str | list[int]
 """One prompt: its text, or its token ids (the served model's: ``Tokenizer``)."""
 
@@ -343,7 +325,7 @@ class CompletionRequest(GenerationFields):
 
     prompt: Annotated[
         str | list[str] | list[TokenIds],
-        BeforeValidator(_prompts),
+        BeforeValidator(many(MAX_PROMPTS, "prompts", "complete", "; split the request")),
         Expect(
             "a string, an array of strings, or token ids (an array of integers, "
             "or an array of such arrays)"
