@@ -21,7 +21,7 @@ STORY: list[dict[str, Any]] = [{"role": "user", "content": "Tell me a story."}]
 """The chat of the runner tests: a real model answers it at length."""
 
 
-def story(i: int) -> list[dict[str, Any]]:
+def story(i: int = 0) -> list[dict[str, Any]]:
     """The ``i``-th of several different chats (a stream each on a real model)."""
     return [{"role": "user", "content": f"Tell me story number {i}."}]
 
