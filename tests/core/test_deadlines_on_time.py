@@ -158,3 +158,35 @@ async def test_work_without_a_deadline_never_jumps_overdue_work_on_time() -> Non
     on_time_after, on_time_first = await first_start_beside_a_reader("on-time")
     assert on_time_first == "cron", (on_time_after, on_time_first)
     assert on_time_after <= SWAP + 0.5, on_time_after
+
+
+async def first_token_after(sched: Scheduler, person: str, delay: float) -> float:
+    """``person``'s five-token chat on m1, sent ``delay`` s from now: its
+    wait for its first token."""
+    await asyncio.sleep(delay)
+    sent = sched.now()
+    async for _piece in sched.generate(
+        "chat", model_id="m1", messages=[{"role": "user", "content": "hi"}], producer=person
+    ):
+        return sched.now() - sent
+    raise AssertionError("no token")
+
+
+async def test_on_time_a_second_persons_message_does_not_extend_the_firsts_wait() -> None:
+    """A 120 s overdue cron job runs on m2 when alice writes on m1; bob, who
+    has not chatted yet, writes 25 s later. The job finishes at most
+    ``grace_factor`` swaps after the first message that met it (alice's),
+    then the swap back: alice waits at most 40 s, however many people write
+    meanwhile. Measured from the best person's message (bob's turn comes
+    first), the job kept the device until 30 s after bob's: alice waited
+    65 s."""
+    async with Scheduler(device("m1", "m2"), config=SchedulerConfig(deadlines="on-time")) as s:
+        s.set_foreground("chat")
+        await first_token_after(s, "alice", 0)
+        cron = s.submit("gana", "m2", work_for(120), producer="gana:cron", deadline=s.now() - 1)
+        alice = asyncio.create_task(first_token_after(s, "alice", 20))
+        bob = asyncio.create_task(first_token_after(s, "bob", 45))
+        alice_wait, bob_wait = await asyncio.gather(alice, bob)
+        await cron
+    assert alice_wait <= FACTOR * SWAP + SWAP + 0.5, (alice_wait, bob_wait)
+    assert bob_wait <= FACTOR * SWAP + SWAP + 0.5, (alice_wait, bob_wait)

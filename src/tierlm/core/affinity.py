@@ -16,7 +16,8 @@ best job on the loaded model, which one runs, or whether to wait.
   returns (``Choice.return_to``): an excursion.
 - With deadlines on time (``SchedulerConfig.deadlines``), pressing work (due
   within its lead, ``core/on_time``) on another model gets its swap as soon
-  as no person's job is queued.
+  as no person's job is queued; and a swap holds until the job it was made
+  for has run (``AffinityView.held``): only a person's work leaves its model.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class AffinityView(NamedTuple):
     """The model a person may type on now (``SwapHolds.expecting``)."""
     chat_open: bool
     """The chat page is the foreground."""
+    held: bool = False
+    """With deadlines on time: the job the last swap was made for, on the
+    loaded model, has yet to run (``DeadlineMode.holds_model``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,12 @@ class Affinity:
             view.person_model,
         )
         rank, _key, best_id = best
+        if view.held and rank > T1 and best_loaded is not None:
+            # docs/design.md §4.8 (on time): a swap holds until the work it was
+            # made for ran, or a person's work needs the device; else pressing
+            # work and work at the starvation bound took turns, a swap at each
+            # slice's end.
+            return Choice(best_loaded[2])
         loaded_overdue = (
             best_loaded is not None
             and loaded_job is not None

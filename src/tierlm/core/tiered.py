@@ -129,6 +129,8 @@ class TieredPolicy:
             self.relief.chat_started(job.chat_person)  # docs/design.md §4.7 (guard relief)
         # A job that needs a swap starts its slice when the swap ends (swapped).
         begun = job.model_id == self.loaded_at_pick
+        if not begun and job.task_class.tier > T1 and self.tier(job, now) > T1:
+            self.deadlines.swapped_for(job)  # docs/design.md §4.8 (on time)
         self.slices.start(job.id, now, begun=begun, turn=turn_of(job))
         self.holds.busy()
         if job.task_class.fair:

@@ -259,6 +259,7 @@ def choose(
         # When the person may have stopped typing, the excursion rule ends.
         wakes.append(holds.expected_until(now, chat_open=chat_open))
     best_loaded = scan.best_loaded
+    held = policy.deadlines.holds_model(loaded_model, policy.running, book.jobs)  # §4.8 on time
     choice = policy.affinity.choose(
         AffinityView(
             now,
@@ -268,6 +269,7 @@ def choose(
             view.job_of(best_loaded[2], book) if best_loaded is not None else None,
             person,
             chat_open,
+            held,
         )
     )
     for expiry in (choice.affinity_expiry, choice.hold_expiry):
