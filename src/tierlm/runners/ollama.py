@@ -18,8 +18,14 @@ or the JSON schema), ``tools`` as they are (not sent with ``tool_choice:
 "none"``), a past call's ``arguments`` as an object, ``mirostat_mode`` to
 ``options.mirostat``, other sampling options into ``options``. What Ollama has
 no field for (``logit_bias``, ``grammar``, ``parallel_tool_calls``, a
-``tool_choice`` that forces a call, ``logprobs``) is refused
-(``InvalidRequest``), never sent to be ignored. The calls Ollama answers
+``tool_choice`` that forces a call, ``logprobs``, llama-server's
+``input_extra`` files) is refused (``InvalidRequest``), never sent to be
+ignored. Fill-in-the-middle (``extra["suffix"]``) is Ollama's own ``suffix``
+on ``/api/generate`` (its *insert*, with the model's template, so never
+``raw``); a model without it answers 400 ``does not support insert``, which
+is the client's 400 naming ``suffix`` (``InvalidRequest``), not an upstream
+failure. A start of the middle (``infill_middle``) and a resumed one's
+partial text continue the text before the gap. The calls Ollama answers
 (``message.tool_calls``) come back as text in tierlm's tool-call format
 (``tierlm.runners.tool_calls``).
 
@@ -38,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -60,7 +66,7 @@ from tierlm.runners.http import (
     post_stream,
     upstream_ending,
 )
-from tierlm.runners.requests import GenerationRequest
+from tierlm.runners.requests import FIM_FILES, FIM_MIDDLE, FIM_SUFFIX, GenerationRequest
 from tierlm.runners.tool_calls import ToolCallWriter, check_resumable
 
 if TYPE_CHECKING:
@@ -76,7 +82,9 @@ DEFAULT_KEEP_ALIVE: int | str = -1
 
 # Options of GenerationRequest.extra that are top-level request fields in
 # Ollama's API; every other key goes into "options" (num_ctx, top_p, seed...).
-_TOP_LEVEL = frozenset({"format", "raw", "system", "template", "images", "think", "tools"})
+_TOP_LEVEL = frozenset(
+    {"format", "raw", "system", "template", "images", "think", "tools", FIM_SUFFIX}
+)
 # OpenAI options that Ollama's API has no field for.
 _REFUSED = frozenset({"logit_bias", "grammar", "parallel_tool_calls", "logprobs", "top_logprobs"})
 # OpenAI names of Ollama options.
@@ -189,6 +197,9 @@ class OllamaRunner(HttpRunner):
         response_format = extra.pop("response_format", None)
         if response_format is not None:
             body["format"] = _format(response_format)
+        if extra.pop(FIM_FILES, None):
+            raise self._refuse(FIM_FILES, "files of context (input_extra) have no field")
+        middle = str(extra.pop(FIM_MIDDLE, None) or "")
         for key, value in extra.items():
             if key in _REFUSED:
                 raise self._refuse(key, "no such field")
@@ -199,6 +210,13 @@ class OllamaRunner(HttpRunner):
             else:
                 options[_RENAMED.get(key, key)] = value
         body["options"] = options
+        if body.get(FIM_SUFFIX) and request.prompt is not None:
+            # Ollama's insert: its template lays out the gap (raw would skip
+            # it, and the suffix with it); the middle so far ends the prefix.
+            body.pop("raw", None)
+            body["prompt"] = request.prompt + middle + request.resume_text
+            return "/api/generate", body
+        body.pop(FIM_SUFFIX, None)
         raw = bool(body.get("raw"))
         if request.prompt is not None and (raw or not request.resume_text):
             body["prompt"] = request.prompt + request.resume_text
@@ -236,6 +254,8 @@ class OllamaRunner(HttpRunner):
         lines = post_stream(
             self._clients.get(), url, body, stop, model_id, lambda: pieces, self.stall
         )
+        if body.get(FIM_SUFFIX):
+            lines = _insert_refused(lines, model_id)
         async with contextlib.aclosing(lines):
             async for line in lines:
                 if not line.strip():
@@ -283,6 +303,27 @@ class OllamaRunner(HttpRunner):
         return InvalidRequest(
             f"{key}: not supported by Ollama's API ({why})", param=key, model_id=None
         )
+
+
+async def _insert_refused(lines: AsyncGenerator[str, None], model_id: str) -> AsyncGenerator[str]:
+    """``lines``, with the upstream's refusal of a suffix (a 400 saying Ollama's
+    ``"..." does not support insert``, or naming ``suffix`` as a tierlm
+    upstream does) as the client's error naming ``suffix``."""
+    async with contextlib.aclosing(lines):
+        try:
+            async for line in lines:
+                yield line
+        except UpstreamError as exc:
+            _, answered, said = str(exc).partition(" answered 400 ")
+            if not answered or ("insert" not in said and FIM_SUFFIX not in said):
+                raise
+            raise InvalidRequest(
+                f"{FIM_SUFFIX}: model {model_id!r} does not support insert (fill-in-the-middle) "
+                f"on the upstream Ollama ({exc}); serve a code model that has it there, or send "
+                "the text before the gap alone as the prompt",
+                param=FIM_SUFFIX,
+                model_id=model_id,
+            ) from exc
 
 
 def _format(response_format: Mapping[str, Any]) -> Any:

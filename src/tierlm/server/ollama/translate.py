@@ -8,7 +8,11 @@ names the field as the Ollama client sent it (``options.num_predict``, not
 
 ``/api/generate`` without ``raw`` is the model's chat template applied to
 ``system`` and ``prompt`` (what Ollama does): a chat of one user turn. With
-``raw`` it is the prompt as it is: a completion.
+``raw`` it is the prompt as it is: a completion. With ``suffix`` it is
+fill-in-the-middle, ``/v1/completions``' ``suffix``: ``prompt`` the text
+before the gap, ``suffix`` the text after it, laid out with the model's FIM
+tokens (Ollama's *insert*; a model or backend without it is a 400 naming
+``suffix``).
 """
 
 from __future__ import annotations
@@ -154,18 +158,50 @@ def chat_params(req: OllamaChatRequest, limits: LimitSettings, backend: str) -> 
         raise _renamed(exc) from None
 
 
+def _insert(req: OllamaGenerateRequest, sampling: dict[str, Any]) -> dict[str, Any]:
+    """``/v1/completions``' body for a generate with ``suffix`` (Ollama's
+    insert): a completion of the text before the gap, whatever ``raw`` says
+    (FIM is the prompt's layout, not a chat template)."""
+    for field, value, why in (
+        ("system", req.system, "no template applies it"),
+        ("format", sampling.get("response_format"), "the middle is free text"),
+    ):
+        if value is not None:
+            raise APIError(
+                400,
+                f"{field}: not supported with suffix (fill-in-the-middle: {why}); drop one",
+                param=field,
+                code="unsupported",
+                reason="unsupported",
+            )
+    body = {"model": req.model, "prompt": req.prompt, "suffix": req.suffix, **sampling}
+    return {**body, "stream": req.stream}
+
+
+def _no_insert(exc: APIError, model: str) -> APIError:
+    """The backend's refusal of ``suffix`` in Ollama's words (``does not
+    support insert``), still naming ``suffix``."""
+    if exc.param != "suffix":
+        return exc
+    _, _, why = exc.message.partition(": ")
+    return APIError(
+        exc.status,
+        f"suffix: model {model!r} does not support insert (fill-in-the-middle) here: {why}",
+        param="suffix",
+        code=exc.code,
+        reason=exc.reason,
+        headers=exc.headers,
+    )
+
+
 def generate_params(req: OllamaGenerateRequest, limits: LimitSettings, backend: str) -> Params:
-    if req.suffix:
-        raise APIError(
-            400,
-            f"suffix: model {req.model!r} does not support insert (fill-in-the-middle) here; "
-            "send the text before the gap as the prompt",
-            param="suffix",
-            code="unsupported",
-            reason="unsupported",
-        )
     sampling = _sampling(req)
     try:
+        if req.suffix:
+            try:
+                return parse_completion(_insert(req, sampling), limits, backend)
+            except APIError as exc:
+                raise _no_insert(exc, req.model) from None
         if not req.raw:
             messages = [{"role": "user", "content": req.prompt}]
             if req.system is not None:

@@ -278,10 +278,10 @@ ROWS: tuple[Row, ...] = (
     Row(
         "`suffix` (fill-in-the-middle)",
         {"suffix": "end"},
-        (R, H, R, R),
+        (R, H, R, H),
         key="suffix",
         endpoint="completions",
-        note="llama-cpp: a model with FIM tokens, else a 400 naming the model",
+        note="llama-cpp: a model with FIM tokens, ollama: one with insert; else a 400 naming it",
     ),
     Row(
         "`prompt` as an array, as token ids",

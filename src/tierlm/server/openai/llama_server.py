@@ -250,7 +250,8 @@ async def infill(request: Request) -> Response:
         raise APIError(
             400,
             f"input_suffix: fill-in-the-middle is not run by the {kind} "
-            "backend (only llama-cpp's models with FIM tokens); send the text before the gap "
+            "backend (llama-cpp's models with FIM tokens, or the ollama backend's with insert); "
+            "send the text before the gap "
             "to /v1/completions as its prompt",
             param="input_suffix",
             code="unsupported",
