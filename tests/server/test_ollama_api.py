@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.payloads import MESSAGES, chat_body, ollama_chat_body
-from tests.server.helpers import TOKEN, WAIT, Gateway, in_queue, serve, sim_settings, sse
+from tests.server.helpers import WAIT, Gateway, in_queue, serve, sim_settings, sse
 
 ollama = pytest.importorskip("ollama", reason="needs the ollama client (the dev extra)")
 
@@ -238,10 +238,10 @@ def test_a_chat_preempts_background_work_the_same_through_either_api(
         )
         text = answer.message.content
     assert text == words(5)
-    # The chat did not wait for the 400 tokens: the background job was preempted.
+    # The chat did not wait for the 400 tokens: the background job was
+    # preempted, and is still under way when the chat has ended (asserted in
+    # order, not in seconds: a busy machine stretches every token).
     assert not future.done()
-    (chat,) = [j for j in gw.state()["gateway"]["recent"] if j["class"] == "chat"]
-    assert chat["ttft"] / TOKEN < 40  # a few tokens' time, not the background's 400
     assert future.result(WAIT) == words(tokens)  # resumed: every token once, in order
     state = gw.state()
     assert state["stats"]["preemptions"] == 1 and state["stats"]["requeues"] == 1
