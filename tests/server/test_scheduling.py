@@ -64,9 +64,9 @@ def test_chat_preempts_a_running_background_request(gateway: Gateway) -> None:
     gateway.wait_running("gana")
     chat = gateway.openai().chat.completions.create(model="sim-a", messages=MESSAGES, max_tokens=5)
     assert chat.choices[0].message.content == "w0 w1 w2 w3 w4 "
-    # The chat did not wait for the background request to end: it was preempted.
+    # The chat did not wait for the background request to end: it was
+    # preempted (asserted in order, never in seconds of a shared machine).
     assert not future.done()
-    assert (chat.model_extra or {})["tierlm"]["time_to_first_token"] < 1.0
 
     # The background request resumed: every token once, in order, one stream.
     assert future.result(WAIT) == "".join(f"w{i} " for i in range(tokens))
