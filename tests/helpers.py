@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -64,8 +65,15 @@ def wait_until_blocking(
 ) -> T:
     """``wait_until`` for a test without an event loop of its own (a plain
     function watching a gateway in a thread or a process): the same wait,
-    on a loop of its own."""
-    return asyncio.run(wait_until(probe, what, until=until, timeout=timeout, every=every))
+    on a loop of its own; on a thread of its own where a loop already runs
+    in this one (Playwright's sync API keeps one)."""
+    wait = wait_until(probe, what, until=until, timeout=timeout, every=every)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait)
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, wait).result()
 
 
 TOKEN = 0.05  # token interval of the tests' device: 20 tokens/s

@@ -40,3 +40,9 @@ async def test_past_the_hang_guard_it_names_what_was_awaited() -> None:
 def test_the_blocking_form_waits_on_a_loop_of_its_own() -> None:
     values = iter([None, None, "up"])
     assert wait_until_blocking(lambda: next(values), "the third value", every=0) == "up"
+
+
+async def test_the_blocking_form_works_where_a_loop_already_runs() -> None:
+    # Playwright's sync API keeps a loop running in the test's thread.
+    values = iter([None, "up"])
+    assert wait_until_blocking(lambda: next(values), "the second value", every=0) == "up"
