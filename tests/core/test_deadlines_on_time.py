@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from tests.core.test_affinity_across_models import chat_wait, device
-from tests.helpers import SWAP, work_for
+from tests.helpers import SWAP, wait_until, work_for
 from tierlm import JobContext, Scheduler, SchedulerConfig
 from tierlm.core.classes import TaskClass, Tier, default_classes
 
@@ -190,3 +190,25 @@ async def test_on_time_a_second_persons_message_does_not_extend_the_firsts_wait(
         await cron
     assert alice_wait <= FACTOR * SWAP + SWAP + 0.5, (alice_wait, bob_wait)
     assert bob_wait <= FACTOR * SWAP + SWAP + 0.5, (alice_wait, bob_wait)
+
+
+async def test_on_time_a_deadline_job_swapped_for_early_finishes_when_a_person_writes() -> None:
+    """With no AI surface open, a 20 s cron job on m2 due in 5 min gets its
+    swap by the default's rules once the chat grace has passed, before it
+    presses. Alice writes 5 s into that swap. Cut as the swap ended, it had
+    done nothing and needed a second excursion (the conversation trace at 8
+    slots: 8 of 48 cron jobs, 112 swaps where FIFO made 96); now it
+    finishes, within the same bound as pressing work: ``grace_factor``
+    swaps after her message, then the swap back."""
+    async with Scheduler(device("m1", "m2"), config=SchedulerConfig(deadlines="on-time")) as s:
+        await first_token_after(s, "alice", 0)
+        runs: list[float] = []
+        ends: list[float] = []
+        cron = s.submit(
+            "gana", "m2", cron_job(runs, ends, 20), producer="gana:cron", deadline=s.now() + 300
+        )
+        await wait_until(lambda: runs or s.stats.swaps, "the swap to m2")
+        wait = await first_token_after(s, "alice", 5)
+        await cron
+    assert len(runs) == 1, runs  # never cut
+    assert wait <= FACTOR * SWAP + SWAP + 0.5, wait
