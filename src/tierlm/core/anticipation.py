@@ -90,7 +90,7 @@ class Anticipation:
         if ended is not None and ended.producer == producer and ended.model_id == model_id:
             self._ended = None  # it came back: the hold is over
 
-    def turn_hold(self, now: float) -> tuple[str, float] | None:
+    def next_job_hold(self, now: float) -> tuple[str, float] | None:
         """(the producer, until when) to keep a free slot for the pool producer
         whose job just ended mid-turn, when it sends its next within a round
         trip (docs/design.md §4.4 (turns)); None when it does not."""
@@ -111,7 +111,7 @@ class Anticipation:
         one that sends its next within a round trip keeps its slot that long,
         rather than lose the rest of its turn in the instant between (an
         agent sending one job at a time lost it at every job). None: no hold."""
-        found = self.turn_hold(now)
+        found = self.next_job_hold(now)
         if found is None:
             return None
         holder, until = found

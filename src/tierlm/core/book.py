@@ -18,8 +18,8 @@ import heapq
 from tierlm.core.classes import Tier
 from tierlm.core.fairness import FairPool
 from tierlm.core.jobs import Job, Person
+from tierlm.core.persons_in_turn import ChatTurns
 from tierlm.core.queues import Live, ModelQueue
-from tierlm.core.turns import ChatTurns
 
 __all__ = ["JobBook"]
 

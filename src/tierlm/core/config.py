@@ -9,7 +9,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tierlm.core import anticipation, classes, fairness, floor, holds, people, slices, slots, turns
+from tierlm.core import (
+    anticipation,
+    classes,
+    fairness,
+    floor,
+    holds,
+    people,
+    persons_in_turn,
+    slices,
+    slots,
+)
 from tierlm.core import guard_relief as relief
 from tierlm.core.fairness import DEFAULT_IDLE_RESET
 
@@ -417,8 +427,8 @@ KNOBS: tuple[Knob, ...] = (
         "",
     ),
     Knob(
-        "turns.REMEMBERED",
-        turns.REMEMBERED,
+        "persons_in_turn.REMEMBERED",
+        persons_in_turn.REMEMBERED,
         "far more people than a device serves in a minute",
         "§4.2",
         "",
@@ -464,7 +474,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "people.REMEMBERED",
         people.REMEMBERED,
-        "as turns.REMEMBERED",
+        "as persons_in_turn.REMEMBERED",
         "§4.11",
         "tests/core/test_people.py::test_the_table_of_identities_is_bounded",
     ),

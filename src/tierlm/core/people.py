@@ -66,7 +66,7 @@ suggested replies) after each answer has half its gaps short and stays a
 person; an agent with one tool call among three quick calls stays a program."""
 
 REMEMBERED = 4096
-"""Identities remembered, most recently seen kept (as ``turns.REMEMBERED``):
+"""Identities remembered, most recently seen kept (as ``persons_in_turn.REMEMBERED``):
 a bounded table whoever invents names; a forgotten one starts afresh."""
 
 FORGET_AFTER = 300.0

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass, Tier
 from tierlm.core.jobs import Foreground, Job, Person, Subject, due_or_never
-from tierlm.core.turns import ChatTurns
+from tierlm.core.persons_in_turn import ChatTurns
 
 __all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue", "running_candidate"]
 

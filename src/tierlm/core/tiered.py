@@ -26,13 +26,13 @@ from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.on_time import deadline_mode
 from tierlm.core.order import policy_order
+from tierlm.core.persons_in_turn import chat_order
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.queues import T3_AFTER_POOL
 from tierlm.core.slices import SliceClocks, turn_of
 from tierlm.core.slots import plan
 from tierlm.core.stop_reasons import CancelReason
 from tierlm.core.tiered_step import NO_SKIP, TieredStep
-from tierlm.core.turns import chat_order
 
 __all__ = ["TieredPolicy"]
 
