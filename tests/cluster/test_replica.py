@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("ray", reason="needs tierlm[ray]")
 
 from tierlm.ray.replica import TierlmReplica
+from tierlm.runners.endings import Finish
 from tierlm.runners.requests import GenerationRequest
 from tierlm.server.gateway.metadata import JobMeta
 
@@ -50,7 +51,9 @@ def test_del_drains_the_running_job_and_refuses_new_ones() -> None:
         assert refused[0]["status"] == 503 and "shutting down" in json.dumps(refused[0])
         items = await asyncio.wait_for(rest, 30)
         pieces = first["pieces"] + [p for item in items for p in item.get("pieces", [])]
-        assert items[-1] == {"done": True} and len(pieces) == 100  # not cut
+        # Not cut: every piece, and the run ended by its length (the typed ending).
+        assert items[-1]["done"] is True and len(pieces) == 100
+        assert items[-1]["ending"].finish is Finish.LENGTH
         await asyncio.wait_for(closing, 30)
         assert replica.gateway is not None and replica.gateway.scheduler.closed
 
