@@ -54,7 +54,10 @@ ARGS: dict[str, Any] = {
     "replicas": REPLICAS,
     "stats_period_s": 0.5,
     "health_check_timeout_s": 30.0,  # Serve's default: a niced replica answers late
-    "graceful_shutdown_timeout_s": 60.0,
+    # Serve's wait for a stopping replica's (and ingress's) requests: at 60 s,
+    # CI at load 24 saw Serve kill the old ingress with a stream under way.
+    # The recipe's default (shutdown_grace + 300 s) lets every one finish.
+    "graceful_shutdown_timeout_s": 330.0,
 }
 ROLLOUT_WAIT = 1800.0
 """A ceiling on the rolling update (a broken one fails rather than hangs):
