@@ -96,6 +96,13 @@ class FleetArgs(BaseModel):
     graceful_shutdown_timeout_s: float | None = Field(None, gt=0)
     """How long Serve waits for a stopping replica's requests; default: the
     gateway's ``shutdown_grace`` plus 300 s for the longest generation."""
+    max_surge_percent: int = Field(0, ge=0, le=100)
+    """Serve's ``max_surge_percent`` of the tierlm replicas: in a rolling
+    update, this many more replicas (of ``replicas``, rounded up) start
+    before old ones stop, so the model persons use is loaded on a new one
+    before its holder stops. Each needs a spare device: without one, Serve
+    waits for it and the update never ends. Default 0 (Serve's): an old
+    replica stops, then its successor starts."""
 
 
 def max_ongoing(settings: ServerSettings) -> int:
@@ -151,6 +158,7 @@ def build(args: FleetArgs | Mapping[str, Any]) -> Any:
         health_check_period_s=fleet.health_check_period_s,
         health_check_timeout_s=fleet.health_check_timeout_s,
         graceful_shutdown_timeout_s=grace,
+        max_surge_percent=fleet.max_surge_percent,
     )(TierlmReplica)
     ingress = serve.deployment(
         name="tierlm-ingress",
@@ -158,6 +166,10 @@ def build(args: FleetArgs | Mapping[str, Any]) -> Any:
         max_ongoing_requests=limit * _most_replicas(fleet),
         ray_actor_options={"num_cpus": 0},
         graceful_shutdown_timeout_s=grace,
+        # A new ingress starts before the old one stops (it needs no device):
+        # with one ingress, Serve's default left none for the seconds the new
+        # one took to start, and every request waited at the proxy.
+        max_surge_percent=100,
     )(TierlmIngress)
     bound = replica.bind(fleet.settings, fleet.devices, fleet.stall_after_s)
     return ingress.bind(bound, fleet.settings, fleet.ops_timeout_s)
