@@ -56,7 +56,7 @@ from tierlm.server.openai.job_errors import job_error
 from tierlm.server.ops import routing
 from tierlm.server.ops.routing import RoutingStats
 from tierlm.server.settings.sources import settings_from_dict
-from tierlm.shell.events import SchedulerEvent
+from tierlm.shell.events import SchedulerEvent, SwapStarted
 
 __all__ = ["TierlmReplica", "device_settings"]
 
@@ -143,6 +143,9 @@ class TierlmReplica:
         self.kept: tuple[str, float] | None = None
         """The model this replica keeps for persons, until when (``keep``)."""
         self._keeping: asyncio.Future[float] | None = None
+        self._swap_since: float | None = None
+        """When the swap (or load) under way began (Unix seconds): the stats
+        say how far it is (``swap_elapsed_s``, ``tierlm.ray.progress``)."""
 
     async def _ready(self) -> Gateway:
         if self._start is None:
@@ -159,13 +162,20 @@ class TierlmReplica:
         gateway = Gateway(settings)
         self.stats = routing.mount(gateway)  # the stats, and the routers' series on /metrics
         gateway.listeners.append(self._on_event)
-        gateway.load_watchers.append(lambda model, seconds: self._progress())
+        gateway.load_watchers.append(self._on_load)
         self.ops_app = ops_app(gateway)
         await gateway.start()
         self.gateway = gateway
         return gateway
 
     def _on_event(self, event: SchedulerEvent) -> None:
+        if isinstance(event, SwapStarted):
+            self._swap_since = time.time()
+        self._progress()
+
+    def _on_load(self, model: str, seconds: float | None) -> None:
+        if seconds is None:  # a load by the admin API (a keep) begins
+            self._swap_since = time.time()
         self._progress()
 
     def _progress(self) -> None:
@@ -179,8 +189,10 @@ class TierlmReplica:
         kept, left = self._kept_now(stats)
         now = time.monotonic()
         persons = {m: round(now - at, 1) for m, at in self.persons.items() if now - at < 3600}
+        since = self._swap_since if stats.get("swapping_to") is not None else None
         return {
             **stats,
+            "swap_elapsed_s": None if since is None else round(time.time() - since, 3),
             "replica": self.name,
             "rank": self.rank,
             "persons": persons,

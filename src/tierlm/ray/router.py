@@ -18,7 +18,8 @@ person's last turn, put first while it holds their KV and is not overloaded
 (``tierlm.ray.affinity``); a replica that keeps a model persons use
 (``keeps`` in its stats, or ``keeping``: the ingress's, not polled yet)
 takes other models' background work only after every other replica
-(``tierlm.ray.keeping``); and
+(``tierlm.ray.keeping``); a chat counts what is left of a swap to its
+model under way (``tierlm.ray.progress``); and
 ``exclude`` lists replicas the ingress already tried (a 429, a replica that
 died): they come last, so that a repeat tells the ingress every replica was
 tried. Replicas the ranking leaves out (full or draining at the last poll)
@@ -40,6 +41,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 from tierlm.cluster import PlacementLog, rank, views
 from tierlm.ray.affinity import DEFAULT_AFFINITY_SLACK_S, with_home
 from tierlm.ray.keeping import demoted
+from tierlm.ray.progress import with_swap_left
 
 __all__ = ["TierlmRequestRouter", "replica_name"]
 
@@ -99,7 +101,9 @@ class TierlmRequestRouter(RequestRouter):
         if request_id is not None:  # ranked again (its replica was full): not counted twice
             self.placements.release(request_id)
         placed = self.placements.since(stats, now)
-        order = rank(stats, model, class_name, now, placed=placed)
+        # A chat counts what is left of a swap to its model, not the whole.
+        ranked = with_swap_left(stats, model, class_name, now)
+        order = rank(ranked, model, class_name, now, placed=placed)
         order += sorted(set(by_name) - set(order))
         # Keepers of a model persons use take other models' work last
         # (tierlm.ray.keeping): a swap away there makes a person wait.
@@ -112,7 +116,7 @@ class TierlmRequestRouter(RequestRouter):
         if home is not None:  # a person's next turn: where their KV is, if worth it
             order = with_home(
                 order,
-                views(stats, placed),
+                views(ranked, placed),
                 home,
                 model,
                 class_name,
