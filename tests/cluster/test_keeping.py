@@ -182,3 +182,24 @@ def test_work_queued_on_a_keeper_for_another_model_moves_off_it() -> None:
     assert moves == [(1, "replica a keeps a model persons use")]
     # Nowhere else to go: it stays.
     assert Mover().choose([Waiting(1, "a", "m1", "extract")], {"a": keeper_}, NOW) == []
+
+
+def test_in_an_update_the_new_copy_is_held_back_and_the_old_keeper_freed() -> None:
+    """Two generations (a rolling update): the old keeper of m0 stops soon,
+    so the copy that matters is a new replica's. An idle new replica holding
+    m0 gets no m1 work although the old one keeps m0 (Serve sent it such
+    work, and it swapped m0 away); once a new replica has m0 loaded, the old
+    keeper takes other work first."""
+    old = busy("m0", keeps="m0", keep_left_s=50.0, generation="g1", up_s=100.0)
+    fresh = stats("m0", generation="g2", up_s=1.0)
+    fleet: dict[str, dict[str, Any] | None] = {"old": old, "new": fresh}
+    assert demoted(fleet, {}, "m1", "extract", ("m0",)) == {"new"}
+    # Still loading m0 there: the old keeper is not freed yet.
+    loading = fresh | {"loaded_model": "m1", "swapping_to": "m0", "busy": True}
+    assert demoted({"old": old, "new": loading}, {"new": "m0"}, "m1", "extract", ("m0",)) == {
+        "old",
+        "new",
+    }
+    # One generation: the old rule (the keeper held back, other holders free).
+    same = {"old": old, "new": fresh | {"generation": "g1"}}
+    assert demoted(same, {}, "m1", "extract", ("m0",)) == {"old"}

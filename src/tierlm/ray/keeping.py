@@ -65,6 +65,7 @@ __all__ = [
     "Keeper",
     "demoted",
     "keeps_of",
+    "new_replicas",
 ]
 
 KEEP_PERIOD_S = 1.0
@@ -111,7 +112,11 @@ def demoted(
     stats, or ``keeping``: the ingress's, replica -> model, asked but maybe
     not polled yet), and idle replicas holding another of ``persons``' models
     while none keeps it (a replica Serve just started holds the first model,
-    and is idle: the keeper asks it a moment later). A chat goes anywhere:
+    and is idle: the keeper asks it a moment later). While two generations
+    run (``new_replicas``: a rolling update), the copy that matters is the
+    new replicas' (the old ones are stopping): an idle new replica holding a
+    persons' model is held back until a new replica keeps it, and an old
+    keeper is free once a new replica holds its model. A chat goes anywhere:
     it is a person's."""
     chat_classes: frozenset[str] = frozenset(DEFAULT_CHAT_CLASSES)
     for s in stats.values():
@@ -120,21 +125,44 @@ def demoted(
             break
     if class_name in chat_classes:
         return set()
-    out = {name for name, kept in keeping.items() if kept != model}
-    kept_models = set(keeping.values())
+    new = new_replicas(stats)
+    keepers = dict(keeping)
     for name, s in stats.items():
         kept = keeps_of(s)
         if kept is not None:
-            kept_models.add(kept)
-            if kept != model:
-                out.add(name)
+            keepers[name] = kept
+    kept_models = set(keepers.values())
+    kept_new = {m for n, m in keepers.items() if n in new}
+    loaded_new = {
+        str(s.get("loaded_model"))
+        for n, s in stats.items()
+        if n in new and s and s.get("swapping_to") is None and s.get("loaded_model")
+    }
+    out = {
+        name
+        for name, kept in keepers.items()
+        if kept != model and not (new and name not in new and kept in loaded_new)
+    }
     for name, s in stats.items():
         if s and persons and not s.get("busy") and not s.get("queued_by_class"):
             held = s.get("swapping_to") or s.get("loaded_model")
-            # Until a keeper of it exists: then the other holders are free.
-            if held != model and held in persons and held not in kept_models:
+            if held == model or held not in persons:
+                continue
+            # Until a keeper of it exists (a new one, in an update): then
+            # the other holders are free.
+            if held not in (kept_new if name in new else kept_models):
                 out.add(name)
     return out
+
+
+def new_replicas(stats: Mapping[str, Mapping[str, Any] | None]) -> set[str]:
+    """The replicas of a newer generation than the oldest replica's (by
+    ``up_s``), by their stats: none unless two generations run."""
+    generations = {n: s.get("generation") for n, s in stats.items() if s}
+    if len(set(generations.values())) < 2:
+        return set()
+    oldest = max(generations, key=lambda n: (float((stats[n] or {}).get("up_s") or 0.0), n))
+    return {n for n, g in generations.items() if g != generations[oldest]}
 
 
 class Keeper:
@@ -200,11 +228,10 @@ class Keeper:
         # Two generations at once: a rolling update under way, whatever this
         # ingress saw (it may have started in the middle of it): the replicas
         # not of the oldest replica's generation are the new ones.
-        generations = {n: s.get("generation") for n, s in stats.items()}
-        if len(set(generations.values())) > 1:
-            oldest = max(stats, key=lambda n: (float(stats[n].get("up_s") or 0.0), n))
+        newer = new_replicas(stats)
+        if newer:
             self.left_at = now
-            self.new |= {n for n, g in generations.items() if g != generations[oldest]}
+            self.new |= newer
         live = {n: v for n, v in every.items() if v.fresh(now, self.stale_after) and not v.draining}
         in_use = self.in_use(now)
         self.reserved = {}
