@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import itertools
 import json
 import random
@@ -327,6 +328,45 @@ def fan_out(judge: PeopleJudge, rng: random.Random) -> tuple[int, int]:
     return wrong, total
 
 
+def invented_names(judge: PeopleJudge, rng: random.Random) -> tuple[int, int]:
+    """A keyless client looping with a new ``user`` each request: programs."""
+    now, wrong = 0.0, 0
+    for i in range(40):
+        wrong += judge.arrived(f"-|bot|u{i}|", now, client="-|bot").person
+        now += rng.uniform(0.3, 3.0)
+        judge.ended(f"-|bot|u{i}|", now)
+        now += rng.lognormvariate(-3.0, 1.0)
+    return wrong, 40
+
+
+def front_end_people(judge: PeopleJudge, rng: random.Random, arrival: float) -> tuple[int, int]:
+    """Thirty people behind one front-end (a ``user`` each), arriving
+    ``arrival`` s apart on average (Poisson), each sending five messages and
+    reading between them: persons."""
+    events: list[tuple[float, int, bool]] = []  # (when, who, an answer's end)
+    start = 0.0
+    for person in range(30):
+        start += rng.expovariate(1 / arrival)
+        events.append((start, person, False))
+    heapq.heapify(events)
+    sent: dict[int, int] = {}
+    wrong = total = 0
+    while events:
+        now, person, ended = heapq.heappop(events)
+        identity = f"app|webui|p{person}|"
+        if ended:
+            judge.ended(identity, now)
+            if sent[person] < 5:
+                reads = rng.lognormvariate(2.5, 0.8) + klm_typing(rng, rng.randint(2, 60))
+                heapq.heappush(events, (now + reads, person, False))
+            continue
+        wrong += not judge.arrived(identity, now, client="app|webui").person
+        total += 1
+        sent[person] = sent.get(person, 0) + 1
+        heapq.heappush(events, (now + rng.uniform(1.0, 6.0), person, True))
+    return wrong, total
+
+
 def errors(seeds: int) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for name, workload in WORKLOADS.items():
@@ -353,6 +393,23 @@ def errors(seeds: int) -> dict[str, Any]:
         w, t = fan_out(PeopleJudge(), random.Random(seed))
         wrong, total = wrong + w, total + t
     rows["fan-out of 4"] = {"judged_person": round(wrong / total, 4), "requests": total}
+    wrong = total = 0
+    for seed in range(seeds):
+        w, t = invented_names(PeopleJudge(), random.Random(seed))
+        wrong, total = wrong + w, total + t
+    rows["a new user each request"] = {
+        "judged_person": round(wrong / total, 4),
+        "requests": total,
+    }
+    for arrival in (10.0, 3.0, 1.0):
+        wrong = total = 0
+        for seed in range(seeds):
+            w, t = front_end_people(PeopleJudge(), random.Random(seed), arrival)
+            wrong, total = wrong + w, total + t
+        rows[f"a front-end's people arriving {arrival:g} s apart"] = {
+            "judged_program": round(wrong / total, 4),
+            "requests": total,
+        }
     return rows
 
 

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tierlm.core.people import PROGRAM_AT, READING_GAP, WINDOW, PeopleJudge, Why
+from tierlm.core.people import (
+    NEW_NAMES_AT,
+    PROGRAM_AT,
+    READING_GAP,
+    WINDOW,
+    PeopleJudge,
+    Why,
+)
 
 
 def converse(judge: PeopleJudge, who: str, gaps: list[float], answer: float = 2.0) -> list[bool]:
@@ -125,3 +132,41 @@ def test_a_tool_s_result_is_a_program_s_however_long_the_tool_ran() -> None:
     # The person who started the run reads the answer and writes again:
     # a person's message, the one tool result among the last gaps is no pattern.
     assert judge.arrived("agent", 20.0).person
+
+
+def test_a_client_that_invents_a_name_for_each_request_is_a_program() -> None:
+    # Each request under a new `user`: every one a "first", a person's for
+    # want of evidence, unless the client's own record counts.
+    judge, now, verdicts = PeopleJudge(), 0.0, []
+    for i in range(40):
+        verdicts.append(judge.arrived(f"-|bot|u{i}|", now, client="-|bot"))
+        now += 0.5
+        judge.ended(f"-|bot|u{i}|", now)
+    assert [v.person for v in verdicts[:NEW_NAMES_AT]] == [True] * NEW_NAMES_AT
+    assert all(not v.person and v.why is Why.NEW_NAMES for v in verdicts[NEW_NAMES_AT:])
+    # Away five minutes, its record starts afresh, as an identity's does.
+    assert judge.arrived("-|bot|later|", now + 300.0, client="-|bot").person
+
+
+def test_invented_names_sent_at_once_are_programs_after_the_first_few() -> None:
+    judge = PeopleJudge()
+    verdicts = [judge.arrived(f"-|bot|u{i}|", 0.0, client="-|bot") for i in range(64)]
+    assert sum(v.person for v in verdicts) == NEW_NAMES_AT
+
+
+def test_a_front_end_s_people_are_judged_one_by_one_not_by_their_client() -> None:
+    # Forty people behind one front-end (one key, one User-Agent, a `user`
+    # each) arrive 4 s apart, then chat, reading 20 s between messages: the
+    # client sends mostly follow-ups, and no newcomer is taken for a program.
+    # (Arriving 2.3 s apart, 13 of the first 16 requests are newcomers' and the
+    # 13th is served as a program's: bench/people.py gives the rates.)
+    judge, verdicts = PeopleJudge(), []
+    events: list[tuple[float, int]] = []
+    for person in range(40):
+        arrives = person * 4.0
+        events += [(arrives + turn * 20.0 + person * 0.3, person) for turn in range(5)]
+    for now, person in sorted(events):
+        identity = f"app|webui|p{person}|"
+        verdicts.append(judge.arrived(identity, now, client="app|webui"))
+        judge.ended(identity, now + 2.0)
+    assert all(v.person for v in verdicts), [v.why for v in verdicts if not v.person]

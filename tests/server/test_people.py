@@ -11,6 +11,7 @@ import httpx
 
 from tests.payloads import HI, chat_body
 from tests.server.helpers import fresh_data_dir, virtual_gateway
+from tierlm.core.people import NEW_NAMES_AT
 from tierlm.server.settings.sources import settings_from_dict
 from tierlm.testing import run_virtual
 
@@ -113,6 +114,19 @@ async def test_an_agent_loop_is_served_as_a_program_from_its_second_request() ->
         "person; why=reads-between-requests",
         "person; why=reads-between-requests",
     ]
+
+
+async def test_a_client_inventing_a_user_for_each_request_does_not_hold_the_guard() -> None:
+    async def test(client: httpx.AsyncClient) -> list[str]:
+        out = []
+        for i in range(NEW_NAMES_AT + 4):  # keyless, a new `user` each time, back to back
+            reply = await client.post("/v1/chat/completions", json=body(user=f"u{i}"))
+            out.append(served(reply))
+        return out
+
+    verdicts = await _keyless_app(test)
+    assert verdicts[:NEW_NAMES_AT] == ["person; why=first-request"] * NEW_NAMES_AT
+    assert verdicts[NEW_NAMES_AT:] == ["program; why=a-new-name-each-request"] * 4
 
 
 async def test_a_key_pins_person_or_program_and_a_named_class_is_taken_at_its_word() -> None:

@@ -21,6 +21,15 @@ or while another was in flight). A request is a person's when
   the last answer ended) and fewer than ``PROGRAM_AT`` of the identity's last
   ``WINDOW`` gaps were short.
 
+A first request is a program's after all when its *client* (the identity
+without its name or session: the key and the User-Agent) sent mostly first
+requests lately: ``NEW_NAMES_AT`` of its last ``CLIENT_WINDOW`` requests
+were new names' first ones. A client that invents a ``user`` for each
+request would otherwise make every request a "first" and hold the chat
+guard with all of them; a front-end's people mostly send follow-ups, and
+only a burst of more than ``NEW_NAMES_AT`` newcomers with hardly a
+follow-up between trips it (bench/people.py measures both).
+
 Otherwise it is a program's: sent back to back, alongside another, carrying
 a tool's result (the gap before it was the tool running, not someone
 reading: an agent's tool call takes 0.5-10 s, which pacing alone mistook for
@@ -39,6 +48,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
+    "CLIENT_WINDOW",
+    "NEW_NAMES_AT",
     "PROGRAM_AT",
     "READING_GAP",
     "REMEMBERED",
@@ -65,6 +76,15 @@ program. A chat front-end that sends one automatic follow-up (a title, tags,
 suggested replies) after each answer has half its gaps short and stays a
 person; an agent with one tool call among three quick calls stays a program."""
 
+CLIENT_WINDOW = 16
+"""A client's requests remembered, as new names' or not (module docstring)."""
+
+NEW_NAMES_AT = 12
+"""New names' first requests among a client's last ``CLIENT_WINDOW`` that make
+its next new name a program's: a client inventing a name per request has
+its first 12 served as persons', then none; a front-end's people, arriving
+at people's pace among their own follow-ups, never come near it."""
+
 REMEMBERED = 4096
 """Identities remembered, most recently seen kept (as ``persons_in_turn.REMEMBERED``):
 a bounded table whoever invents names; a forgotten one starts afresh."""
@@ -82,6 +102,7 @@ class Why(Enum):
     BACK_TO_BACK = "back-to-back"
     TOOL_RESULT = "after-a-tool-call"
     ALONGSIDE = "alongside-another"
+    NEW_NAMES = "a-new-name-each-request"
     PACES_LIKE_PROGRAM = "paces-like-a-program"
     PINNED_PERSON = "key-says-person"
     PINNED_PROGRAM = "key-says-program"
@@ -126,7 +147,7 @@ class PeopleJudge:
 
     Time is passed in (sans-I/O, docs/design.md §1.1)."""
 
-    __slots__ = ("_table", "forget_after", "reading_gap", "remembered")
+    __slots__ = ("_clients", "_table", "forget_after", "reading_gap", "remembered")
 
     def __init__(
         self,
@@ -140,19 +161,34 @@ class PeopleJudge:
         self.remembered = remembered
         self.forget_after = forget_after
         self._table: OrderedDict[str, Pacing] = OrderedDict()
+        self._clients: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        """Per client, its last ``CLIENT_WINDOW`` requests as bits, newest
+        lowest (1 for a new name's first request, module docstring), and
+        when it was last seen. Bounded, and forgotten, as identities are."""
 
-    def arrived(self, identity: str, now: float, *, tool_result: bool = False) -> Verdict:
+    def arrived(
+        self,
+        identity: str,
+        now: float,
+        *,
+        tool_result: bool = False,
+        client: str | None = None,
+    ) -> Verdict:
         """A request of ``identity`` arrives at ``now``: a person's or a
         program's. ``tool_result``: it carries a tool's result as its last
         message (the program goes on after its tool call; a short gap
-        whatever its length). Call ``ended`` when its answer ends."""
+        whatever its length). ``client``: the identity without its name
+        and session, whose new names are counted (module docstring). Call
+        ``ended`` when its answer ends."""
         pacing = self._pacing(identity, now)
+        first = pacing.in_flight == 0 and pacing.last_end is None
+        invents_names = client is not None and self._new_name(client, first, now)
         if pacing.in_flight > 0:
             verdict = self._gap(pacing, short=True, why=Why.ALONGSIDE)
         elif tool_result:
             verdict = self._gap(pacing, short=True, why=Why.TOOL_RESULT)
-        elif pacing.last_end is None:
-            verdict = Verdict(True, Why.FIRST)
+        elif pacing.last_end is None:  # its first request
+            verdict = Verdict(not invents_names, Why.NEW_NAMES if invents_names else Why.FIRST)
         elif now - pacing.last_end < self.reading_gap:
             verdict = self._gap(pacing, short=True, why=Why.BACK_TO_BACK)
         else:
@@ -170,6 +206,17 @@ class PeopleJudge:
         pacing.in_flight = max(0, pacing.in_flight - 1)
         pacing.last_end = now
         pacing.last_seen = now
+
+    def _new_name(self, client: str, first: bool, now: float) -> bool:
+        """Count a request of ``client``, ``first`` if a new name's first:
+        whether the client sent mostly first requests before this one."""
+        mask, seen = self._clients.pop(client, (0, now))
+        if now - seen >= self.forget_after:
+            mask = 0  # away long enough: its record starts afresh
+        self._clients[client] = (((mask << 1) | int(first)) & ((1 << CLIENT_WINDOW) - 1), now)
+        while len(self._clients) > self.remembered:
+            self._clients.popitem(last=False)
+        return mask.bit_count() >= NEW_NAMES_AT
 
     @staticmethod
     def _gap(pacing: Pacing, *, short: bool, why: Why) -> Verdict:

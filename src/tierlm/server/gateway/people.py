@@ -111,7 +111,8 @@ class People:
             verdict = Verdict(False, Why.PINNED_PROGRAM)
             judged = None
         else:
-            verdict = self.judge.arrived(identity, now, tool_result=tool_result)
+            client = "|".join(identity.split("|", 2)[:2])  # the key and the User-Agent
+            verdict = self.judge.arrived(identity, now, tool_result=tool_result, client=client)
             judged = identity
         if verdict.person:
             return Served(_as(meta, verdict), judged)

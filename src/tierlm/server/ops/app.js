@@ -97,8 +97,10 @@ function renderIdle(st) {
 const WHY = {
   "first-request": "first request: a person until its pacing says otherwise",
   "reads-between-requests": "reads between answers",
+  "a-new-name-each-request": "its client sends a new name (user) with most requests",
   "back-to-back": "sends the next request as the last ends",
   "alongside-another": "sends while another is in flight",
+  "after-a-tool-call": "goes on after a tool call",
   "paces-like-a-program": "paces like a program",
   "key-says-person": "its key says person",
   "key-says-program": "its key says program",
