@@ -34,6 +34,7 @@ import httpx
 
 from _lib.gateway.server import Server
 from _lib.results import load_now, machine, results_file
+from _lib.streamed_chat import read_chat
 
 TOKENS = 256
 NO_END = {"0": -100, "2": -100}  # SmolLM2's end tokens: every stream runs its length
@@ -53,30 +54,6 @@ def story(i: int, content: str = "Tell me a long story, number {i}.") -> dict[st
     }
 
 
-async def read_stream(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
-) -> tuple[float, int]:
-    """Stream one chat completion: when its first piece came (perf_counter)
-    and its completion tokens (from the usage chunk)."""
-    first: float | None = None
-    tokens = 0
-    async with client.stream(
-        "POST", f"{url}/v1/chat/completions", json=body, headers=headers
-    ) as reply:
-        reply.raise_for_status()
-        async for line in reply.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            elif chunk.get("choices") and first is None:
-                first = time.perf_counter()
-    if first is None:
-        raise RuntimeError("the stream carried no piece")
-    return first, tokens
-
-
 async def run_streams(url: str, streams: int, keyless: bool) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=None) as client:
         firsts: list[float] = []
@@ -84,10 +61,9 @@ async def run_streams(url: str, streams: int, keyless: bool) -> dict[str, float]
         async def one(i: int) -> int:
             body = story(i)
             headers = {} if keyless else {"X-Tierlm-Class": "gana", "X-Tierlm-Producer": f"a{i}"}
-            sent = time.perf_counter()
-            first, tokens = await read_stream(client, url, body, headers)
-            firsts.append(first - sent)
-            return tokens
+            read = await read_chat(client, url, body, headers)
+            firsts.append(read.first - read.sent)
+            return read.tokens
 
         started = time.perf_counter()
         counts = await asyncio.gather(*(one(i) for i in range(streams)))
@@ -113,12 +89,13 @@ async def one_chat(client: httpx.AsyncClient, url: str) -> dict[str, float]:
     next one is): alone and among the streams alike, no answer is cached."""
     text = f"Write a short poem about the sea, number {next(CHATS)}."
     body = story(0, text) | {"max_tokens": CHAT_TOKENS}
-    sent = time.perf_counter()
     # A chat app of its own (its User-Agent): the eight keyless streams before
     # it, sent alongside each other, made python-httpx a program (§4.11).
-    first, tokens = await read_stream(client, url, body, {"User-Agent": "chat-app/1.0"})
-    end = time.perf_counter()
-    return {"first_token_s": first - sent, "tokens_per_s": (tokens - 1) / (end - first)}
+    read = await read_chat(client, url, body, {"User-Agent": "chat-app/1.0"})
+    return {
+        "first_token_s": read.first - read.sent,
+        "tokens_per_s": (read.tokens - 1) / (read.end - read.first),
+    }
 
 
 async def chat_among(url: str, streams: int) -> dict[str, float]:

@@ -40,6 +40,7 @@ import httpx
 
 from _lib.gateway.server import Server
 from _lib.results import load_now, machine, results_file
+from _lib.streamed_chat import read_chat
 
 MODEL = "smollm2-135m"
 PRODUCERS = 8
@@ -47,6 +48,7 @@ PRODUCER_TOKENS = 64
 AGENT_TOKENS = 32
 PERSON_TOKENS = 32
 SETTLE = 5.0
+KINDS = ("agents=1", "agents=2", "agents=8", "person")
 NO_END = {"0": -100, "2": -100}  # SmolLM2's end tokens: every answer runs its length
 
 
@@ -92,28 +94,21 @@ class Log:
             total += s.tokens * inside / (s.end - s.first)
         return total
 
+    def decoding(self, who: str, start: float, end: float) -> float:
+        """``who``'s sequence-seconds decoding in [start, end): each answer
+        holds a slot from its first token to its end (its prompt's
+        evaluation before is left out). Against the others', the pool's
+        split of the device's slots."""
+        return sum(
+            max(0.0, min(s.end, end) - max(s.first, start)) for s in self.spans if s.who == who
+        )
+
 
 async def ask(
     client: httpx.AsyncClient, url: str, who: str, text: str, tokens: int, headers: dict[str, str]
 ) -> Span:
-    sent = time.monotonic()
-    first: float | None = None
-    used = 0
-    async with client.stream(
-        "POST", f"{url}/v1/chat/completions", json=body(tokens, text), headers=headers
-    ) as reply:
-        reply.raise_for_status()
-        served = reply.headers.get("x-tierlm-served-as", "?").split(";")[0]
-        async for line in reply.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                used = chunk["usage"]["completion_tokens"]
-            elif chunk.get("choices") and first is None:
-                first = time.monotonic()
-    end = time.monotonic()
-    return Span(who, sent, first if first is not None else end, end, used, served)
+    read = await read_chat(client, url, body(tokens, text), headers)
+    return Span(who, read.sent, read.first, read.end, read.tokens, read.served_as)
 
 
 async def loop_of(
@@ -147,7 +142,12 @@ async def idle_first_token(client: httpx.AsyncClient, url: str, repeats: int = 5
 
 
 async def run_rule(
-    url: str, phase: float, cycles: int, seed: int, settle: float = SETTLE
+    url: str,
+    phase: float,
+    cycles: int,
+    seed: int,
+    settle: float = SETTLE,
+    kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     log = Log()
@@ -172,9 +172,9 @@ async def run_rule(
         await asyncio.sleep(settle)
 
         async def window(name: str, company: list[asyncio.Task[None]], stop: asyncio.Event) -> None:
-            start = time.monotonic()
+            start = time.perf_counter()
             await asyncio.sleep(phase)
-            windows.append((name, start + settle, time.monotonic()))
+            windows.append((name, start + settle, time.perf_counter()))
             stop.set()
             await asyncio.gather(*company)
 
@@ -208,7 +208,7 @@ async def run_rule(
         # company in turn: every window with company has an alone on either side.
         await window("alone", [], asyncio.Event())
         for _ in range(cycles):
-            for name in ("agents=1", "agents=2", "agents=8", "person"):
+            for name in kinds:
                 stop = asyncio.Event()
                 await window(name, company(name, stop), stop)
                 await window("alone", [], asyncio.Event())
@@ -224,13 +224,18 @@ async def run_rule(
             continue
         before, after = windows[i - 1], windows[i + 1]
         base = (rate("producers", *before[1:]) + rate("producers", *after[1:])) / 2
-        row = rows.setdefault(name, {"producers_share": [], "device_share": [], "served": {}})
+        row = rows.setdefault(
+            name,
+            {"producers_share": [], "device_share": [], "producers_slot_share": [], "served": {}},
+        )
         row["producers_share"].append(round(rate("producers", a, b) / base, 3))
         row["device_share"].append(round((rate("producers", a, b) + rate(name, a, b)) / base, 3))
+        held = log.decoding("producers", a, b)
+        row["producers_slot_share"].append(round(held / (held + log.decoding(name, a, b)), 3))
     for name, row in rows.items():
         if name == "idle_first_token_s":
             continue
-        for key in ("producers_share", "device_share"):
+        for key in ("producers_share", "device_share", "producers_slot_share"):
             row[f"{key}_median"] = round(statistics.median(row[key]), 3)
         for span in log.spans:
             if span.who == name:
@@ -243,6 +248,11 @@ async def run_rule(
             "max": round(max(firsts) - idle, 3),
             "messages": len(firsts),
         }
+    rows["spans"] = [
+        [s.who, round(s.sent, 3), round(s.first, 3), round(s.end, 3), s.tokens, s.served_as]
+        for s in log.spans
+    ]
+    rows["windows"] = [[name, round(a, 3), round(b, 3)] for name, a, b in windows]
     return rows
 
 
@@ -254,7 +264,13 @@ def main() -> int:
     parser.add_argument("--rules", default="auto,person", help="[people] keyless settings")
     parser.add_argument("--seed", type=int, default=7, help="the person's reading seed")
     parser.add_argument("--settle", type=float, default=SETTLE, help="seconds not counted")
+    parser.add_argument(
+        "--company", default=",".join(KINDS), help=f"kinds of company, of {', '.join(KINDS)}"
+    )
     args = parser.parse_args()
+    kinds = tuple(args.company.split(","))
+    if unknown := set(kinds) - set(KINDS):
+        parser.error(f"--company: {sorted(unknown)} unknown; accepted: {', '.join(KINDS)}")
     load_before = load_now()
     result: dict[str, Any] = {"what": __doc__.splitlines()[0]}
     for rule in args.rules.split(","):
@@ -263,7 +279,7 @@ def main() -> int:
         )
         server.start()
         try:
-            run = run_rule(server.url, args.phase, args.cycles, args.seed, args.settle)
+            run = run_rule(server.url, args.phase, args.cycles, args.seed, args.settle, kinds)
             result[rule] = asyncio.run(run)
         finally:
             server.stop()
