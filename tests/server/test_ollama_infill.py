@@ -1,5 +1,5 @@
 """Fill-in-the-middle through Ollama's ``/api/generate`` ``suffix`` (Ollama's
-*insert*, issue 56 item 9), with the official ``ollama`` client: on a real
+*insert*), with the official ``ollama`` client: on a real
 gateway serving the generated GGUF that has FIM tokens (as test_infill.py),
 the same gap as ``/v1/completions``' ``suffix``; a model without FIM tokens
 a 400 naming ``suffix``. Then a second gateway whose ``ollama`` backend is
@@ -115,3 +115,10 @@ def test_the_ollama_backend_sends_suffix_upstream(gw: Gateway) -> None:
         plain = refusal(lambda: c.generate(model=PLAIN, prompt=PREFIX, suffix=SUFFIX))
         assert plain.status_code == 400 and plain.error.startswith("suffix: "), plain.error
         assert "does not support insert" in plain.error
+
+
+def test_show_lists_insert_for_a_model_with_fim_tokens_only(gw: Gateway) -> None:
+    # Editor plugins (Continue, llama.vscode over Ollama) ask /api/show for
+    # `insert` before they send a suffix.
+    assert "insert" in (client(gw).show(CODER).capabilities or [])
+    assert "insert" not in (client(gw).show(PLAIN).capabilities or [])

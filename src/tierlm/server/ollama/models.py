@@ -25,6 +25,7 @@ an admin key (``/v1/models`` too).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 from pathlib import PurePath
 from typing import Any
@@ -117,8 +118,10 @@ def ps_entry(gateway: Gateway, model: str, keep_alive: KeepAlive | None) -> dict
 
 
 def capabilities(gateway: Gateway, model: str) -> list[str]:
-    """What ``model`` does here, in Ollama's words: ``completion``, and
-    ``tools`` where the backend honours them (``compat.py``'s table)."""
+    """What ``model`` does here, in Ollama's words: ``completion``, ``tools``
+    where the backend honours them (``compat.py``'s table), and ``insert``
+    (``suffix``, fill in the middle) for a llama.cpp model with FIM tokens:
+    editor plugins ask for it before they send a suffix."""
     if model == gateway.embedding_model and model not in gateway.model_ids:
         return ["embedding"]
     kind = gateway.settings.backend.kind
@@ -126,7 +129,25 @@ def capabilities(gateway: Gateway, model: str) -> list[str]:
     tools = next((row for row in ROWS if row.key == "tools"), None)
     if tools is not None and kind in BACKENDS and tools.of(kind) is not Support.REJECTED:
         found.append("tools")
+    path, stat = model_file(model_options(gateway, model))
+    if (
+        kind == "llama-cpp"
+        and path is not None
+        and stat is not None
+        and _fills_in_the_middle(path, stat.st_mtime)
+    ):
+        found.append("insert")
     return found
+
+
+@functools.lru_cache(maxsize=32)
+def _fills_in_the_middle(path: str, mtime: float) -> bool:
+    from tierlm.runners.llama_cpp.model.gguf_header import GgufError, fills_in_the_middle
+
+    try:
+        return fills_in_the_middle(path)
+    except (OSError, GgufError):
+        return False
 
 
 def show(gateway: Gateway, model: str, *, admin: bool = True) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import os
 
-__all__ = ["GgufError", "KvShape", "kv_shape"]
+__all__ = ["GgufError", "KvShape", "fills_in_the_middle", "kv_shape"]
 
 _MAGIC = b"GGUF"
 # GGUF value types (gguf.md): their struct format, for the fixed-size ones.
@@ -77,6 +77,55 @@ def kv_shape(path: str | os.PathLike[str]) -> KvShape:
     heads, kv_heads = int(wanted["attention.head_count"]), int(wanted["attention.head_count_kv"])
     head_dim = int(wanted.get("attention.key_length", wanted["embedding_length"] // heads))
     return KvShape(layers=int(wanted["block_count"]), kv_width=head_dim * kv_heads)
+
+
+# Fill-in-the-middle: the token ids llama.cpp reads from the metadata, else
+# the token texts it looks for in the vocabulary (llama-vocab.cpp), for each
+# of the three tokens an infill prompt needs (prefix, suffix, middle).
+_FIM_KEYS = tuple(f"tokenizer.ggml.fim_{part}_token_id" for part in ("pre", "suf", "mid"))
+_DEEPSEEK = "<\uff5cfim\u2581{}\uff5c>"  # DeepSeek-Coder's fullwidth bars
+_FIM_TEXTS = tuple(
+    {f"<|fim_{part}|>", f"<fim-{part}>", f"<fim_{part}>", _DEEPSEEK.format(deep), f"<{short}>"}
+    | {f"\u2581<{short}>"}
+    for part, deep, short in (
+        ("prefix", "begin", "PRE"),
+        ("suffix", "hole", "SUF"),
+        ("middle", "end", "MID"),
+    )
+)
+
+
+def fills_in_the_middle(path: str | os.PathLike[str]) -> bool:
+    """Whether the model in ``path`` has the three fill-in-the-middle tokens
+    llama.cpp's infill needs (by their metadata ids, else by their texts in
+    the vocabulary, as llama.cpp finds them). Reads the whole tokenizer
+    (SmolLM2's 49 152 tokens: tens of milliseconds): cache the answer."""
+    found = [False, False, False]
+    with open(path, "rb") as f:
+        if f.read(4) != _MAGIC:
+            raise GgufError(f"{path}: not a GGUF file")
+        (version,) = _unpack(f, "I")
+        if version < 2:
+            raise GgufError(f"{path}: GGUF version {version} is not supported (2 or later)")
+        _tensors, count = _unpack(f, "QQ")
+        for _ in range(count):
+            key = _string(f)
+            (kind,) = _unpack(f, "I")
+            if key in _FIM_KEYS:
+                found[_FIM_KEYS.index(key)] = True
+                _skip(f, kind)
+            elif key == "tokenizer.ggml.tokens" and kind == _ARRAY:
+                inner, n = _unpack(f, "IQ")
+                if inner != _STRING:
+                    raise GgufError(f"{path}: the vocabulary is not a list of strings")
+                for _ in range(n):
+                    text = _string(f)
+                    for part, texts in enumerate(_FIM_TEXTS):
+                        if text in texts:
+                            found[part] = True
+            else:
+                _skip(f, kind)
+    return all(found)
 
 
 def _complete(wanted: dict[str, Any]) -> bool:
