@@ -124,11 +124,13 @@ class Budgets:
     def remix(self, now: float, running: Collection[Job]) -> None:
         """The running set changed: each class counts its part of it from now
         (slot-time; with one slot the running job's class has all of it)."""
-        for name, meter in self._meters.items():
-            if not running:
+        if not running:
+            for meter in self._meters.values():
                 meter.stop(now)
-            else:
-                meter.start(now, sum(j.class_name == name for j in running) / len(running))
+            return
+        names = [j.class_name for j in running]  # one pass, counted in C per meter
+        for name, meter in self._meters.items():
+            meter.start(now, names.count(name) / len(names))
 
     def over(self, now: float, running: Collection[Job], joining: bool) -> list[str]:
         """The classes past their cap now. ``joining``: for a free slot beside
@@ -136,10 +138,16 @@ class Budgets:
         with one more (docs/design.md §4.7 (budgets in a batch): the meter sees a
         filled batch only as its span runs, so k sequences started at once
         would overrun the cap by k jobs' length before it could say so)."""
-        over = [name for name, meter in self._meters.items() if meter.share(now) > self._caps[name]]
+        caps = self._caps
+        over = []
+        for name, meter in self._meters.items():
+            mine, total = meter.usage(now)  # ``share``, inlined (every decision)
+            if total > 0 and mine / total > caps[name]:
+                over.append(name)
         if joining and running:
-            for name, cap in self._caps.items():
-                part = sum(j.class_name == name for j in running) + 1
+            names = [j.class_name for j in running]
+            for name, cap in caps.items():
+                part = names.count(name) + 1
                 if name not in over and part / (len(running) + 1) > cap:
                     over.append(name)
         return over

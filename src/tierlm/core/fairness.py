@@ -89,6 +89,11 @@ class FairPool:
         # The running jobs' paths, class first: one per slot in use (docs/design.md §4.7).
         self._running: dict[int, tuple[Job, list[Entity]]] = {}
         self._charged_ns = 0
+        # The leaf of the job last dequeued to run, for its ``start`` (the
+        # next call for it, docs/design.md §4.4): that dequeue kept its path
+        # active, so no ``forget_idle`` can have dropped it and ``leaf`` would
+        # find this one; any other dequeue, or a start, clears it.
+        self._to_run: tuple[int, Entity] | None = None
         self.version = 0
         """Bumped by every change: cached decisions compare it."""
 
@@ -246,6 +251,7 @@ class FairPool:
             leaf.jobs.pop(model, None)
             leaf.overdue.pop(model, None)
         moved = not to_run and self._deactivate(leaf, now)
+        self._to_run = (job.id, leaf) if to_run else None
         self._refresh(leaf, None if moved else model)
 
     # -- running ----------------------------------------------------------------------
@@ -255,7 +261,13 @@ class FairPool:
         self.charge(now)  # the others' time so far, at the share they had
         if not self._running:
             self._charged_ns = to_ns(now)
-        path = list(reversed(self.leaf(job.class_name, job.producer).path))
+        to_run, self._to_run = self._to_run, None
+        leaf = (
+            to_run[1]
+            if to_run is not None and to_run[0] == job.id
+            else self.leaf(job.class_name, job.producer)
+        )
+        path = leaf.path[::-1]
         self._running[job.id] = (job, path)
         for entity in path:
             entity.running += 1
