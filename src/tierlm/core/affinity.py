@@ -99,10 +99,12 @@ class Affinity:
             # work and work at the starvation bound took turns, a swap at each
             # slice's end.
             return Choice(best_loaded[2])
+        deadlines = self.deadlines
         loaded_overdue = (
-            best_loaded is not None
+            deadlines.punctual
+            and best_loaded is not None
             and loaded_job is not None
-            and self.deadlines.presses(best_loaded[0], loaded_job, now)
+            and deadlines.presses(best_loaded[0], loaded_job, now)
         )
         if (
             person_model is not None

@@ -6,6 +6,7 @@ models a decision sees; hot path, plain ints."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from tierlm.core.book import JobBook
@@ -13,7 +14,7 @@ from tierlm.core.classes import T3
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.on_time import DeadlineMode, due_first
 from tierlm.core.pool_pick import PoolPick
-from tierlm.core.queues import Candidate
+from tierlm.core.queues import Candidate, ModelQueue
 
 __all__ = ["ModelScan", "PickView", "scan_models"]
 
@@ -80,12 +81,13 @@ def scan_models(
         view.in_pool,
     )
     foreground, floor_active, t4 = view.foreground, view.floor_active, view.t4
-    queues = book.models
-    models = list(queues)
+    queues, jobs = book.models, book.jobs
+    models: Iterable[tuple[str, ModelQueue | None]] = queues.items()
     if running is not None and running.model_id not in queues:
-        models.append(running.model_id)
-    for model_id in models:
-        model_queue = queues.get(model_id)
+        models = [*queues.items(), (running.model_id, None)]
+    # Without deadlines on time nothing presses: not asked, per model or after.
+    punctual = deadlines.punctual
+    for model_id, model_queue in models:
         candidate = (
             model_queue.best(skip, foreground, floor_active) if model_queue is not None else None
         )
@@ -108,11 +110,14 @@ def scan_models(
         if model_id == loaded_model:
             best_loaded = candidate
             continue
-        job = view.job_of(candidate[2], book)
+        job_id = candidate[2]  # its job (``PickView.job_of``, inlined: a hot loop)
+        job = running if running is not None and running.id == job_id else jobs[job_id]
         if oldest is None or job.submitted_at < oldest[1].submitted_at:
-            oldest = (candidate[2], job)
-        if deadlines.overdue(candidate[0], job):
-            overdue = due_first(overdue, (candidate[2], job))
+            oldest = (job_id, job)
+        if punctual and deadlines.overdue(candidate[0], job):
+            overdue = due_first(overdue, (job_id, job))
+    if not punctual:
+        return ModelScan(best, best_loaded, oldest, overdue)
     pressing = deadlines.scan(book, view.now, skip, running)
     loaded_pressing: Job | None = None
     for model_id, job in pressing.first.items():

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from tierlm.core.book import JobBook
 from tierlm.core.classes import T3
@@ -56,6 +56,11 @@ class Pressing:
 
 class DeadlineMode(Protocol):
     """What the policy asks of its deadline mode (``SchedulerConfig.deadlines``)."""
+
+    @property
+    def punctual(self) -> bool:
+        """False: nothing ever presses (``AfterPeople``), every answer below
+        is "no", and a decision need not ask them (docs/design.md §4.8)."""
 
     def overdue(self, rank: int, job: Job) -> bool:
         """Whether a model's best job, ranked ``rank``, is overdue work the
@@ -90,6 +95,8 @@ class AfterPeople:
     """The default (``"after-people"``, the seed's order): nothing presses;
     overdue work waits for a person's idle gap like any other (docs/design.md
     §4.8)."""
+
+    punctual: ClassVar[bool] = False
 
     def overdue(self, rank: int, job: Job) -> bool:
         return False
@@ -148,6 +155,7 @@ class OnTime:
     met: dict[int, float] = field(default_factory=dict)
     """Per pressing job running away from a person's model, when the first
     person's message that waits for it came (``finish_until``)."""
+    punctual: ClassVar[bool] = True
 
     def lead(self, model_id: str) -> float:
         """How long before its due time work on ``model_id`` presses."""

@@ -36,18 +36,20 @@ class ChatTurns:
     """When each person (and each key naming persons) was last served, as a
     turn number."""
 
-    __slots__ = ("_served", "_turn", "remembered")
+    __slots__ = ("_served", "latest", "remembered")
 
     def __init__(self, remembered: int = REMEMBERED) -> None:
         self._served: OrderedDict[Person, int] = OrderedDict()
-        self._turn = 0
+        self.latest = 0
+        """The newest turn's number (read only outside): a cache of an
+        answer that depends on the turns compares it (``ModelQueue.best``)."""
         self.remembered = remembered
 
     def served(self, person: Person) -> None:
         """A chat of ``person`` started: its turn is the newest, and its key's."""
-        self._turn += 1
+        self.latest += 1
         for who in (person[:1], _own(person)):
-            self._served[who] = self._turn
+            self._served[who] = self.latest
             self._served.move_to_end(who)
         while len(self._served) > 2 * self.remembered:
             self._served.popitem(last=False)
@@ -60,10 +62,6 @@ class ChatTurns:
         """Who goes first among waiting persons, least first: its key's last
         turn, then its own."""
         return self._served.get(person[:1], 0), self._served.get(_own(person), 0)
-
-    @property
-    def latest(self) -> int:
-        return self._turn
 
 
 def _own(person: Person) -> Person:

@@ -256,7 +256,7 @@ class TieredPolicy:
         self.holds.runner_estimate = device.swap_estimate
         self.slices.evaluations = device.evaluations
         step = TieredStep(self)
-        relieved = self._guard_relief(now, device, step.wakes)
+        relieved = device.slots > 1 and self._guard_relief(now, device, step.wakes)
         decision = plan(
             step,
             now,
@@ -266,7 +266,8 @@ class TieredPolicy:
             self.deadlines.shielded,
             relieved,
         )
-        return self._go_back(decision, device, step.return_to)
+        back = step.return_to
+        return decision if back is None else self._go_back(decision, device, back)
 
     def _guard_relief(self, now: float, device: Device, wakes: list[float]) -> bool:
         """docs/design.md §4.7 (guard relief), ``GuardRelief``; woken for it only

@@ -113,7 +113,7 @@ class TieredStep:
             policy.nothing_to_run(now)
             return None
         best = policy.book.jobs[choice]
-        if self._held_for_turn(best, now):
+        if best.task_class.fair and self._held_for_turn(best, now):
             return None
         return best
 
@@ -259,7 +259,8 @@ def choose(
         # When the person may have stopped typing, the excursion rule ends.
         wakes.append(holds.expected_until(now, chat_open=chat_open))
     best_loaded = scan.best_loaded
-    held = policy.deadlines.holds_model(loaded_model, policy.running, book.jobs)  # §4.8 on time
+    deadlines = policy.deadlines
+    held = deadlines.punctual and deadlines.holds_model(loaded_model, policy.running, book.jobs)
     choice = policy.affinity.choose(
         AffinityView(
             now,
