@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.replica_stats import idle_replica
-from tierlm.ray.keeping import CHANGING_S, Keep, Keeper, demoted
+from tierlm.ray.keeping import CHANGING_S, Keep, Keeper, demoted, keeper_first
 from tierlm.ray.moves import Mover, Waiting
 
 pytestmark = pytest.mark.fast
@@ -203,3 +203,26 @@ def test_in_an_update_the_new_copy_is_held_back_and_the_old_keeper_freed() -> No
     # One generation: the old rule (the keeper held back, other holders free).
     same = {"old": old, "new": fresh | {"generation": "g1"}}
     assert demoted(same, {}, "m1", "extract", ("m0",)) == {"old"}
+
+
+def test_a_chat_goes_to_the_keeper_of_its_model_unless_it_is_busier() -> None:
+    """Another replica holding m0 idle looks best for a chat on m0, but it is
+    free to take other models' work (another ingress may have placed some
+    there since the stats): the keeper, one chat ahead, takes the chat; two
+    chats ahead (more than a chat run busier), the ranking's order stands."""
+    from tierlm.cluster import rank, views
+
+    keeper_ = stats("m0", keeps="m0", busy=True, running={"chat": 1}, chat_run_s=0.2)
+    fleet: dict[str, dict[str, Any] | None] = {"free": stats("m0", chat_run_s=0.2), "k": keeper_}
+    order = rank(fleet, "m0", "chat", NOW)
+    assert order[0] == "free"
+    assert keeper_first(order, views(fleet), {"k": "m0"}, "m0", "chat", NOW) == ["k", "free"]
+    assert keeper_first(order, views(fleet), {"k": "m0"}, "m0", "extract", NOW) == order
+    assert keeper_first(order, views(fleet), {"k": "m0"}, "m0", "chat", NOW, tried={"k"}) == order
+    fleet["k"] = keeper_ | {"chat_queued": 1, "queued_by_class": {"chat": 1}}
+    assert (
+        keeper_first(rank(fleet, "m0", "chat", NOW), views(fleet), {"k": "m0"}, "m0", "chat", NOW)[
+            0
+        ]
+        == "free"
+    )

@@ -48,12 +48,13 @@ Pure: the stats and the clock are arguments (Unix seconds, the stats' clock).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tierlm.cluster import STALE_AFTER, View, views
 from tierlm.cluster.stats import DEFAULT_CHAT_CLASSES
+from tierlm.ray.affinity import wait_s
 
 __all__ = [
     "ASK_AGAIN_S",
@@ -64,6 +65,7 @@ __all__ = [
     "Keep",
     "Keeper",
     "demoted",
+    "keeper_first",
     "keeps_of",
     "new_replicas",
 ]
@@ -153,6 +155,48 @@ def demoted(
             if held not in (kept_new if name in new else kept_models):
                 out.add(name)
     return out
+
+
+def keeper_first(
+    order: Sequence[str],
+    every: Mapping[str, View],
+    keepers: Mapping[str, str],
+    model: str,
+    class_name: str,
+    now: float,
+    *,
+    tried: Collection[str] = (),
+    stale_after: float = STALE_AFTER,
+) -> list[str]:
+    """``order`` (the ranking's, best first) with the replica keeping
+    ``model`` first for a chat on it (``keepers``: replica -> the model it
+    keeps), while the chat waits there at most one chat run longer than on
+    the best replica. Another replica holding the model is free to take
+    other models' work (``demoted``), and may have taken some already,
+    placed by another ingress or its mover since the stats: a chat sent
+    there then waits for two swaps. The keeper keeps the model for persons."""
+    out = list(order)
+    if not out:
+        return out
+    chosen = [
+        every[n]
+        for n in out
+        if keepers.get(n) == model
+        and n not in tried
+        and n in every
+        and every[n].is_chat(class_name)
+        and every[n].fresh(now, stale_after)
+        and not every[n].draining
+        and class_name not in every[n].full
+    ]
+    best = every.get(out[0])
+    if not chosen or best is None:
+        return out
+    keeper = min(chosen, key=lambda v: wait_s(v, model, class_name))
+    if wait_s(keeper, model, class_name) > wait_s(best, model, class_name) + keeper.chat_run_s:
+        return out
+    out.remove(keeper.name)
+    return [keeper.name, *out]
 
 
 def new_replicas(stats: Mapping[str, Mapping[str, Any] | None]) -> set[str]:
