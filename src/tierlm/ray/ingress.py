@@ -362,6 +362,9 @@ class TierlmIngress:
                 cast(Any, job.stream or stream).cancel()  # the client left: the replica cancels it
             job.finish(APIError(499, "the client went away"))
             raise
+        except Exception as exc:  # a stream never left open without an end
+            logger.exception("job %d failed in the ingress", job.id)
+            job.finish(APIError(502, f"the ingress failed: {type(exc).__name__}"))
 
     async def _items(
         self, job: RemoteJob, params: Params, stream: AsyncIterator[dict[str, Any]]
