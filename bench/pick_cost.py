@@ -19,19 +19,34 @@ the steps advance the clock 1 s each. Only `pick`, `should_preempt` and
 
     python bench/pick_cost.py [--sizes 10,...,100000] [--producers 1000,10000,100000]
                               [--steps 2000]
+    python bench/pick_cost.py --baseline DIR [--rounds 7] [--sizes 1000,10000,100000]
+    python bench/pick_cost.py --profile FILE [--profile-queued 10000]
 
-Writes ./bench-results/pick_cost.json and prints two tables.
+Writes ./bench-results/pick_cost.json and prints two tables. ``--baseline DIR``
+(another checkout, e.g. ``git worktree add /tmp/base HEAD``) measures this
+tree's policy and DIR's in turns instead, each round in fresh processes, the
+order swapped every round, and reports the medians over the rounds and their
+ratio: on a shared machine only figures taken side by side compare.
+``--profile FILE`` writes the cProfile of the steady state's picks and
+preemption checks (top functions, by cumulative and by own time).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
 import json
+import os
+import pstats
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -75,8 +90,16 @@ def make_job(rng: random.Random, job_id: int, now: float, producers: int = 16) -
 
 
 def measure(
-    factory: PolicyFactory, size: int, steps: int, seed: int = 1, producers: int = 16
+    factory: PolicyFactory,
+    size: int,
+    steps: int,
+    seed: int = 1,
+    producers: int = 16,
+    profiles: tuple[cProfile.Profile, cProfile.Profile] | None = None,
 ) -> dict[str, float]:
+    """The steady state's medians; with ``profiles``, the picks and the
+    preemption checks are also profiled (into the first and the second)."""
+    pick_prof, preempt_prof = profiles or (None, None)
     rng = random.Random(seed)
     policy = factory()
     now = 0.0
@@ -92,9 +115,13 @@ def measure(
     gc.disable()  # a collection inside one timed call is noise, not decision cost
     try:
         for _ in range(steps):
+            if pick_prof is not None:
+                pick_prof.enable()
             t0 = time.perf_counter_ns()
             job = next_start(policy, now, loaded)
             pick_ns.append(time.perf_counter_ns() - t0)
+            if pick_prof is not None:
+                pick_prof.disable()
             if job is None:
                 break
             loaded = job.model_id
@@ -104,9 +131,13 @@ def measure(
             t0 = time.perf_counter_ns()
             policy.submit(arrival, now)
             submit_ns.append(time.perf_counter_ns() - t0)
+            if preempt_prof is not None:
+                preempt_prof.enable()
             t0 = time.perf_counter_ns()
             policy.should_preempt(job, now + 0.5, loaded)
             preempt_ns.append(time.perf_counter_ns() - t0)
+            if preempt_prof is not None:
+                preempt_prof.disable()
             now += 1.0
             policy.finished(job, now)
     finally:
@@ -141,6 +172,11 @@ def main() -> int:
     parser.add_argument("--producers", default="1000,10000,100000")
     parser.add_argument("--producers-queued", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--baseline", type=Path, help="a checkout to measure against, in turns")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds with --baseline")
+    parser.add_argument("--profile", type=Path, help="write the cProfile text here")
+    parser.add_argument("--profile-queued", type=int, default=10_000)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--seed-literal-max",
         type=int,
@@ -150,6 +186,16 @@ def main() -> int:
     args = parser.parse_args()
     load_before = load_now()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.one:  # one side of a --baseline round: the rows on stdout
+        factory = policies()["tierlm"]
+        print(json.dumps([measure(factory, size, args.steps) for size in sizes]))
+        return 0
+    if args.profile is not None:
+        args.profile.write_text(profile_text(args.profile_queued, args.steps))
+        print(f"wrote {args.profile}")
+        return 0
+    if args.baseline is not None:
+        return interleaved(args.baseline, sizes, args.steps, args.rounds, load_before)
     producer_counts = [int(p) for p in args.producers.split(",")]
     console = Console()
     results: dict[str, list[dict[str, float]]] = {}
@@ -194,6 +240,96 @@ def main() -> int:
     )
     console.print(f"wrote {RESULTS}")
     return 0
+
+
+def profile_text(size: int, steps: int) -> str:
+    """The cProfile of ``measure``'s steady state at ``size`` queued."""
+    profiles = (cProfile.Profile(), cProfile.Profile())
+    measure(policies()["tierlm"], size, steps, profiles=profiles)
+    out = [
+        f"cProfile of bench/pick_cost.py's steady state at {size:,} queued, {steps:,} steps, "
+        "seed 1 (profiling inflates per-call cost: read the shares and call counts, "
+        "not the seconds)\n"
+    ]
+    for name, prof in zip(
+        ("decide (next_start: a free one-slot device)", "should_preempt (after an arrival)"),
+        profiles,
+        strict=True,
+    ):
+        for order in ("cumulative", "tottime"):
+            text = io.StringIO()
+            stats = pstats.Stats(prof, stream=text).strip_dirs().sort_stats(order)
+            stats.print_stats(25)
+            out.append(f"=== {name}, top 25 by {order} ===\n{text.getvalue()}")
+    return "\n".join(out)
+
+
+def interleaved(base: Path, sizes: list[int], steps: int, rounds: int, load: float) -> int:
+    """This tree's policy against ``base``'s, in turns (the module doc)."""
+    trees = {"this": Path(__file__).resolve().parents[1], "baseline": base.resolve()}
+    runs: dict[str, list[list[dict[str, float]]]] = {name: [] for name in trees}
+    console = Console()
+    for round_ in range(rounds):
+        order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
+        for name in order:
+            env = {**os.environ, "PYTHONPATH": str(trees[name] / "src")}
+            command = [sys.executable, __file__, "--one", "--steps", str(steps)]
+            command += ["--sizes", ",".join(map(str, sizes))]
+            with console.status(f"round {round_ + 1}/{rounds}: {name}"):
+                done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(done.stdout.splitlines()[-1]))
+    rows = []
+    table = Table(title=f"pick / preempt check, median of {rounds} interleaved rounds (us)")
+    for column in ("queued", "pick", "baseline pick", "ratio", "preempt", "baseline", "ratio"):
+        table.add_column(column, justify="right")
+    for i, size in enumerate(sizes):
+        row: dict[str, float] = {"queued": size}
+        for what in ("pick", "preempt", "submit"):
+            for name in trees:
+                row[f"{name}_{what}_us"] = statistics.median(
+                    r[i][f"{what}_median_us"] for r in runs[name]
+                )
+            row[f"{what}_ratio"] = row[f"this_{what}_us"] / row[f"baseline_{what}_us"]
+            row[f"{what}_ratio_per_round_median"] = statistics.median(
+                a[i][f"{what}_median_us"] / b[i][f"{what}_median_us"]
+                for a, b in zip(runs["this"], runs["baseline"], strict=True)
+            )
+        rows.append(row)
+        table.add_row(
+            f"{size:,}",
+            *(f"{row[k]:.1f}" for k in ("this_pick_us", "baseline_pick_us")),
+            f"{row['pick_ratio']:.2f}x",
+            *(f"{row[k]:.1f}" for k in ("this_preempt_us", "baseline_preempt_us")),
+            f"{row['preempt_ratio']:.2f}x",
+        )
+    console.print(table)
+    # Added beside the last full run's tables, if the file holds one.
+    found = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    found.update(benchmark="pick_cost")
+    found["interleaved"] = {
+        "machine": machine(load, baseline=_describe(trees["baseline"])),
+        "rounds": rounds,
+        "steps": steps,
+        "rows": rows,
+        "runs": runs,
+    }
+    RESULTS.write_text(json.dumps(found, indent=2) + "\n")
+    console.print(f"wrote {RESULTS}")
+    return 0
+
+
+def _describe(tree: Path) -> str:
+    """The baseline's commit, or its path outside git."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return str(tree)
+    return done.stdout.strip()
 
 
 def size_table(
