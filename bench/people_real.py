@@ -20,6 +20,7 @@ Run with the pacing judge (``[people] keyless = auto``, the default) and with
 the rule before it (``keyless = person``), each on a gateway of its own.
 
     python bench/people_real.py [--phase 25] [--cycles 3] [--threads 1] [--rules auto,person]
+        [--company agents=8] [--settle 5] [--name people_real]
 
 Writes people_real.json to the results folder (bench/_lib/results.py).
 """
@@ -32,6 +33,7 @@ import contextlib
 import json
 import random
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,10 +97,11 @@ class Log:
         return total
 
     def decoding(self, who: str, start: float, end: float) -> float:
-        """``who``'s sequence-seconds decoding in [start, end): each answer
-        holds a slot from its first token to its end (its prompt's
-        evaluation before is left out). Against the others', the pool's
-        split of the device's slots."""
+        """``who``'s sequence-seconds streaming in [start, end): each answer
+        counted from its first token to its end (its prompt's evaluation
+        before is left out; a pause, when the guard cuts the batch, is
+        counted in). Against the others', the pool's split of the slots,
+        which the machine's load does not move as it moves tokens/s."""
         return sum(
             max(0.0, min(s.end, end) - max(s.first, start)) for s in self.spans if s.who == who
         )
@@ -264,6 +267,7 @@ def main() -> int:
     parser.add_argument("--rules", default="auto,person", help="[people] keyless settings")
     parser.add_argument("--seed", type=int, default=7, help="the person's reading seed")
     parser.add_argument("--settle", type=float, default=SETTLE, help="seconds not counted")
+    parser.add_argument("--name", default="people_real", help="the results file's name")
     parser.add_argument(
         "--company", default=",".join(KINDS), help=f"kinds of company, of {', '.join(KINDS)}"
     )
@@ -287,7 +291,8 @@ def main() -> int:
     result["machine"] = machine(
         load_before, phase=args.phase, cycles=args.cycles, threads=args.threads
     )
-    out = results_file("people_real")
+    result["command"] = ["python", "people_real.py", *sys.argv[1:]]
+    out = results_file(args.name)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
