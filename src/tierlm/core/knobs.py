@@ -271,6 +271,21 @@ KNOBS: tuple[Knob, ...] = (
         "tests/core/test_people.py::test_a_program_that_starts_reading_again_is_a_person_again",
     ),
     Knob(
+        "people.CLIENT_WINDOW",
+        people.CLIENT_WINDOW,
+        "a client's requests remembered as new names' or not",
+        "§4.11",
+        "",
+    ),
+    Knob(
+        "people.NEW_NAMES_AT",
+        people.NEW_NAMES_AT,
+        "a front-end's newcomers 3 s apart: 1.9 % judged programs",
+        "§4.11",
+        "tests/core/test_people.py::"
+        "test_a_client_that_invents_a_name_for_each_request_is_a_program",
+    ),
+    Knob(
         "people.FORGET_AFTER",
         people.FORGET_AFTER,
         "the fair pool's idle_reset",
