@@ -53,12 +53,7 @@ def kv_shape(path: str | os.PathLike[str]) -> KvShape:
     """The KV shape of the model in ``path``; ``GgufError`` when the header
     lacks what it needs or is not GGUF (v2 or later)."""
     with open(path, "rb") as f:
-        if f.read(4) != _MAGIC:
-            raise GgufError(f"{path}: not a GGUF file")
-        (version,) = _unpack(f, "I")
-        if version < 2:
-            raise GgufError(f"{path}: GGUF version {version} is not supported (2 or later)")
-        _tensors, count = _unpack(f, "QQ")
+        count = _keys(f, path)
         wanted: dict[str, Any] = {}
         arch: str | None = None
         for _ in range(count):
@@ -102,12 +97,7 @@ def fills_in_the_middle(path: str | os.PathLike[str]) -> bool:
     (SmolLM2's 49 152 tokens: tens of milliseconds): cache the answer."""
     found = [False, False, False]
     with open(path, "rb") as f:
-        if f.read(4) != _MAGIC:
-            raise GgufError(f"{path}: not a GGUF file")
-        (version,) = _unpack(f, "I")
-        if version < 2:
-            raise GgufError(f"{path}: GGUF version {version} is not supported (2 or later)")
-        _tensors, count = _unpack(f, "QQ")
+        count = _keys(f, path)
         for _ in range(count):
             key = _string(f)
             (kind,) = _unpack(f, "I")
@@ -126,6 +116,18 @@ def fills_in_the_middle(path: str | os.PathLike[str]) -> bool:
             else:
                 _skip(f, kind)
     return all(found)
+
+
+def _keys(f: IO[bytes], path: str | os.PathLike[str]) -> int:
+    """Read a GGUF file's preamble (GGUF v2 or later): how many metadata
+    keys follow."""
+    if f.read(4) != _MAGIC:
+        raise GgufError(f"{path}: not a GGUF file")
+    (version,) = _unpack(f, "I")
+    if version < 2:
+        raise GgufError(f"{path}: GGUF version {version} is not supported (2 or later)")
+    _tensors, count = _unpack(f, "QQ")
+    return int(count)
 
 
 def _complete(wanted: dict[str, Any]) -> bool:
