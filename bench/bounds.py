@@ -8,12 +8,18 @@ Cases (each a ``Workload`` below, not registered in ``WORKLOADS``):
   five models, each sending its next ~10 s job the moment its last ends,
   beside a person at the open chat page on m1 who sends a message every
   55-65 s. Measured: the longest wait of an agent job for its dispatch
-  (also once settled, after 300 s) and the person's wait for the device.
+  (also once settled, after the first ``max_affinity_wait``) and the
+  person's wait for the device. Bound (as restated): ``max_affinity_wait +
+  n x (gap + chat) + one swap``, n = 4 other models, gap + chat the person's
+  longest interval between messages, the swap the case's.
 - ``chat-bursts`` (§4.3, §4.7 budgets in a batch) and ``pool-floor`` (§4.3,
   the pool's floor): an extraction backlog and a backlogged deck beside a
   person who chats in bursts (4-8 messages back to back, then 1-2.5 min of
-  silence). Measured: extraction's largest and the pool's smallest share of
-  slot-time over any 300 s window.
+  silence). Measured: extraction's largest share of slot-time over any
+  300 s window; the pool's share of the 300 s before each extraction
+  dispatch made while no chat was queued (the floor's bound as restated:
+  the rule reads the trailing window at dispatch), and, reported only, its
+  smallest share of any window (one ending in a chat burst holds less).
 - ``flapping-page`` (§4.6, foreground flapping): the Gana page opens and
   closes 100 times a minute for 3 min; closed, its rounds are pool work
   beside a pool peer, overdue cron ticks and an extraction backlog.
@@ -21,22 +27,26 @@ Cases (each a ``Workload`` below, not registered in ``WORKLOADS``):
 - ``long-prompts`` (§4.7, guard relief): two people sending 3 000-4 000-token
   prompts back to back beside a backlogged pool producer. Measured: the
   pool's first dispatch and first token. ``long-prompts-one-person``: the
-  same with one person, which relief does not cover (it needs two people).
+  same with one person, which relief does not cover (it needs two people):
+  rows with no bound (``holds`` null), measured only.
 - ``twelve-people`` (§4.7, the chat latency guard): 12 people sending chats
   at seeded times (open loop, 30-90 s apart) on 8 slots, with and without
-  background (an extraction backlog, two pool producers). Measured: what
-  background adds to each message's first token (the same message, the
-  same arrival), against two decode steps of the full batch.
+  background (an extraction backlog, two pool producers). Measured: each
+  message's first token beside background over the same message's (the
+  same arrival) without, against (b + 1) / b = 1.5 (relief's one background
+  row beside b >= 2 people's, as restated).
 
-    python bench/bounds.py [--seeds 61,62,63] [--slots 1,4,8] [--cases five-models,...]
+    python bench/bounds.py [--seeds 61,62,63,64,65] [--slots 1,4,8] [--cases five-models,...]
 
 Writes bounds.json to the results folder (bench/_lib/results.py) and prints
-one line per case, slots and seed: measured against bound.
+one line per case, slots and seed: measured against bound. Exits 1 if a
+bound does not hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import functools
 import itertools
 import json
@@ -45,11 +55,13 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from tierlm.core.config import SchedulerConfig
+from tierlm.core.floor import MARGIN
 from tierlm.sim import simulate
 from tierlm.sim.context import SimContext
 from tierlm.sim.device import DeviceModel
 from tierlm.sim.jobspec import JobSpec
-from tierlm.sim.records import SimRecords
+from tierlm.sim.records import JobRecord, SimRecords
 from tierlm.sim.workload import Workload
 from tierlm.sim.workloads.producers import (
     GANA_OUTPUT,
@@ -60,9 +72,8 @@ from tierlm.sim.workloads.producers import (
     output_for,
 )
 
-SEEDS = (61, 62, 63)
-SWAP = 10.0  # DeviceModel's default swap
-MAX_AFFINITY_WAIT = 120.0  # SchedulerConfig's default (docs/design.md §4.8)
+SEEDS = (61, 62, 63, 64, 65)
+MAX_AFFINITY_WAIT = SchedulerConfig().max_affinity_wait  # 120 s (docs/design.md §4.8)
 GUARD_SPAN = 30.0  # docs/design.md §4.7 (guard relief)
 WINDOW = 300.0  # the budget window (docs/design.md §4.3)
 PROMPT = 60  # tokens: 0.4 s of prefill on the default device
@@ -137,48 +148,56 @@ def chat_longest(records: SimRecords) -> float:
     )
 
 
+def person_period(records: SimRecords) -> float:
+    """The person's longest interval between two messages: one reading gap
+    and the chat before it (docs/design.md §4.8, excursions)."""
+    sent = sorted(j.submitted for j in records.jobs if j.class_name == "chat")
+    return max((b - a for a, b in itertools.pairwise(sent)), default=0.0)
+
+
 def five_models(seed: int, slots: int) -> dict[str, Any]:
     records = simulate(FiveModels(), "tierlm", seed=seed, device=DeviceModel(slots=slots))
     job = max(
         (j.runs[0].start - j.submitted for j in records.jobs if j.class_name == "gana" and j.runs),
         default=0.0,
     )
-    # docs/design.md §4.8: beside a person who keeps chatting, a job on
-    # another model waits at most max_affinity_wait plus one of the person's
-    # gaps and a chat, and its swap; and m models reaching the bound together
-    # are served oldest first, the last within (m - 1) x (that work + a swap)
-    # more. Read together, with that work one agent job (~10 s):
-    gap = max(chat_gaps(records), default=0.0)
-    m = len(FiveModels.MODELS)
-    single = MAX_AFFINITY_WAIT + gap + chat_longest(records) + SWAP
-    many = single + (m - 1) * (11.0 + SWAP)
+    # docs/design.md §4.8 (excursions), as restated: n other models whose work
+    # reaches the starvation bound beside a person who keeps chatting are
+    # served one per reading gap, oldest first; the last one's job waits at
+    # most max_affinity_wait + n x (gap + chat) + one swap. A gap and the
+    # chat before it are one interval between the person's messages (their
+    # longest in the case); the swap is the case's. Once settled (after the
+    # first max_affinity_wait), about n x (gap + chat): reported, not held.
+    n = len(FiveModels.MODELS) - 1
+    period = person_period(records)
+    bound = MAX_AFFINITY_WAIT + n * period + records.swap_seconds
     worst: dict[str, float] = {}
     for model in FiveModels.MODELS[1:]:
         worst[model] = round(max((w for _t, w in agent_waits(records, model)), default=0.0), 1)
     settled = max(
-        (w for mo in FiveModels.MODELS[1:] for t, w in agent_waits(records, mo) if t >= 300.0),
+        (
+            w
+            for mo in FiveModels.MODELS[1:]
+            for t, w in agent_waits(records, mo)
+            if t >= MAX_AFFINITY_WAIT
+        ),
         default=0.0,
     )
-    # What the excursion rule gives (one model per gap, oldest first): the
-    # last of the m - 1 other models at the bound is served in the
-    # (m - 1)-th of the person's periods (a gap and a chat) after it.
-    sent = sorted(j.submitted for j in records.jobs if j.class_name == "chat")
-    period = max((b - a for a, b in itertools.pairwise(sent)), default=0.0)
-    rotation = MAX_AFFINITY_WAIT + (m - 1) * period + SWAP
     chats = [j for j in records.jobs if j.class_name == "chat" and j.runs]
     return {
         "measured": round(job, 1),
-        "bound": round(many, 1),
-        "bound_one_model": round(single, 1),
-        "settled": round(settled, 1),
-        "proposed_bound": round(rotation, 1),
+        "bound": round(bound, 1),
+        "models_beside": n,
         "period_max": round(period, 1),
+        "settled": round(settled, 1),
+        "settled_about": round(n * period, 1),
         "by_model": worst,
-        "person_gap_max": round(gap, 1),
+        "person_gap_max": round(max(chat_gaps(records), default=0.0), 1),
+        "chat_max": round(chat_longest(records), 1),
         "chat_wait_max": round(chat_wait_max(records), 3),
         "chats_met_swap": sum(1 for j in chats if j.runs[0].swap_start is not None),
         "excursions": len(records.returns),
-        "holds": job <= many,
+        "holds": job <= bound,
     }
 
 
@@ -294,12 +313,17 @@ def window_shares(
 
 
 @functools.cache
+def chat_bursts_records(seed: int, slots: int) -> SimRecords:
+    return simulate(ChatBursts(), "tierlm", seed=seed, device=DeviceModel(slots=slots))
+
+
+@functools.cache
 def chat_bursts_shares(
     seed: int, slots: int
 ) -> tuple[dict[str, tuple[float, float]], float, float]:
     """Each class's (least, most) share of any 300 s window; the extract cap;
     the longest extraction job alone."""
-    records = simulate(ChatBursts(), "tierlm", seed=seed, device=DeviceModel(slots=slots))
+    records = chat_bursts_records(seed, slots)
     longest = max((j.ideal_seconds for j in records.jobs if j.class_name == "extract"), default=0.0)
     cap = records.budget_caps.get("extract", 0.6)
     return window_shares(slot_time(records)), cap, longest
@@ -321,19 +345,115 @@ def chat_bursts(seed: int, slots: int) -> dict[str, Any]:
 
 
 POOL_FLOOR = 0.09  # "about its floor" (10 %), as tests/core/test_pool_under_budget.py reads it
+FLOOR = SchedulerConfig().pool_floor  # 10 % (docs/design.md §4.3, §4.5)
+POOL_CLASS = "nataraj"  # the case's one fair class: its deck is the pool
+
+
+class Trailing:
+    """A class's slot-time and all busy time over ``(t - window, t]``, exactly
+    as ``BudgetMeter`` counts them: over a span with n runs on the device
+    (swaps included), the class has its runs' part of it, n_class / n."""
+
+    def __init__(self, records: SimRecords, name: str, window: float = WINDOW) -> None:
+        points: list[tuple[float, int, str]] = []
+        for job in records.jobs:
+            for run in job.runs:
+                end = run.end if run.end is not None else records.horizon
+                if end > run.start:
+                    points.append((run.start, 1, job.class_name))
+                    points.append((end, -1, job.class_name))
+        points.sort(key=lambda p: (p[0], p[1]))
+        self.window = window
+        self.times, self.busy, self.mine = [0.0], [0.0], [0.0]
+        running: dict[str, int] = {}
+        for time, delta, cls in points:
+            last = self.times[-1]
+            if time > last:
+                total = sum(running.values())
+                span = time - last if total else 0.0
+                self.times.append(time)
+                self.busy.append(self.busy[-1] + span)
+                self.mine.append(
+                    self.mine[-1] + (span * running.get(name, 0) / total if total else 0)
+                )
+            running[cls] = running.get(cls, 0) + delta
+
+    def _at(self, series: list[float], t: float) -> float:
+        i = bisect.bisect_right(self.times, t) - 1
+        if i < 0:
+            return 0.0
+        if i + 1 == len(self.times):
+            return series[i]
+        a, b = self.times[i], self.times[i + 1]
+        return series[i] + (series[i + 1] - series[i]) * (t - a) / (b - a)
+
+    def usage(self, t: float) -> tuple[float, float]:
+        """(the class's busy seconds, all busy seconds) in the window before ``t``."""
+        start = t - self.window
+        return (
+            self._at(self.mine, t) - self._at(self.mine, start),
+            self._at(self.busy, t) - self._at(self.busy, start),
+        )
+
+
+def waiting(job: JobRecord, t: float) -> bool:
+    """``job`` is queued at ``t``: submitted, not ended, not running."""
+    if job.submitted > t or (job.ended is not None and job.ended <= t):
+        return False
+    return not any(r.start <= t and (r.end is None or t < r.end) for r in job.runs)
+
+
+def floor_at_dispatches(seed: int, slots: int) -> list[tuple[float, float, float]]:
+    """(time, pool's slot-time, busy time) in the 300 s before each dispatch
+    of an extraction job after the first 300 s, made while no chat was queued
+    and the pool was backlogged (a deck job queued)."""
+    records = chat_bursts_records(seed, slots)
+    trailing = Trailing(records, POOL_CLASS)
+    chats = [j for j in records.jobs if j.class_name == "chat"]
+    pool = [j for j in records.jobs if j.class_name == POOL_CLASS]
+    out = []
+    for job in records.jobs:
+        if job.class_name != "extract":
+            continue
+        for run in job.runs:
+            t = run.start
+            if t < WINDOW or any(waiting(c, t) for c in chats):
+                continue
+            if any(waiting(p, t) for p in pool):
+                out.append((t, *trailing.usage(t)))
+    return out
+
+
+def floor_required(busy: float) -> float:
+    """The pool's least share of ``busy`` at a dispatch the floor left to other
+    work (core/floor.py): the floor is owed while ``(pool - floor x busy) /
+    (1 + floor)`` is under ``MARGIN``, and owed, budgeted work waits; so an
+    extraction dispatch with the pool backlogged finds ``pool >= floor x busy
+    + MARGIN x (1 + floor)``. No slack: the rule reads the window at dispatch."""
+    return FLOOR + MARGIN * (1.0 + FLOOR) / busy
 
 
 def pool_floor(seed: int, slots: int) -> dict[str, Any]:
     shares, _cap, _longest = chat_bursts_shares(seed, slots)
-    pool_min = shares.get("nataraj", (0.0, 0.0))[0]
-    # docs/design.md §4.3: a backlogged pool gets at least about its floor of
-    # any 300 s window, whatever chat and extraction take.
+    window_min = shares.get(POOL_CLASS, (0.0, 0.0))[0]
+    # docs/design.md §4.3 (the pool's floor), as restated: the pool gets at
+    # least its floor of the busy time in the 300 s before any dispatch made
+    # while no chat is queued (the rule reads the trailing window at
+    # dispatch). Checked at each extraction dispatch (budgeted work, which
+    # waits while the floor is owed); a window that ends in a chat burst can
+    # hold less (floor x 300 s - the burst): ``window_min``, reported.
+    dispatches = floor_at_dispatches(seed, slots)
+    t, pool, busy = min(dispatches, key=lambda d: d[1] / d[2] - floor_required(d[2]))
     return {
-        "measured": round(pool_min, 4),
-        "bound": POOL_FLOOR,
+        "measured": round(pool / busy, 4),
+        "bound": round(floor_required(busy), 4),
+        "at": round(t, 1),
+        "dispatches": len(dispatches),
+        "under": sum(1 for _t, p, b in dispatches if p / b < floor_required(b)),
+        "window_min": round(window_min, 4),
         "extract_share_max": round(shares.get("extract", (0.0, 0.0))[1], 4),
         "chat_share_max": round(shares.get("chat", (0.0, 0.0))[1], 4),
-        "holds": pool_min >= POOL_FLOOR,
+        "holds": len(dispatches) > 0 and all(p / b >= floor_required(b) for _t, p, b in dispatches),
     }
 
 
@@ -460,6 +580,11 @@ class OneLongPrompter(LongPrompts):
     PEOPLE = 1
 
 
+NO_BOUND_ONE_PERSON = (
+    "no documented bound: the pool's first token can wait about two of the person's prompts"
+)
+
+
 def long_prompts(seed: int, slots: int, people: int = 2) -> dict[str, Any]:
     case = LongPrompts() if people == 2 else OneLongPrompter()
     records = simulate(case, "tierlm", seed=seed, device=DeviceModel(slots=slots))
@@ -476,15 +601,19 @@ def long_prompts(seed: int, slots: int, people: int = 2) -> dict[str, Any]:
     # prompt, at the batch's step time.
     prompt = device.prefill_seconds(first.prompt_tokens) * (1 + device.batch_cost * (slots - 1))
     bound = GUARD_SPAN + prompt + 2 * device.step_seconds
-    return {
+    row: dict[str, Any] = {
         "measured": round(token, 2),
         "bound": round(bound, 2),
-        "note": "" if people >= 2 else "relief needs two people: not a documented bound",
         "dispatch": round(dispatch, 2),
         "pool_prompt_tokens": first.prompt_tokens,
         "runs_before_first_token": len(first.runs),
         "holds": token <= bound,
     }
+    if people < 2:
+        # Relief needs two people: with one, nothing bounds the pool's wait
+        # (measured, not held).
+        row.update(bound=None, holds=None, note=NO_BOUND_ONE_PERSON)
+    return row
 
 
 # -- twelve people on eight slots (docs/design.md §4.7) ---------------------------
@@ -551,23 +680,44 @@ def first_tokens(records: SimRecords) -> dict[tuple[str, float], float]:
     }
 
 
-def twelve_people(seed: int, slots: int) -> dict[str, Any]:
+PEOPLE_FOR_RELIEF = 2  # core/guard_relief.py: two people or more started chats
+RELIEF_ROW_COST = (PEOPLE_FOR_RELIEF + 1) / PEOPLE_FOR_RELIEF  # 1.5: b + 1 rows for b
+
+
+def first_tokens_beside_and_alone(
+    seed: int, slots: int
+) -> tuple[dict[tuple[str, float], float], dict[tuple[str, float], float]]:
+    """Each message's first token (person, arrival) -> seconds, with
+    background and without: the same people, the same arrivals."""
     device = DeviceModel(slots=slots)
     beside = first_tokens(simulate(TwelvePeople(), "tierlm", seed=seed, device=device))
     alone = first_tokens(simulate(TwelvePeopleAlone(), "tierlm", seed=seed, device=device))
-    added = [beside[k] - alone[k] for k in alone if k in beside]
-    worst = max(added, default=0.0)
-    # docs/design.md §4.7 (the cut): a person's first token comes within two
-    # decode steps of its prompt; background may add two steps of the full
-    # batch at most.
-    bound = 2 * device.step_seconds
+    return beside, alone
+
+
+def twelve_people(seed: int, slots: int) -> dict[str, Any]:
+    device = DeviceModel(slots=slots)
+    beside, alone = first_tokens_beside_and_alone(seed, slots)
+    ratios = {k: beside[k] / alone[k] for k in alone if k in beside}
+    (who, at), worst = max(ratios.items(), key=lambda kv: kv[1])
+    # docs/design.md §4.7 (guard relief), as restated: relief needs two
+    # people or more busy, so a person's batch holds b >= 2 rows; it keeps
+    # one background sequence beside them, and one row more on a step of b
+    # costs at most (b + 1) / b on a linear batch curve: 1.5 at b = 2. So a
+    # message's first token beside background is at most 1.5 x the same
+    # message's (same arrival) with no background.
+    bound = RELIEF_ROW_COST
+    added = [beside[k] - alone[k] for k in ratios]
     return {
         "measured": round(worst, 3),
-        "bound": round(bound, 3),
-        "steps_added": round(worst / device.step_seconds, 1),
-        "messages": len(added),
-        "over_bound": sum(1 for a in added if a > bound),
-        "holds": worst <= bound,
+        "bound": bound,
+        "worst_message": f"{who}@{at:.1f}",
+        "messages": len(ratios),
+        "missing": len(alone) - len(ratios),
+        "over_bound": sum(1 for r in ratios.values() if r > bound),
+        "added_max": round(max(added, default=0.0), 3),
+        "steps_added_max": round(max(added, default=0.0) / device.step_seconds, 1),
+        "holds": len(ratios) == len(alone) > 0 and worst <= bound,
     }
 
 
@@ -625,7 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     path = results_file("bounds")
     path.write_text(json.dumps({"machine": machine(load), "rows": rows}, indent=1) + "\n")
     print(f"wrote {path}")
-    return 0 if all(r["holds"] for r in rows) else 1
+    # A row with no documented bound (holds None) is measured, not held.
+    return 0 if all(r["holds"] is not False for r in rows) else 1
 
 
 if __name__ == "__main__":
