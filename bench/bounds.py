@@ -12,7 +12,7 @@ Cases (each a ``Workload`` below, not registered in ``WORKLOADS``):
   person's wait for the device. Bound (as restated): ``max_affinity_wait +
   n x (gap + chat) + one swap``, n = 4 other models, gap + chat the person's
   longest interval between messages, the swap the case's.
-- ``chat-bursts`` (§4.3, §4.7 budgets in a batch) and ``pool-floor`` (§4.3,
+- ``chat-bursts`` (§4.3; budgets in a batch, §4.7) and ``pool-floor`` (§4.3,
   the pool's floor): an extraction backlog and a backlogged deck beside a
   person who chats in bursts (4-8 messages back to back, then 1-2.5 min of
   silence). Measured: extraction's largest share of slot-time over any

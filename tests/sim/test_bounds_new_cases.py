@@ -1,7 +1,7 @@
 """Documented scheduling bounds held on cases they were not derived from
 (``bench/bounds.py`` builds the cases and prints every bound over the seeds).
-Fresh seeds 61-63, and 61-65 for the bounds of docs/design.md §4.3, §4.7 and
-§4.8 as restated from what their rules give; 1 and 8 slots where the bound
+Fresh seeds 61-63, and 61-65 for the bounds restated from what their rules
+give (docs/design.md §4.3, §4.7 and §4.8); 1 and 8 slots where the bound
 is stated for both. Virtual time, deterministic."""
 
 from __future__ import annotations
