@@ -238,6 +238,20 @@ class TierlmReplica:
             self._keeping.add_done_callback(lambda f: f.cancelled() or f.exception())
         return {**me, "keeps": model}
 
+    async def prompt_stats(self, *, replica: str) -> dict[str, Any]:
+        """What this replica's last generation did with its prompt, when it is
+        the replica named ``replica`` (every replica gets the call) and its
+        runner says (the llama.cpp runner's ``last_stats``): the prompt's
+        tokens, those evaluated, those restored from its KV snapshots. For
+        measuring session affinity (bench/fleet_affinity.py)."""
+        gateway = await self._ready()
+        me: dict[str, Any] = {"replica": self.name}
+        last = getattr(gateway.runner, "last_stats", None)
+        if replica != self.name or last is None:
+            return me
+        fields = ("prompt_tokens", "evaluated_tokens", "restored_tokens", "tokens")
+        return {**me, **{f: getattr(last, f, None) for f in fields}}
+
     async def whoami(self) -> str:
         """This replica's name (the ingress enumerates the replicas with it)."""
         await self._ready()
