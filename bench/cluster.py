@@ -34,6 +34,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -174,12 +175,15 @@ def ray_main(scale: float, seed: int, phases: frozenset[str]) -> None:
         raise SystemExit(
             f"--ray-phases: unknown {sorted(unknown)}; of {sorted(cluster_ray.PHASES)}"
         )
+    load_before = load_now()
     started = time.perf_counter()
     data: dict[str, Any] = {
-        "what": "bench/_lib/cluster_ray.py: " + cluster_ray.__doc__.splitlines()[0]
+        "what": "bench/_lib/cluster_ray.py: " + cluster_ray.__doc__.splitlines()[0],
+        "command": "python bench/cluster.py " + " ".join(sys.argv[1:]),
     }
     data.update(cluster_ray.run(scale, seed, phases))
     data["python"] = platform.python_version()
+    data["machine"] = machine(load_before)
     data["wall_seconds"] = round(time.perf_counter() - started, 1)
     every = phases == cluster_ray.PHASES
     path = results_file("cluster_ray" if every else "cluster_ray_" + "_".join(sorted(phases)))
