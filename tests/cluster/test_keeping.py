@@ -219,6 +219,9 @@ def test_a_chat_goes_to_the_keeper_of_its_model_unless_it_is_busier() -> None:
     assert keeper_first(order, views(fleet), {"k": "m0"}, "m0", "chat", NOW) == ["k", "free"]
     assert keeper_first(order, views(fleet), {"k": "m0"}, "m0", "extract", NOW) == order
     assert keeper_first(order, views(fleet), {"k": "m0"}, "m0", "chat", NOW, tried={"k"}) == order
+    # Asked to keep m0 but holding m1 now (an admin load swapped it away).
+    moved = {**fleet, "k": keeper_ | {"loaded_model": "m1", "keeps": None}}
+    assert keeper_first(order, views(moved), {"k": "m0"}, "m0", "chat", NOW) == order
     fleet["k"] = keeper_ | {"chat_queued": 1, "queued_by_class": {"chat": 1}}
     assert (
         keeper_first(rank(fleet, "m0", "chat", NOW), views(fleet), {"k": "m0"}, "m0", "chat", NOW)[

@@ -174,7 +174,10 @@ def keeper_first(
     the best replica. Another replica holding the model is free to take
     other models' work (``demoted``), and may have taken some already,
     placed by another ingress or its mover since the stats: a chat sent
-    there then waits for two swaps. The keeper keeps the model for persons."""
+    there then waits for two swaps. The keeper keeps the model for persons.
+    Only a keeper that holds (or loads) the model: the ingress's list may
+    name one asked a moment ago, or one whose keep ended (its scheduler, or
+    an admin load, swapped the model away)."""
     out = list(order)
     if not out:
         return out
@@ -184,6 +187,7 @@ def keeper_first(
         if keepers.get(n) == model
         and n not in tried
         and n in every
+        and every[n].model == model  # an ask not yet done, or a keep since ended: not it
         and every[n].is_chat(class_name)
         and every[n].fresh(now, stale_after)
         and not every[n].draining
