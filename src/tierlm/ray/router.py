@@ -18,8 +18,10 @@ person's last turn, put first while it holds their KV and is not overloaded
 (``tierlm.ray.affinity``); a replica that keeps a model persons use
 (``keeps`` in its stats, or ``keeping``: the ingress's, not polled yet)
 takes other models' background work only after every other replica
-(``tierlm.ray.keeping``), and takes a chat on that model first unless it
-is busier by more than a chat run (``keeper_first``); a chat counts what is left of a swap to its
+(``tierlm.ray.keeping``), and, while two generations run (a rolling
+update, when the old ingress and its mover still place work too), takes a
+chat on that model first unless it is busier by more than a chat run
+(``keeper_first``); a chat counts what is left of a swap to its
 model under way (``tierlm.ray.progress``); and
 ``exclude`` lists replicas the ingress already tried (a 429, a replica that
 died): they come last, so that a repeat tells the ingress every replica was
@@ -41,7 +43,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 
 from tierlm.cluster import PlacementLog, rank, views
 from tierlm.ray.affinity import DEFAULT_AFFINITY_SLACK_S, with_home
-from tierlm.ray.keeping import demoted, keeper_first, keeps_of
+from tierlm.ray.keeping import demoted, keeper_first, keeps_of, new_replicas
 from tierlm.ray.progress import with_swap_left
 
 __all__ = ["TierlmRequestRouter", "replica_name"]
@@ -114,10 +116,10 @@ class TierlmRequestRouter(RequestRouter):
         order = [n for n in order if n not in kept] + [n for n in order if n in kept]
         tried = frozenset(exclude)
         order = [n for n in order if n not in tried] + [n for n in order if n in tried]
-        # A chat on a model persons use: its keeper first, unless busier.
-        keepers = {**keeping, **{n: k for n, s in stats.items() if (k := keeps_of(s))}}
         seen = views(ranked, placed)
-        order = keeper_first(order, seen, keepers, model, class_name, now, tried=tried)
+        if new_replicas(stats):  # an update: a chat on a persons' model to its keeper
+            keepers = {**keeping, **{n: k for n, s in stats.items() if (k := keeps_of(s))}}
+            order = keeper_first(order, seen, keepers, model, class_name, now, tried=tried)
         if home is not None:  # a person's next turn: where their KV is, if worth it
             order = with_home(
                 order,
