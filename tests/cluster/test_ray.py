@@ -9,10 +9,8 @@ YAML config under load (a rolling update).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
+from tests.cluster.local_ray import free_port, ray_fleet  # first: the environment Ray reads
 from tests.helpers import wait_until_blocking
 from tests.payloads import HI, chat_body
 from tierlm.ray.app import LOOPBACK_ENV
@@ -76,12 +74,6 @@ ARGS: dict[str, Any] = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 PORT = free_port()
 
 
@@ -91,22 +83,13 @@ SESSIONS: list[Path] = []
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    from tierlm.ray import build
-
-    with contextlib.ExitStack() as stack:
-        # A fault injection (named so): Serve's own wait for its HTTP proxy, a
-        # fixed 60 s, is cut to nothing, as a machine too busy for it makes it
-        # time out (every Ray test failed so at load 10 on two cores);
-        # ``start_local`` then waits for the proxy itself, and every test
-        # below runs on that Serve.
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("ray.serve._private.api.HTTP_PROXY_TIMEOUT", 0.01)
-            SESSIONS.append(stack.enter_context(local_ray(PORT)))
-        serve.run(build(ARGS), route_prefix="/")
-        base = f"http://127.0.0.1:{PORT}"
+    def ready(base: str) -> None:
         wait_for_replicas(REPLICAS)
         wait_live(base, REPLICAS)
-        yield base
+
+    with ray_fleet(ARGS, ready, PORT) as fleet:
+        SESSIONS.append(fleet.session)
+        yield fleet.url
 
 
 def wait_live(url: str, count: int) -> dict[str, Any]:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
+from tests.cluster.local_ray import ray_fleet  # first: the environment Ray reads
 from tests.helpers import wait_until_blocking
 from tests.payloads import HI, chat_body
 
@@ -56,22 +55,13 @@ ARGS: dict[str, Any] = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    from tierlm.ray import build
-
-    port = free_port()
-    with local_ray(port):
-        serve.run(build(ARGS), route_prefix="/")
-        base = f"http://127.0.0.1:{port}"
+    def ready(base: str) -> None:
         wait_health(base, lambda b: b.get("live_replicas") == REPLICAS, START_WAIT)
-        yield base
+
+    with ray_fleet(ARGS, ready) as fleet:
+        yield fleet.url
 
 
 def wait_health(url: str, done: Any, wait: float = WAIT) -> dict[str, Any]:

@@ -13,7 +13,6 @@ sim-a. Marked ``ray``; skipped without tierlm[ray].
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import random
 import re
@@ -26,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
+from tests.cluster.local_ray import ray_fleet  # first: the environment Ray reads
 from tests.helpers import wait_until_blocking
 
 ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
@@ -72,26 +71,12 @@ SWAP_LINE = re.compile(
 )
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-PORT = free_port()
 SESSIONS: list[Path] = []
 
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    from tierlm.ray import build
-
-    with contextlib.ExitStack() as stack:
-        SESSIONS.append(stack.enter_context(local_ray(PORT)))
-        serve.run(build(ARGS), route_prefix="/")
-        base = f"http://127.0.0.1:{PORT}"
+    def ready(base: str) -> None:
         wait_until_blocking(
             lambda: routing(base),
             f"{REPLICAS} replicas answering",
@@ -99,7 +84,10 @@ def url() -> Iterator[str]:
             timeout=600,
             every=0.5,
         )
-        yield base
+
+    with ray_fleet(ARGS, ready) as fleet:
+        SESSIONS.append(fleet.session)
+        yield fleet.url
 
 
 def routing(url: str) -> dict[str, Any] | None:

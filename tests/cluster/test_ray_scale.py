@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from tests.cluster.local_ray import local_ray  # first: the environment Ray reads
+from tests.cluster.local_ray import ray_fleet  # first: the environment Ray reads
 from tests.helpers import wait_until_blocking
 
 ray = pytest.importorskip("ray", reason="needs tierlm[ray]")
@@ -53,17 +52,10 @@ ARGS: dict[str, Any] = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    port = free_port()
-    with local_ray(port):
-        yield f"http://127.0.0.1:{port}"
+    with ray_fleet(None) as fleet:  # each test deploys its own
+        yield fleet.url
 
 
 def stream(url: str, tokens: int) -> tuple[int, str]:
