@@ -85,11 +85,13 @@ def test_a_slow_answer_is_not_a_replica_leaving() -> None:
 
 
 def test_while_the_fleet_changes_a_new_replica_keeps_the_model_old_ones_hold() -> None:
-    """A rolling update: b (not the holder) leaves first; a new replica
-    comes up holding m0 (preloaded), idle: it keeps m0 now (no load), so the
-    copy is there when the old holder a stops. An old idle replica is not
-    asked: it will leave too."""
+    """A rolling update: b (not the holder) drains and leaves first; a new
+    replica comes up holding m0 (preloaded), idle: it keeps m0 now (no load),
+    so the copy is there when the old holder a stops. An old idle replica is
+    not asked: it will leave too."""
     k = keeper({"a": kept("m0"), "b": busy("m1"), "c": stats("m2")})
+    draining = {"a": kept("m0"), "b": busy("m1", draining=True), "c": stats("m2")}
+    assert k.look(draining, True, NOW + 0.5) == []
     assert k.look({"a": kept("m0"), "c": stats("m2")}, True, NOW + 1) == []
     assert k.changing(NOW + 1)
     fleet = {"a": kept("m0"), "c": stats("m2"), "b2": stats("m0")}
@@ -104,6 +106,19 @@ def test_while_the_fleet_changes_a_new_replica_keeps_the_model_old_ones_hold() -
     k.chat("m0", NOW + CHANGING_S)
     fleet = {"c": stats("m2", later), "b2": stats("m0", later, keeps="m0", keep_left_s=5.0)}
     assert k.look(fleet, True, later) == [Keep("b2", "m0", pytest.approx(50.0))]
+
+
+def test_a_replica_gone_without_draining_is_no_update() -> None:
+    """A replica killed (gone without draining) is replaced by a peer, not a
+    successor: the fleet is steady, and the keep stays with the holder; the
+    idle replacement is not asked to load the model (it would swap away a
+    model another person's turn was just placed on)."""
+    k = keeper({"a": kept("m0"), "b": busy("m1"), "c": stats("m2")})
+    assert k.look({"a": kept("m0"), "c": stats("m2")}, True, NOW + 1) == []
+    assert not k.changing(NOW + 1)
+    fleet = {"a": kept("m0"), "c": stats("m2"), "b2": stats("m1")}
+    assert k.look(fleet, True, NOW + 2) == []
+    assert k.reserved == {"a": "m0"}
 
 
 def test_an_ingress_that_started_mid_update_knows_the_new_replicas_by_generation() -> None:

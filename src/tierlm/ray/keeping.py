@@ -25,8 +25,9 @@ such work there. A model gets a keeper, looked at every ``KEEP_PERIOD_S``:
   one holding another model persons use); none idle: the next look tries
   again (an idle device's swap costs nobody, a busy one's costs its queue
   twice: there and back, as its own scheduler returns to its work);
-- while **the fleet changes** (a replica left it in the last
-  ``CHANGING_S``, or replicas of two generations run: a rolling update
+- while **the fleet changes** (a replica drained, as an update stops one,
+  in the last ``CHANGING_S``; a replica killed is replaced by a peer, not
+  a successor; or replicas of two generations run: a rolling update
   replaces them one by one; each replica reports its ``generation``, a hash
   of the arguments it was deployed with, so an ingress that started in the
   middle of the update knows it too) and only old replicas hold it: a
@@ -265,7 +266,10 @@ class Keeper:
                 self.chat(str(model), now - float(age))
         every = views(stats)
         gone = self.seen - set(stats) if complete else set()
-        if gone or any(v.draining for v in every.values()):
+        # An update stops replicas by draining them; a replica that is gone
+        # without draining crashed or was killed, and its replacement is a
+        # peer, not a successor: no reason to move a keep onto it.
+        if any(v.draining for v in every.values()):
             self.left_at = now
         self.seen -= gone
         self.new -= gone
