@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import json
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from _lib.cluster_ray import free_port, wait_live
 from _lib.results import load_now, machine, results_file
 from tierlm.ray.app import LOOPBACK_ENV
 from tierlm.runners.llama_cpp import DEFAULT_CHAT_MODEL_ID
@@ -55,28 +55,6 @@ MODEL = DEFAULT_CHAT_MODEL_ID
 REPLICAS = 2
 ROUTERS = {"tierlm": None, "ray_default": "ray-default"}
 FOLLOW_UPS = ("Shorter, please.", "Now in one line.", "And a title for it?", "Thanks. Once more?")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_live(url: str, count: int, timeout: float = 600.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            body = httpx.get(f"{url}/health", timeout=30).json()
-            if body.get("live_replicas") == count:
-                return
-        except Exception:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the fleet did not come up: {url}")
-        time.sleep(0.5)
 
 
 async def _turn(http: Any, url: str, person: str, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -203,7 +181,7 @@ def run(persons: int, turns: int, threads: int) -> dict[str, Any]:
 
     from tierlm.ray import build, start_local
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     folder = tempfile.mkdtemp(prefix="tierlm-bench-aff-", dir="/tmp")  # Ray's session
     start_local(port, num_cpus=2, temp_dir=folder)
@@ -219,7 +197,7 @@ def run(persons: int, turns: int, threads: int) -> dict[str, Any]:
             }
             started = time.monotonic()
             serve.run(build(args), route_prefix="/")
-            _wait_live(url, REPLICAS)
+            wait_live(url, REPLICAS, timeout=600.0)
             rows = asyncio.run(_conversations(url, persons, turns))
             out[name] = {
                 **_summary(rows),

@@ -82,7 +82,7 @@ class Phase:
     outcomes: list[Outcome] = field(default_factory=list)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -284,7 +284,7 @@ async def _rollout(
         marks["from_wall"] = time.time()
         changed = {**SETTINGS, "backend": {**SETTINGS["backend"], "swap_seconds": SWAP_S * 1.1}}
         await asyncio.to_thread(serve.run, build({**args, "settings": changed}), route_prefix="/")
-        await asyncio.to_thread(_wait_live, url, REPLICAS)
+        await asyncio.to_thread(wait_live, url, REPLICAS)
         marks["to"] = time.monotonic()
         marks["to_wall"] = time.time()
         await asyncio.sleep(5)
@@ -323,7 +323,8 @@ async def _rollout(
     }
 
 
-def _wait_live(url: str, count: int, timeout: float = 180.0) -> None:
+def wait_live(url: str, count: int, timeout: float = 180.0) -> None:
+    """Until ``url``'s /health counts ``count`` live replicas (RuntimeError past ``timeout``)."""
     import httpx
 
     deadline = time.monotonic() + timeout
@@ -364,7 +365,7 @@ def run(scale: float, seed: int, phases: frozenset[str] = PHASES) -> dict[str, A
 
     from tierlm.ray import build, start_local
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     folder = tempfile.mkdtemp(prefix="tierlm-bench-ray-", dir="/tmp")  # Ray's session
     start_local(port, num_cpus=2, temp_dir=folder)
@@ -385,7 +386,7 @@ def run(scale: float, seed: int, phases: frozenset[str] = PHASES) -> dict[str, A
             }
             started = time.monotonic()
             serve.run(build(args), route_prefix="/")
-            _wait_live(url, REPLICAS)
+            wait_live(url, REPLICAS)
             results[name] = asyncio.run(_run_router(url, scale, seed, args, phases, folder))
             results[name]["wall_s"] = round(time.monotonic() - started, 1)  # deploy and phases
             serve.delete("default")
