@@ -79,6 +79,19 @@ WINDOW = 300.0  # the budget window (docs/design.md §4.3)
 PROMPT = 60  # tokens: 0.4 s of prefill on the default device
 
 
+def person_chat(producer: str, prompt_tokens: int, output_tokens: int, **more: Any) -> JobSpec:
+    """A person's chat message on m1 (a generation: resumable)."""
+    return JobSpec(
+        "chat",
+        "m1",
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        producer=producer,
+        generation=True,
+        **more,
+    )
+
+
 # -- five models beside a person (docs/design.md §4.8) ---------------------------
 
 
@@ -111,14 +124,7 @@ class FiveModels(Workload):
         while True:
             sent = sim.now()
             history = min(history + rng.randint(15, 60), 1200)
-            spec = JobSpec(
-                "chat",
-                "m1",
-                prompt_tokens=history,
-                output_tokens=rng.randint(40, 100),
-                producer="person",
-                generation=True,
-            )
+            spec = person_chat("person", history, rng.randint(40, 100))
             await sim.run(spec)
             history += spec.output_tokens
             await sim.sleep_until(sent + rng.uniform(*self.EVERY))
@@ -239,14 +245,7 @@ class ChatBursts(Workload):
         while True:
             for _ in range(rng.randint(4, 8)):
                 history = min(history + rng.randint(15, 60), 1500)
-                spec = JobSpec(
-                    "chat",
-                    "m1",
-                    prompt_tokens=history,
-                    output_tokens=rng.randint(60, 160),
-                    producer="person",
-                    generation=True,
-                )
+                spec = person_chat("person", history, rng.randint(60, 160))
                 await sim.run(spec)
                 await sim.sleep(rng.uniform(0.5, 2.0))
             await sim.sleep(rng.uniform(60.0, 150.0))
@@ -564,14 +563,7 @@ class LongPrompts(Workload):
         rng = sim.rng(name)
         await sim.sleep(rng.uniform(0.0, 0.5))
         while True:
-            spec = JobSpec(
-                "chat",
-                "m1",
-                prompt_tokens=rng.randint(3000, 4000),
-                output_tokens=rng.randint(20, 60),
-                producer=name,
-                generation=True,
-            )
+            spec = person_chat(name, rng.randint(3000, 4000), rng.randint(20, 60))
             await sim.run(spec)
             await sim.sleep(rng.uniform(0.2, 1.5))  # no pause of 3 s: people stay busy
 
@@ -654,17 +646,7 @@ class TwelvePeople(Workload):
         while True:
             await sim.sleep_until(at)
             history = min(history + rng.randint(15, 60), 1200)
-            sim.submit(
-                JobSpec(
-                    "chat",
-                    "m1",
-                    prompt_tokens=history,
-                    output_tokens=rng.randint(40, 160),
-                    producer=name,
-                    subject=f"{name}:{at:.3f}",
-                    generation=True,
-                )
-            )
+            sim.submit(person_chat(name, history, rng.randint(40, 160), subject=f"{name}:{at:.3f}"))
             at += rng.uniform(*self.EVERY)
 
 

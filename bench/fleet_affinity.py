@@ -35,19 +35,16 @@ os.environ.update(with_omp_defaults(os.environ))
 import argparse
 import asyncio
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from _lib.cluster_ray import free_port, wait_live
+from _lib.cluster_ray import local_serve, wait_live
 from _lib.results import load_now, machine, results_file
-from tierlm.ray.app import LOOPBACK_ENV
 from tierlm.runners.llama_cpp import DEFAULT_CHAT_MODEL_ID
 
 RESULTS = results_file("fleet_affinity")
@@ -174,20 +171,13 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(persons: int, turns: int, threads: int) -> dict[str, Any]:
-    for key, value in LOOPBACK_ENV.items():
-        os.environ.setdefault(key, value)
-    import ray
-    from ray import serve
+    with local_serve("tierlm-bench-aff-") as (url, _folder):
+        from ray import serve
 
-    from tierlm.ray import build, start_local
+        from tierlm.ray import build
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    folder = tempfile.mkdtemp(prefix="tierlm-bench-aff-", dir="/tmp")  # Ray's session
-    start_local(port, num_cpus=2, temp_dir=folder)
-    settings = {"backend": {"kind": "llama-cpp", "n_threads": threads}}
-    out: dict[str, Any] = {}
-    try:
+        settings = {"backend": {"kind": "llama-cpp", "n_threads": threads}}
+        out: dict[str, Any] = {}
         for name, router in ROUTERS.items():
             args = {
                 "settings": settings,
@@ -205,10 +195,6 @@ def run(persons: int, turns: int, threads: int) -> dict[str, Any]:
                 "wall_s": round(time.monotonic() - started, 1),
             }
             serve.delete("default")
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        shutil.rmtree(folder, ignore_errors=True)
     return out
 
 

@@ -27,6 +27,7 @@ For each:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import random
@@ -36,6 +37,7 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -358,17 +360,17 @@ def _chat_swaps(logs: str | None, lo: float, hi: float) -> int | None:
 
 def run(scale: float, seed: int, phases: frozenset[str] = PHASES) -> dict[str, Any]:
     """Both routers, one after the other, on one local Ray; ``phases``: which."""
-    for key, value in LOOPBACK_ENV.items():
-        os.environ.setdefault(key, value)
-    import ray
+    with local_serve("tierlm-bench-ray-") as (url, folder):
+        return _run_routers(url, folder, scale, seed, phases)
+
+
+def _run_routers(
+    url: str, folder: str, scale: float, seed: int, phases: frozenset[str]
+) -> dict[str, Any]:
     from ray import serve
 
-    from tierlm.ray import build, start_local
+    from tierlm.ray import build
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    folder = tempfile.mkdtemp(prefix="tierlm-bench-ray-", dir="/tmp")  # Ray's session
-    start_local(port, num_cpus=2, temp_dir=folder)
     results: dict[str, Any] = {
         "device": {"token_interval_s": TOKEN_S, "swap_s": SWAP_S, "job_tokens": JOB_TOKENS},
         "replicas": REPLICAS,
@@ -376,22 +378,40 @@ def run(scale: float, seed: int, phases: frozenset[str] = PHASES) -> dict[str, A
         "scale": scale,
         "phases": sorted(phases),
     }
+    for name, router in ROUTERS.items():
+        args = {
+            "settings": SETTINGS,
+            "replicas": REPLICAS,
+            "stats_period_s": 1.0,
+            "request_router": router,
+        }
+        started = time.monotonic()
+        serve.run(build(args), route_prefix="/")
+        wait_live(url, REPLICAS)
+        results[name] = asyncio.run(_run_router(url, scale, seed, args, phases, folder))
+        results[name]["wall_s"] = round(time.monotonic() - started, 1)  # deploy and phases
+        serve.delete("default")
+    return results
+
+
+@contextlib.contextmanager
+def local_serve(prefix: str) -> Iterator[tuple[str, str]]:
+    """A local Ray on 127.0.0.1 with Serve's proxy on a free port: its URL
+    and Ray's session folder (named ``prefix``...); shut down and removed
+    after."""
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
+    import ray
+    from ray import serve
+
+    from tierlm.ray import start_local
+
+    port = free_port()
+    folder = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # Ray's session
+    start_local(port, num_cpus=2, temp_dir=folder)
     try:
-        for name, router in ROUTERS.items():
-            args = {
-                "settings": SETTINGS,
-                "replicas": REPLICAS,
-                "stats_period_s": 1.0,
-                "request_router": router,
-            }
-            started = time.monotonic()
-            serve.run(build(args), route_prefix="/")
-            wait_live(url, REPLICAS)
-            results[name] = asyncio.run(_run_router(url, scale, seed, args, phases, folder))
-            results[name]["wall_s"] = round(time.monotonic() - started, 1)  # deploy and phases
-            serve.delete("default")
+        yield f"http://127.0.0.1:{port}", folder
     finally:
         serve.shutdown()
         ray.shutdown()
         shutil.rmtree(folder, ignore_errors=True)
-    return results
