@@ -35,12 +35,15 @@ async def keep_watch(replicas: Any, keeper: Keeper, timeout_s: float) -> None:
         stats = {str(a["replica"]): a for a in reach.answers if isinstance(a, dict)}
         complete = reach.silent == 0 and not reach.failed
         for keep in keeper.look(stats, complete, time.time()):
-            logger.info(
-                "asking replica %s to keep %s loaded for persons (%.0f s)",
-                keep.replica,
-                keep.model,
-                keep.for_s,
-            )
+            if keep.for_s > 0:
+                logger.info(
+                    "asking replica %s to keep %s loaded for persons (%.0f s)",
+                    keep.replica,
+                    keep.model,
+                    keep.for_s,
+                )
+            else:
+                logger.info("replica %s keeps %s no more: another does", keep.replica, keep.model)
             with contextlib.suppress(Exception):
                 await each_replica(
                     replicas,

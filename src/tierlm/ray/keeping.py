@@ -38,7 +38,16 @@ such work there. A model gets a keeper, looked at every ``KEEP_PERIOD_S``:
 - in a **steady** fleet, the replica holding it (its own scheduler holds it
   while the person may type again, docs/design.md §4.8, but only until
   it has idled a few swaps' worth with another model's work queued there:
-  the router sent that work to it as an idle replica).
+  the router sent that work to it as an idle replica); of several, the one
+  a rolling update stops last (``stop_order``: Serve stops the oldest
+  first). And a steady keep moves there when it can at no one's cost: the
+  replica an update stops last, if later than the keeper, is asked too
+  when it holds the model or is idle (holding no model persons use, nor
+  one an operator loaded: ``operator_model`` in its stats), and the old
+  keeper is released once it has the model loaded. So with Serve's default
+  rollout (an old replica stopped before its successor starts) the holder
+  is stopped last, when new replicas run: one of them keeps the model
+  first.
 
 While the fleet changes, a model kept only by old replicas gets a new
 keeper too (two for a while). A keep lasts ``chat_idle`` past the person's
@@ -69,6 +78,7 @@ __all__ = [
     "keeper_first",
     "keeps_of",
     "new_replicas",
+    "stop_order",
 ]
 
 KEEP_PERIOD_S = 1.0
@@ -204,6 +214,21 @@ def keeper_first(
     return [keeper.name, *out]
 
 
+def stop_order(stats: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The replicas in the order a rolling update stops them, first first:
+    Serve 2.60 stops the old version's running replicas in the order they
+    came to run (its deployment state keeps them so; measured on a real Ray,
+    docs/distributed.md), which is the order their constructors ended
+    (``born`` in their stats). A replica that does not say comes first."""
+
+    def born(name: str) -> float:
+        s = stats.get(name) or {}
+        value = s.get("born")
+        return float(value) if isinstance(value, (int, float)) else -float("inf")
+
+    return sorted(stats, key=lambda n: (born(n), n))
+
+
 def new_replicas(stats: Mapping[str, Mapping[str, Any] | None]) -> set[str]:
     """The replicas of a newer generation than the oldest replica's (by
     ``up_s``), by their stats: none unless two generations run."""
@@ -234,6 +259,8 @@ class Keeper:
         """Model -> the replica last asked to keep it, and when."""
         self.reserved: dict[str, str] = {}
         """Replica -> the model it keeps or was asked to (for the router)."""
+        self.order: dict[str, int] = {}
+        """Live replica -> its place in ``stop_order`` at the last look."""
 
     def chat(self, model: str, at: float) -> None:
         """A person's chat on ``model`` came at ``at``."""
@@ -294,14 +321,34 @@ class Keeper:
                 keepers.setdefault(kept, []).append(name)
                 self.reserved[name] = kept
         changing = self.changing(now)
+        self.order = {
+            n: i
+            for i, n in enumerate(stop_order({n: stats[n] for n in live}))
+            if isinstance(stats[n].get("born"), (int, float))
+        }
         out: list[Keep] = []
         for model in sorted(in_use, key=lambda m: (-in_use[m], m)):
             for_s = in_use[model] + self.keep_for_s - now
             kept_on = keepers.get(model, [])
+            last = None if changing or not kept_on else self._last(model, live, stats, in_use)
+            if last in kept_on and live[last].loaded_model == model:
+                # The replica an update stops last holds it: the others are free.
+                for keeper in kept_on:
+                    if keeper != last:
+                        out.append(Keep(keeper, model, 0.0))
+                        del self.reserved[keeper]
+                kept_on = [last]
             for keeper in kept_on:
                 left = float(stats[keeper].get("keep_left_s") or 0.0)
                 if for_s > left + self.keep_for_s / 2:  # the person chats on: renew
                     out.append(Keep(keeper, model, for_s))
+            if last is not None and last not in kept_on and self._may_ask(model, last, now):
+                # Steady, kept, but not on the replica an update stops last: a
+                # copy there too (it holds the model, or is idle: nobody waits).
+                out.append(Keep(last, model, for_s))
+                self.asked[model] = (last, now)
+                self.reserved[last] = model
+                continue
             if kept_on and (not changing or any(n in self.new for n in kept_on)):
                 continue  # kept, and by a new replica if the fleet changes
             asked = self.asked.get(model)
@@ -314,6 +361,39 @@ class Keeper:
                 self.asked[model] = (chosen, now)
                 self.reserved[chosen] = model
         return out
+
+    def _may_ask(self, model: str, replica: str, now: float) -> bool:
+        asked = self.asked.get(model)
+        return asked is None or asked[0] != replica or now - asked[1] >= ASK_AGAIN_S
+
+    def _last(
+        self,
+        model: str,
+        live: Mapping[str, View],
+        stats: Mapping[str, Mapping[str, Any]],
+        in_use: Mapping[str, float],
+    ) -> str | None:
+        """Of the replicas that may keep ``model`` at no one's cost now (they
+        hold it, or are idle holding nothing persons use nor a model an
+        operator loaded), the one a rolling update stops last; None if that
+        is no later than a replica keeping it now."""
+        fit = [
+            n
+            for n, v in live.items()
+            if self.reserved.get(n, model) == model
+            and keeps_of(stats[n]) in (None, model)
+            and stats[n].get("operator_model") in (None, model)
+            and (v.model == model or (v.idle and v.model not in in_use))
+        ]
+        if not fit:
+            return None
+        last = max(fit, key=lambda n: self.order.get(n, -1))
+        if last not in self.order:  # replicas that do not say when they started
+            return None
+        kept = [self.order.get(n, -1) for n in fit if keeps_of(stats[n]) == model]
+        if kept and self.order.get(last, -1) <= max(kept):
+            return last if keeps_of(stats[last]) == model else None
+        return last
 
     def _choose(
         self,
@@ -332,10 +412,11 @@ class Keeper:
             and (v.model == model or v.model not in in_use)
         }
         holders = [n for n, v in live.items() if v.model == model]
+        last = self.order.get  # the later a rolling update stops it, the better
         if holders:
             if not self.changing(now):  # steady: the holder keeps it
                 steady = [n for n in holders if n in free]
-                return min(steady, key=lambda n: (not live[n].idle, n), default=None)
+                return min(steady, key=lambda n: (-last(n, -1), not live[n].idle, n), default=None)
             # Only a new replica: a copy there outlives the old holders.
             new_holders = sorted(n for n in holders if n in self.new and n in free)
             if new_holders:
@@ -351,6 +432,7 @@ class Keeper:
                 live[n].model != model,
                 n not in self.new,
                 live[n].model is not None,
+                -last(n, -1),
                 n,
             ),
         )

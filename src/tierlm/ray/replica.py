@@ -20,7 +20,9 @@ replica's operations endpoints for the ingress (``tierlm.ray.ops``), which
 calls every replica at once (``tierlm.ray.reach``), not through the router.
 ``keep`` holds a model persons use when the ingress asks (``tierlm.ray.keeping``;
 the routing stats then say ``keeps``, and ``persons``: the models persons'
-chats ran on here, ``generation``: the hash of the replica's arguments).
+chats ran on here, ``generation``: the hash of the replica's arguments,
+``born``: when its constructor ended, ``operator_model``: a model an
+operator's load put here).
 ``check_health`` raises when the tierlm should be replaced
 (``tierlm.ray.liveness``). Serve stops a replica by waiting for its requests
 (up to the deployment's ``graceful_shutdown_timeout_s``), then calling
@@ -125,7 +127,6 @@ class TierlmReplica:
         self.generation = _generation(self.raw_settings, self.devices, stall_after_s)
         """The arguments it was deployed with, hashed: replicas of two
         generations at once are a rolling update under way (``tierlm.ray.keeping``)."""
-        self.born = time.time()
         join_serve_log()
         self._start: asyncio.Task[Gateway] | None = None
         self.gateway: Gateway | None = None
@@ -146,6 +147,13 @@ class TierlmReplica:
         self._swap_since: float | None = None
         """When the swap (or load) under way began (Unix seconds): the stats
         say how far it is (``swap_elapsed_s``, ``tierlm.ray.progress``)."""
+        self.operator_model: str | None = None
+        """The model an operator's load (the admin API, not a keep) put on the
+        device, until a job's swap: the keepers move no keep onto it."""
+        self.born = time.time()
+        """When the constructor ended (Unix seconds): about when Serve counts
+        the replica running, the order a rolling update stops replicas in
+        (``tierlm.ray.keeping``)."""
 
     async def _ready(self) -> Gateway:
         if self._start is None:
@@ -171,11 +179,14 @@ class TierlmReplica:
     def _on_event(self, event: SchedulerEvent) -> None:
         if isinstance(event, SwapStarted):
             self._swap_since = time.time()
+            self.operator_model = None
         self._progress()
 
     def _on_load(self, model: str, seconds: float | None) -> None:
-        if seconds is None:  # a load by the admin API (a keep) begins
+        if seconds is None:  # a load by the admin API (a keep's, or an operator's) begins
             self._swap_since = time.time()
+            keeping = self._keeping is not None and not self._keeping.done()
+            self.operator_model = None if keeping else model
         self._progress()
 
     def _progress(self) -> None:
@@ -200,6 +211,8 @@ class TierlmReplica:
             "keep_left_s": left,
             "generation": self.generation,
             "up_s": round(time.time() - self.born, 1),
+            "born": self.born,
+            "operator_model": self.operator_model,
         }
 
     def _kept_now(self, stats: Mapping[str, Any]) -> tuple[str | None, float | None]:
@@ -221,10 +234,17 @@ class TierlmReplica:
         """The ingress asks the replica named ``replica`` (every replica gets
         the call, ``tierlm.ray.reach``) to hold ``model`` for persons for
         ``for_s`` seconds: it loads it now unless it holds it, and says
-        ``keeps`` in its routing stats (``tierlm.ray.keeping``)."""
+        ``keeps`` in its routing stats (``tierlm.ray.keeping``). ``for_s`` 0
+        ends its keep of ``model``: another replica keeps it now."""
         gateway = await self._ready()
         me: dict[str, Any] = {"replica": self.name}
-        if replica != self.name or self.failed is not None or gateway.shutdown.draining:
+        if replica != self.name:
+            return me
+        if for_s <= 0:  # the keep moved to another replica: this one is free
+            if self.kept is not None and self.kept[0] == model:
+                self.kept = None
+            return me
+        if self.failed is not None or gateway.shutdown.draining:
             return me
         try:
             gateway.check_model(model)
