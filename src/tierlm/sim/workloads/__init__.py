@@ -25,6 +25,7 @@ from tierlm.sim.workloads.pool_cases import (
     Swarm,
     TwoSizes,
 )
+from tierlm.sim.workloads.sessions import Sessions
 
 __all__ = ["CASES", "WORKLOADS", "get_workload"]
 
@@ -51,6 +52,7 @@ WORKLOADS: dict[str, type[Workload]] = {
         FourModels,
         ChatCrowd,
         ChatOverBackfill,
+        Sessions,
     )
 }
 
