@@ -54,7 +54,7 @@ event = st.one_of(  # submits and decisions weighted up: a queue builds, and run
 
 def _uncached(policy: TieredPolicy) -> None:
     """Empty every cache a decision keeps (the module doc)."""
-    policy.pool_pick._cache.clear()
+    policy.pool_pick.clear()
     for queue in policy.book.models.values():
         queue.changed()
         for by_class in queue.by_class.values():
@@ -89,6 +89,7 @@ class _Run:
         self.running: list[Job] = []
         self.loaded: str | None = None
         if not cached:
+            self.policy.fused = False  # a free slot planned by ``slots.plan``
             _uncached(self.policy)
 
     def ask(self) -> None:

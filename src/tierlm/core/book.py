@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 
-from tierlm.core.classes import Tier
+from tierlm.core.classes import T0
 from tierlm.core.fairness import FairPool
 from tierlm.core.jobs import Job, Person
 from tierlm.core.persons_in_turn import ChatTurns
@@ -79,7 +79,7 @@ class JobBook:
         model.queue_for(job.task_class).add(job, version)
         model.count += 1
         model.changed()
-        if job.task_class.tier == Tier.T0:
+        if job.task_class.tier == T0:
             self.chats += 1
             person = job.chat_person
             self._waiting[person] = self._waiting.get(person, 0) + 1
@@ -100,8 +100,8 @@ class JobBook:
         model = self.models[job.model_id]
         model.by_class[job.class_name].removed(job)
         model.count -= 1
-        model.changed()
-        if job.task_class.tier == Tier.T0:
+        model.asked = model.prior = None  # ``ModelQueue.changed``, inlined
+        if job.task_class.tier == T0:
             self.chats -= 1
             person = job.chat_person
             left = self._waiting[person] - 1

@@ -48,9 +48,14 @@ class BudgetMeter:
         """The device is busy from ``now``, ``mine`` of it this class's (1 or 0
         with one slot; a job was dispatched, its swap included). Called again
         when the running set changes: the span so far is closed at its share."""
-        self.stop(now)
+        if self._running is not None:
+            self.stop(now)
+            self._usage = None
+        elif self._usage is not None and self._usage[0] != now:
+            self._usage = None
+        # Else the usage known at ``now`` stands: a span from ``now`` adds
+        # nothing to it (``usage`` counts ``now - start``, 0, only if > 0).
         self._running = (now, float(mine))
-        self._usage = None
 
     def stop(self, now: float) -> None:
         """The device is idle from ``now``."""
@@ -106,20 +111,23 @@ class BudgetMeter:
 class Budgets:
     """The budgeted classes' meters and caps (docs/design.md §4.3, §4.7)."""
 
-    __slots__ = ("_caps", "_meters")
+    __slots__ = ("_caps", "_meters", "_sets", "any", "names")
 
     def __init__(self, classes: Mapping[str, TaskClass]) -> None:
         self._meters = {
             name: BudgetMeter(c.budget.window) for name, c in classes.items() if c.budget
         }
         self._caps = {name: c.budget.share for name, c in classes.items() if c.budget}
+        self.names = frozenset(self._meters)
+        """Every budgeted class."""
+        self.any = bool(self._meters)
+        """Whether any class is budgeted (``bool(self)``, as an attribute)."""
+        # ``skipped``'s answers, one object per set of names: a decision's
+        # caches compare the set it skips, by identity first.
+        self._sets: dict[tuple[str, ...], frozenset[str]] = {(): frozenset()}
 
     def __bool__(self) -> bool:
         return bool(self._meters)
-
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset(self._meters)
 
     def remix(self, now: float, running: Collection[Job]) -> None:
         """The running set changed: each class counts its part of it from now
@@ -128,7 +136,7 @@ class Budgets:
             for meter in self._meters.values():
                 meter.stop(now)
             return
-        names = [j.class_name for j in running]  # one pass, counted in C per meter
+        names = [j.task_class.name for j in running]  # one pass, counted in C per meter
         for name, meter in self._meters.items():
             meter.start(now, names.count(name) / len(names))
 
@@ -151,6 +159,22 @@ class Budgets:
                 if name not in over and part / (len(running) + 1) > cap:
                     over.append(name)
         return over
+
+    def skipped(self, now: float, running: Collection[Job], joining: bool) -> frozenset[str]:
+        """``over`` as a set, the same object for the same names."""
+        if joining and running:
+            over = tuple(self.over(now, running, joining))
+        else:  # ``over``'s first loop alone, inlined (every decision asks)
+            caps = self._caps
+            over = ()
+            for name, meter in self._meters.items():
+                mine, total = meter.usage(now)
+                if total > 0 and mine / total > caps[name]:
+                    over += (name,)
+        found = self._sets.get(over)
+        if found is None:
+            found = self._sets[over] = frozenset(over)
+        return found
 
     def shares(self, now: float) -> dict[str, float]:
         return {name: meter.share(now) for name, meter in self._meters.items()}

@@ -9,7 +9,7 @@ hands state to the shell any other way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tierlm.core.jobs import Job
@@ -18,9 +18,13 @@ from tierlm.core.stop_reasons import CancelReason
 __all__ = ["Decision", "Device"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Device:
-    """The device as the shell sees it at a decision (docs/design.md §2.2)."""
+    """The device as the shell sees it at a decision (docs/design.md §2.2).
+
+    Built at every decision: its ``__init__`` is written out (the frozen
+    dataclass's sets each field through ``object.__setattr__``, twice the
+    cost of the slots' own setters, ``_set_device``)."""
 
     loaded_model: str | None
     """The model the device holds, or is swapping to."""
@@ -54,9 +58,42 @@ class Device:
     Empty when the runner restores KV state
     (``Abilities.restores_kv``); a job still swapping is absent."""
 
-    def __post_init__(self) -> None:
-        if self.slots < 1:
-            raise ValueError(f"Device.slots: must be >= 1, got {self.slots!r}")
+    def __init__(
+        self,
+        loaded_model: str | None,
+        slots: int = 1,
+        running: Sequence[Job] = (),
+        stopping: Mapping[int, CancelReason] | None = None,
+        can_start: bool = True,
+        swap_estimate: float | None = None,
+        step_cost: Sequence[float] = (),
+        decoding: frozenset[int] = frozenset(),
+        evaluations: Mapping[int, float] | None = None,
+    ) -> None:
+        """The fields in order; ``stopping`` and ``evaluations`` default to
+        new empty dicts."""
+        if slots < 1:
+            raise ValueError(f"Device.slots: must be >= 1, got {slots!r}")
+        (
+            set_loaded_model,
+            set_slots,
+            set_running,
+            set_stopping,
+            set_can_start,
+            set_swap_estimate,
+            set_step_cost,
+            set_decoding,
+            set_evaluations,
+        ) = _set_device
+        set_loaded_model(self, loaded_model)
+        set_slots(self, slots)
+        set_running(self, running)
+        set_stopping(self, {} if stopping is None else stopping)
+        set_can_start(self, can_start)
+        set_swap_estimate(self, swap_estimate)
+        set_step_cost(self, step_cost)
+        set_decoding(self, decoding)
+        set_evaluations(self, {} if evaluations is None else evaluations)
 
     @property
     def free(self) -> int:
@@ -64,9 +101,10 @@ class Device:
         return self.slots - len(self.running)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Decision:
-    """The policy's plan for one step (docs/design.md §2.2)."""
+    """The policy's plan for one step (docs/design.md §2.2); its
+    ``__init__`` written out, as ``Device``'s."""
 
     start: tuple[Job, ...] = ()
     """Jobs to run now, already out of the queue, best first. A job on another
@@ -81,3 +119,39 @@ class Decision:
     """With nothing to start on an empty device: load this model, with no job
     (the model a person may type on, after an excursion to another one,
     docs/design.md §4.8 (excursions))."""
+
+    def __init__(
+        self,
+        start: tuple[Job, ...] = (),
+        stop: tuple[tuple[Job, CancelReason], ...] = (),
+        wake_at: float | None = None,
+        load: str | None = None,
+    ) -> None:
+        set_start, set_stop, set_wake_at, set_load = _set_decision
+        set_start(self, start)
+        set_stop(self, stop)
+        set_wake_at(self, wake_at)
+        set_load(self, load)
+
+
+def _setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[object, object], None], ...]:
+    """The slots' own setters of ``cls``'s fields (a frozen class's
+    ``__setattr__`` refuses; its slots' descriptors do not)."""
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_set_device = _setters(
+    Device,
+    (
+        "loaded_model",
+        "slots",
+        "running",
+        "stopping",
+        "can_start",
+        "swap_estimate",
+        "step_cost",
+        "decoding",
+        "evaluations",
+    ),
+)
+_set_decision = _setters(Decision, ("start", "stop", "wake_at", "load"))

@@ -27,6 +27,8 @@ def best(
     best job (docs/design.md §4.8)."""
     job = running_job
     found = pool.running_path(job) if job is not None else None
+    if found is None:
+        return _best_queued(pool, model, skip)
     running = found is not None
     path = found or []
     root = node = pool.root
@@ -63,12 +65,54 @@ def best(
     return None
 
 
-def best_loan(pool: FairPool, model: str, skip: frozenset[str]) -> int | None:
-    """The queued overdue job on ``model`` with the earliest due time whose
-    producer is eligible at every level: a deadline is a loan against the
-    producer's share, open only while it is not ahead (docs/design.md §4).
-    Each class keeps its best such job up to date (``Entity.loans``)."""
+def _best_queued(
+    pool: FairPool, model: str, skip: frozenset[str]
+) -> tuple[tuple[object, ...], int] | None:
+    """``best`` with no running job competing (every free slot's pick): the
+    same descent, each level's rank (``Entity.rank``) computed inline."""
     root = pool.root
+    sum_load, sum_lv = root.sum_load, root.sum_lv
+    chosen: Entity | None = None
+    chosen_rank: Rank | None = None
+    for entity in root.children.values():
+        if model in entity.queued and entity.name not in skip:
+            tie = 0 if entity.running else 1
+            if entity.v * sum_load <= sum_lv:
+                rank = (0, entity.vd, tie, entity.seq)
+            else:
+                rank = (1, entity.v, tie, entity.seq)
+            if chosen_rank is None or rank < chosen_rank:
+                chosen, chosen_rank = entity, rank
+    if chosen is None:
+        return None
+    ranks: list[object] = [chosen_rank]
+    node = chosen
+    while node.key is not None:  # down to a producer's own jobs
+        index = node.indexes.get(model)
+        child = index.pick(node) if index is not None else None
+        if child is None:
+            return None
+        tie = 0 if child.running else 1
+        if child.v * node.sum_load <= node.sum_lv:
+            ranks.append((0, child.vd, tie, child.seq))
+        else:
+            ranks.append((1, child.v, tie, child.seq))
+        node = child
+    oldest = pool.oldest(node, model)
+    if oldest is None:
+        return None
+    ranks.append(oldest)
+    return tuple(ranks), oldest
+
+
+def best_loan(pool: FairPool, model: str, skip: frozenset[str]) -> Loan | None:
+    """(due, job id) of the queued overdue job on ``model`` with the earliest
+    due time whose producer is eligible at every level: a deadline is a loan
+    against the producer's share, open only while it is not ahead
+    (docs/design.md §4). Each class keeps its best such job up to date
+    (``Entity.loans``); its due is the job's ``Job.due``."""
+    root = pool.root
+    sum_load, sum_lv = root.sum_load, root.sum_lv
     best: Loan | None = None
     for entity in root.children.values():
         loan = entity.loans.get(model)
@@ -76,10 +120,10 @@ def best_loan(pool: FairPool, model: str, skip: frozenset[str]) -> int | None:
             loan is not None
             and (best is None or loan < best)
             and entity.name not in skip
-            and root.eligible(entity)
+            and entity.v * sum_load <= sum_lv  # root.eligible(entity)
         ):
             best = loan
-    return best[1] if best is not None else None
+    return best
 
 
 def vruntimes(pool: FairPool) -> dict[str, float]:

@@ -16,34 +16,7 @@ from tierlm.core.on_time import DeadlineMode, due_first
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.queues import Candidate, ModelQueue
 
-__all__ = ["ModelScan", "PickView", "scan_models"]
-
-
-class PickView(NamedTuple):
-    """What one pick sees: the instant, the device, the skipped classes and
-    the running job that takes part in it (docs/design.md §4.6: best =
-    pick(queue + running))."""
-
-    now: float
-    loaded_model: str | None
-    skip: frozenset[str]
-    """Classes over their budget (docs/design.md §4.3)."""
-    foreground: Foreground | None
-    floor_active: bool
-    """The pool is owed its floor: overdue work ranks after it (§4.5)."""
-    t4: bool
-    """The pool's own order counts (docs/design.md §4.4)."""
-    running: Job | None = None
-    """The running job taking part in the pick."""
-    mine: Candidate | None = None
-    """``running``'s candidate outside the pool's own order."""
-    in_pool: Job | None = None
-    """``running``, when the pool compares it along its path."""
-
-    def job_of(self, job_id: int, book: JobBook) -> Job:
-        """A candidate's job: queued, or the running one."""
-        running = self.running
-        return running if running is not None and running.id == job_id else book.jobs[job_id]
+__all__ = ["ModelScan", "scan_models"]
 
 
 class ModelScan(NamedTuple):
@@ -66,31 +39,48 @@ class ModelScan(NamedTuple):
 
 
 def scan_models(
-    view: PickView, book: JobBook, pool_pick: PoolPick, deadlines: DeadlineMode
+    now: float,
+    loaded_model: str | None,
+    skip: frozenset[str],
+    foreground: Foreground | None,
+    floor_active: bool,
+    t4: bool,
+    book: JobBook,
+    pool_pick: PoolPick,
+    deadlines: DeadlineMode,
+    running: Job | None = None,
+    mine: Candidate | None = None,
+    in_pool: Job | None = None,
 ) -> ModelScan:
-    """One pass over the models ``view`` sees (the module doc)."""
+    """One pass over the models a pick sees (the module doc): at ``now``, on
+    a device holding ``loaded_model``, with ``skip`` the classes over their
+    budget (docs/design.md §4.3), ``floor_active``: the pool owed its floor
+    (overdue work ranks after it, §4.5), ``t4``: the pool's own order counts
+    (§4.4). ``running``: the running job taking part in the pick (§4.6: best
+    = pick(queue + running)); ``mine``: its candidate outside the pool's own
+    order; ``in_pool``: it, when the pool compares it along its path."""
     best: Candidate | None = None
     best_loaded: Candidate | None = None
     oldest: tuple[int, Job] | None = None
     overdue: tuple[int, Job] | None = None
-    loaded_model, skip, running, mine, in_pool = (
-        view.loaded_model,
-        view.skip,
-        view.running,
-        view.mine,
-        view.in_pool,
-    )
-    foreground, floor_active, t4 = view.foreground, view.floor_active, view.t4
     queues, jobs = book.models, book.jobs
     models: Iterable[tuple[str, ModelQueue | None]] = queues.items()
     if running is not None and running.model_id not in queues:
         models = [*queues.items(), (running.model_id, None)]
     # Without deadlines on time nothing presses: not asked, per model or after.
     punctual = deadlines.punctual
+    # What ``ModelQueue.best`` is asked, the same for every model: its cached
+    # answer is compared here, the method called only for a queue that changed.
+    asked = (skip, foreground, floor_active, book.turns.latest)
     for model_id, model_queue in models:
-        candidate = (
-            model_queue.best(skip, foreground, floor_active) if model_queue is not None else None
-        )
+        if model_queue is None:
+            candidate = None
+        elif model_queue.asked == asked:
+            candidate = model_queue.found
+        elif model_queue.prior == asked:
+            candidate = model_queue.prior_found
+        else:
+            candidate = model_queue.answer(skip, foreground, floor_active, asked)
         if candidate is None or candidate[0] >= T3:  # else the pool cannot win here
             competing = in_pool if in_pool is not None and in_pool.model_id == model_id else None
             pool = pool_pick.best(model_id, skip, competing, t4)
@@ -110,7 +100,7 @@ def scan_models(
         if model_id == loaded_model:
             best_loaded = candidate
             continue
-        job_id = candidate[2]  # its job (``PickView.job_of``, inlined: a hot loop)
+        job_id = candidate[2]  # its job: queued, or the running one (inlined: a hot loop)
         job = running if running is not None and running.id == job_id else jobs[job_id]
         if oldest is None or job.submitted_at < oldest[1].submitted_at:
             oldest = (job_id, job)
@@ -118,7 +108,7 @@ def scan_models(
             overdue = due_first(overdue, (job_id, job))
     if not punctual:
         return ModelScan(best, best_loaded, oldest, overdue)
-    pressing = deadlines.scan(book, view.now, skip, running)
+    pressing = deadlines.scan(book, now, skip, running)
     loaded_pressing: Job | None = None
     for model_id, job in pressing.first.items():
         if model_id == loaded_model:

@@ -1,7 +1,9 @@
 """The fair pool's best job on one model, as a candidate of the picker
 (docs/design.md §4.4, §4.5): an open loan (T3, earliest due first) or, if
-asked, the EEVDF pick (T4). Answers are cached per model until the pool, the
-skipped classes, the floor or the competing running job change."""
+asked, the EEVDF pick (T4). Answers are cached per model, with the EEVDF
+pick and without (a preemption check asks without, the next pick with),
+until the pool, the skipped classes, the floor or the competing running job
+change."""
 
 from __future__ import annotations
 
@@ -18,13 +20,20 @@ __all__ = ["PoolPick"]
 
 
 class PoolPick:
-    __slots__ = ("_cache", "_fair", "_floor", "_jobs")
+    __slots__ = ("_fair", "_floor", "_jobs", "_loans", "_t4")
 
     def __init__(self, fair: FairPool, floor: PoolFloor, jobs: Mapping[int, Job]) -> None:
         self._fair = fair
         self._floor = floor
         self._jobs = jobs
-        self._cache: dict[str, tuple[object, Candidate | None]] = {}
+        # Per model: (what was asked, the answer), with ``t4`` and without.
+        self._t4: dict[str, tuple[object, Candidate | None]] = {}
+        self._loans: dict[str, tuple[object, Candidate | None]] = {}
+
+    def clear(self) -> None:
+        """Forget every answer (the tests compare a pick without them)."""
+        self._t4.clear()
+        self._loans.clear()
 
     def best(
         self, model: str, skip: frozenset[str], running: Job | None, t4: bool
@@ -32,20 +41,19 @@ class PoolPick:
         """The pool's best job on ``model``: an open loan (T3, EDF) or, if
         ``t4``, the EEVDF pick (T4), in which ``running`` competes."""
         fair, floor = self._fair, self._floor
-        key = (fair.version, skip, floor.active, running, t4)
-        cached = self._cache.get(model)
+        key = (fair.version, skip, floor.active, running)
+        cache = self._t4 if t4 else self._loans
+        cached = cache.get(model)
         if cached is not None and cached[0] == key:
             return cached[1]
         candidate: Candidate | None = None
         if not floor.active:
             loan = fair_choice.best_loan(fair, model, skip)
             if loan is not None:
-                due = self._jobs[loan].due
-                assert due is not None
-                candidate = (T3, (due, loan), loan)
+                candidate = (T3, loan, loan[1])  # its key: (due, id)
         if candidate is None and t4:
             found = fair_choice.best(fair, model, skip, running_job=running)
             if found is not None:
                 candidate = (T4, found[0], found[1])
-        self._cache[model] = (key, candidate)
+        cache[model] = (key, candidate)
         return candidate

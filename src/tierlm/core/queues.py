@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, TypeVar
 
-from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass, Tier
+from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass
 from tierlm.core.jobs import Foreground, Job, Person, Subject, due_or_never
 from tierlm.core.persons_in_turn import ChatTurns
 
@@ -95,7 +95,7 @@ class ClassQueue:
         if self.base == T0:
             heapq.heappush(self.people.setdefault(job.chat_person, []), entry)
         self.count += 1
-        if self.task_class.tier == Tier.T3:
+        if self.base == T3:
             heapq.heappush(self.deadlines, (due_or_never(job), job.id, version))
 
     def removed(self, job: Job) -> None:
@@ -110,8 +110,10 @@ class ClassQueue:
             self.people.clear()
 
     def oldest(self) -> int | None:
-        _clean(self.fifo, self.live)
-        return self.fifo[0][0] if self.fifo else None
+        heap, live = self.fifo, self.live
+        while heap and live.get(heap[0][1]) != heap[0][2]:  # ``_clean``, inlined
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def oldest_with_subject(self, subject: Subject) -> int | None:
         heap = self.subjects.get(subject)
@@ -166,22 +168,26 @@ class ClassQueue:
 class ModelQueue:
     """The queued jobs of one model, by class."""
 
-    __slots__ = ("_best", "_best_for", "by_class", "count", "live", "turns")
+    __slots__ = ("asked", "by_class", "count", "found", "live", "prior", "prior_found", "turns")
 
     def __init__(self, live: Live, turns: ChatTurns) -> None:
         self.live = live
         self.turns = turns
         self.by_class: dict[str, ClassQueue] = {}
         self.count = 0
-        # ``best``'s last answer and what it was asked (its skip, foreground,
-        # floor and the persons' turns): a step changes one or two models'
-        # queues, not all (``changed``).
-        self._best: Candidate | None = None
-        self._best_for: tuple[Any, ...] | None = None
+        # ``best``'s last two answers and what each was asked (its skip,
+        # foreground, floor and the persons' turns): a step changes one or
+        # two models' queues, not all (``changed``), and the skipped classes
+        # go back and forth as a budget fills and empties. ``model_scan``
+        # compares them inline.
+        self.found: Candidate | None = None
+        self.asked: tuple[Any, ...] | None = None
+        self.prior_found: Candidate | None = None
+        self.prior: tuple[Any, ...] | None = None
 
     def changed(self) -> None:
         """A job came or left (``JobBook``): ``best`` asks its queues again."""
-        self._best_for = None
+        self.asked = self.prior = None
 
     def queue_for(self, task_class: TaskClass) -> ClassQueue:
         queue = self.by_class.get(task_class.name)
@@ -196,8 +202,21 @@ class ModelQueue:
         T0, the foreground (T1), T2 and T3 classes (docs/design.md §4.1 (rules 1-3)).
         Hot path: plain ints."""
         asked = (skip, foreground, floor_owed, self.turns.latest)
-        if asked == self._best_for:
-            return self._best
+        if asked == self.asked:
+            return self.found
+        if asked == self.prior:
+            return self.prior_found
+        return self.answer(skip, foreground, floor_owed, asked)
+
+    def answer(
+        self,
+        skip: frozenset[str],
+        foreground: Foreground | None,
+        floor_owed: bool,
+        asked: tuple[Any, ...],
+    ) -> Candidate | None:
+        """``best`` found anew, and kept as its last answer (``asked``: what
+        it was asked)."""
         best: Candidate | None = None
         fg_class = foreground.class_name if foreground is not None else None
         for queue in self.by_class.values():
@@ -217,12 +236,14 @@ class ModelQueue:
                 if oldest is not None:
                     candidate = (T1, (oldest,), oldest)
             if candidate is None and base < T4 and (base == T0 or queue.name not in skip):
-                candidate = queue.base_candidate()
+                # ``base_candidate``'s cache asked inline (T0 never keeps one).
+                candidate = queue.cached if queue.cache_ok else queue.base_candidate()
                 if candidate is not None and base == T3 and floor_owed:
                     candidate = (T3_AFTER_POOL, candidate[1], candidate[2])
             if candidate is not None and (best is None or candidate < best):
                 best = candidate
-        self._best, self._best_for = best, asked
+        self.prior, self.prior_found = self.asked, self.found
+        self.found, self.asked = best, asked
         return best
 
 

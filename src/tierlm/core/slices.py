@@ -83,6 +83,8 @@ class SliceClocks:
         third of the clock and a producer waiting beside it for the one slot
         the chat latency guard left waited three slices (docs/design.md §4.7 (fairness in a
         batch))."""
+        if len(self._used) == 1:
+            return 1.0  # alone: what either count below comes to
         turn = self._turn.get(job_id)
         if turn is None:
             return 1 / len(self._used)
@@ -97,7 +99,10 @@ class SliceClocks:
         finished 3.5 s into a 4 s slice leaves its
         successor 0.5 s, not a fresh 4 s, or a producer of short jobs would
         hold the device for up to two slices at a turn."""
-        self._tick(now)
+        if self._used:
+            self._tick(now)
+        elif now > self._clock:
+            self._clock = now  # ``_tick`` with nothing running
         carried = self._turns.pop(turn, None) if turn is not None else None
         used = 0.0
         if carried is not None and abs(carried[1] - now) <= _EPSILON:

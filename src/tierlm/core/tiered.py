@@ -32,7 +32,7 @@ from tierlm.core.queues import T3_AFTER_POOL
 from tierlm.core.slices import SliceClocks, turn_of
 from tierlm.core.slots import plan
 from tierlm.core.stop_reasons import CancelReason
-from tierlm.core.tiered_step import NO_SKIP, TieredStep
+from tierlm.core.tiered_step import NO_SKIP, TieredStep, free_slot
 
 __all__ = ["TieredPolicy"]
 
@@ -40,12 +40,18 @@ __all__ = ["TieredPolicy"]
 # A rank is the effective tier, except that overdue work waiting for the pool
 # floor ranks after the pool (docs/design.md §4.5).
 _T3_AFTER_POOL = T3_AFTER_POOL
+# The tiers ``tier`` answers, as module constants (an enum member's lookup
+# costs more than a global's).
+_TIER_T0, _TIER_T1, _TIER_T3, _TIER_T4 = Tier.T0, Tier.T1, Tier.T3, Tier.T4
 
 
 class TieredPolicy:
     """The tiered policy of docs/design.md §4."""
 
     name = "tierlm"
+    fused = True
+    """A free one-slot device is planned in one call (``tiered_step.free_slot``);
+    False: through ``slots.plan``, as any device (the tests compare both)."""
 
     def __init__(
         self,
@@ -124,16 +130,18 @@ class TieredPolicy:
     def _started(self, job: Job, now: float) -> None:
         self.running[job.id] = job
         self.flapping.started(job, now)
-        if job.task_class.tier == Tier.T0:
+        task_class = job.task_class
+        if task_class.tier == T0:
             self.book.turns.served(job.chat_person)  # docs/design.md §4.2
             self.relief.chat_started(job.chat_person)  # docs/design.md §4.7 (guard relief)
         # A job that needs a swap starts its slice when the swap ends (swapped).
         begun = job.model_id == self.loaded_at_pick
-        if not begun and job.task_class.tier > T1 and self.tier(job, now) > T1:
+        if not begun and task_class.tier > T1 and self.tier(job, now) > T1:
             self.deadlines.swapped_for(job)  # docs/design.md §4.8 (on time)
-        self.slices.start(job.id, now, begun=begun, turn=turn_of(job))
+        fair = task_class.fair
+        self.slices.start(job.id, now, begun=begun, turn=job.producer if fair else None)
         self.holds.busy()
-        if job.task_class.fair:
+        if fair:
             self.fair.start(job, now)
             if self.rank(job, now) == T4:
                 self.pool_running.add(job.id)
@@ -160,7 +168,7 @@ class TieredPolicy:
             # docs/design.md §4.4: "you ran, you pay", cancelled or not, swap included.
             self.fair.stop(job, now)
         self._remix(now)
-        if job.task_class.tier == Tier.T0:
+        if job.task_class.tier == T0:
             self.holds.chat_ended(job.model_id, now)
         else:  # a person's next message is the chat holds' business
             self.anticipation.ended(job.producer, job.model_id, now)
@@ -184,6 +192,8 @@ class TieredPolicy:
         self.book.advance(now)
         self.fair.charge(now)  # EEVDF's update_curr
         self.floor.update(now, self.book.fresh > 0)
+        if not self.running:
+            return
         changed = False
         for job in self.running.values():
             if job.task_class.fair:
@@ -202,15 +212,15 @@ class TieredPolicy:
         every level, the pool not owed its floor)."""
         base = job.task_class.tier
         if base == T0:  # compared as plain ints (hot path), answered as tiers
-            return Tier.T0
+            return _TIER_T0
         foreground = self.foreground
         if foreground is not None and foreground.matches(job):
-            return Tier.T1
+            return _TIER_T1
         if base != T4:
             return base
         if job.deadline is not None and now >= job.deadline and self._loan_open(job, now):
-            return Tier.T3
-        return Tier.T4
+            return _TIER_T3
+        return _TIER_T4
 
     def _floor_owed(self, now: float) -> bool:
         """The floor's state as a decision at ``now`` finds it (a query: the
@@ -234,19 +244,19 @@ class TieredPolicy:
         """The budgeted classes the picker skips now; ``joining``: for a free
         slot beside running sequences (``Budgets.over``); ``floor_owed``: the
         floor's state if not as the last decision left it (a query's)."""
-        if not self._budgets:
+        if not self._budgets.any:
             return NO_SKIP
         if self.floor.active if floor_owed is None else floor_owed:
             # docs/design.md §4.3: while the backlogged pool is owed its floor,
             # budgeted work waits as overdue work does, within its cap or not
             # (a chat's share would otherwise leave the pool nothing).
             return self._budgets.names
-        over = self._budgets.over(now, self.running.values(), joining)
-        return frozenset(over) if over else NO_SKIP
+        over = self._budgets.skipped(now, self.running.values(), joining)
+        return over if over else NO_SKIP
 
     def chat_surface_open(self) -> bool:
         foreground = self.foreground
-        return foreground is not None and self.classes[foreground.class_name].tier == Tier.T0
+        return foreground is not None and self.classes[foreground.class_name].tier == T0
 
     def decide(self, now: float, device: Device) -> Decision:
         """docs/design.md §2.2: this step's plan, by the k-slot rules of
@@ -255,6 +265,8 @@ class TieredPolicy:
         to go back to)."""
         self.holds.runner_estimate = device.swap_estimate
         self.slices.evaluations = device.evaluations
+        if self.fused and device.slots == 1 and not device.running and device.can_start:
+            return free_slot(self, now, device.loaded_model)  # the common case, in one call
         step = TieredStep(self)
         relieved = device.slots > 1 and self._guard_relief(now, device, step.wakes)
         decision = plan(

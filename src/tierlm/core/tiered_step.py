@@ -15,11 +15,12 @@ from tierlm.core.affinity import Affinity, AffinityView
 from tierlm.core.anticipation import Anticipation
 from tierlm.core.book import JobBook
 from tierlm.core.classes import T0, T1, T4
+from tierlm.core.device import Decision
 from tierlm.core.flapping import Flapping
 from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
 from tierlm.core.jobs import Foreground, Job
-from tierlm.core.model_scan import PickView, scan_models
+from tierlm.core.model_scan import scan_models
 from tierlm.core.on_time import DeadlineMode
 from tierlm.core.pool_pick import PoolPick
 from tierlm.core.preemption import preemption
@@ -28,7 +29,7 @@ from tierlm.core.slices import SliceClocks
 from tierlm.core.stop_reasons import CancelReason
 from tierlm.core.wakeups import next_wakeup
 
-__all__ = ["NO_SKIP", "Pick", "StepState", "TieredStep"]
+__all__ = ["NO_SKIP", "Pick", "StepState", "TieredStep", "free_slot"]
 
 NO_SKIP: frozenset[str] = frozenset()
 
@@ -118,16 +119,7 @@ class TieredStep:
         return best
 
     def _held_for_turn(self, best: Job, now: float) -> bool:
-        """docs/design.md §4.4 (turns), ``Anticipation.holds_turn``, only
-        against the pool's own order: never against a person, a budget or a
-        deadline."""
-        policy = self.policy
-        if not best.task_class.fair or policy.rank(best, now) != T4:
-            return False  # only a fair class ranks T4
-        until = policy.anticipation.holds_turn(best.producer, now, policy.slices.turn_left)
-        if until is not None:
-            self.wakes.append(until)
-        return until is not None
+        return held_for_turn(self.policy, best, now, self.wakes)
 
     def should_preempt(
         self, running: Job, now: float, loaded_model: str | None
@@ -177,19 +169,68 @@ class TieredStep:
     def next_wakeup(self, now: float) -> float | None:
         """When this decision may change with no event (``wakeups``)."""
         policy = self.policy
-        book = policy.book
-        book.advance(now)  # deadlines due by now are applied, not reported again
-        return next_wakeup(
-            now,
-            expiries=self.wakes,
-            next_deadline=book.next_deadline(),
-            queued=book.fresh + len(book.overdue),
-            fresh=book.fresh,
-            running=policy.running.values(),
-            pool_running=policy.pool_running,
-            slices=policy.slices,
-            floor=policy.floor,
-        )
+        policy.book.advance(now)  # deadlines due by now are applied, not reported again
+        return wakeup(policy, now, self.wakes)
+
+
+def held_for_turn(policy: StepState, best: Job, now: float, wakes: list[float]) -> bool:
+    """docs/design.md §4.4 (turns), ``Anticipation.holds_turn``, only
+    against the pool's own order: never against a person, a budget or a
+    deadline; the hold's end goes to ``wakes``."""
+    if not best.task_class.fair:
+        return False  # only a fair class ranks T4
+    # Both are queries: the hold (seldom one) asked first, the rank only then.
+    until = policy.anticipation.holds_turn(best.producer, now, policy.slices.turn_left)
+    if until is None or policy.rank(best, now) != T4:
+        return False
+    wakes.append(until)
+    return True
+
+
+def wakeup(policy: StepState, now: float, wakes: list[float]) -> float | None:
+    """``wakeups.next_wakeup`` of the policy as it stands, the book already
+    advanced to ``now``; ``wakes``: what the decision's answers met."""
+    book = policy.book
+    return next_wakeup(
+        now,
+        expiries=wakes,
+        next_deadline=book.next_deadline(),
+        queued=book.fresh + len(book.overdue),
+        fresh=book.fresh,
+        running=policy.running.values(),
+        pool_running=policy.pool_running,
+        slices=policy.slices,
+        floor=policy.floor,
+    )
+
+
+def free_slot(policy: StepState, now: float, loaded_model: str | None) -> Decision:
+    """The plan for a free one-slot device (docs/design.md §2.2, §4.7): the
+    common decision, a sequence ended and the next starts. ``slots.plan``'s
+    first case over ``TieredStep``'s ``peek``, ``take`` and ``next_wakeup``,
+    and ``TieredPolicy._go_back``, in one call: the same answer without a
+    step object, a ``Pick`` per choice, nor the book advanced twice (a take
+    departs no producer and makes no deadline due: the second was a no-op)."""
+    wakes: list[float] = []
+    policy.prepare(now)
+    policy.loaded_at_pick = loaded_model
+    skip = policy.over_budget(now, joining=True)
+    choice, back = choose_into(policy, now, loaded_model, skip, None, True, wakes)
+    if choice is None and skip and all(job.class_name in skip for job in policy.running.values()):
+        # Work-conserving budget (``select``): the pick without it.
+        choice, later = choose_into(policy, now, loaded_model, NO_SKIP, None, True, wakes)
+        back = later or back
+    if choice is None:
+        policy.nothing_to_run(now)
+    else:
+        job = policy.book.jobs[choice]
+        if not (job.task_class.fair and held_for_turn(policy, job, now, wakes)):
+            policy.take(job, now)
+            return Decision((job,), (), wakeup(policy, now, wakes))
+    wake_at = wakeup(policy, now, wakes)
+    if back is not None and back != loaded_model:
+        return Decision((), (), wake_at, back)  # docs/design.md §4.8 (excursions)
+    return Decision((), (), wake_at)
 
 
 def select(
@@ -226,11 +267,28 @@ def choose(
     running: tuple[Job, int] | None,
     t4: bool,
 ) -> Pick:
+    """``choose_into``'s answer as a ``Pick``."""
+    wakes: list[float] = []
+    job_id, return_to = choose_into(policy, now, loaded_model, skip, running, t4, wakes)
+    return Pick(job_id, tuple(wakes), return_to)
+
+
+def choose_into(
+    policy: StepState,
+    now: float,
+    loaded_model: str | None,
+    skip: frozenset[str],
+    running: tuple[Job, int] | None,
+    t4: bool,
+    wakes: list[float],
+) -> tuple[int | None, str | None]:
     """The best candidate of each model (``scan_models``), then docs/design.md
-    §4.8 (``Affinity.choose``). ``running``: the running job taking part
-    (``extra``), and its rank. Without ``t4`` the pool's own order is left
-    out (``extra``, in it, stands for it): enough to know whether anything
-    outranks ``extra``."""
+    §4.8 (``Affinity.choose``): the job to run (None: none now) and, with
+    none, the model an idle device goes back to; the times at which that
+    answer would change go to ``wakes``. ``running``: the running job taking
+    part (``extra``), and its rank. Without ``t4`` the pool's own order is
+    left out (``extra``, in it, stands for it): enough to know whether
+    anything outranks ``extra``."""
     in_pool = mine = extra = None
     if running is not None:
         extra, rank = running
@@ -239,21 +297,33 @@ def choose(
             in_pool = extra  # ranks T4: the pool compares it along its path
             if not t4:
                 mine = (T4, (), extra.id)
-    view = PickView(
-        now, loaded_model, skip, policy.foreground, policy.floor.active, t4, extra, mine, in_pool
-    )
     book = policy.book
-    scan = scan_models(view, book, policy.pool_pick, policy.deadlines)
-    wakes = [] if scan.presses_at is None else [scan.presses_at]  # a swap, a place by a chat
+    scan = scan_models(
+        now,
+        loaded_model,
+        skip,
+        policy.foreground,
+        policy.floor.active,
+        t4,
+        book,
+        policy.pool_pick,
+        policy.deadlines,
+        extra,
+        mine,
+        in_pool,
+    )
+    if scan.presses_at is not None:
+        wakes.append(scan.presses_at)  # a swap, a place by a chat
     holds = policy.holds
     chat_open = policy.chat_surface_open()
-    if scan.best is None:
+    best = scan.best
+    if best is None:
         if extra is not None:
-            return Pick(None, tuple(wakes))
+            return None, None
         # docs/design.md §4.8 (excursions): an excursion that emptied the queue
         # goes back too, or the person's next message met the swap back.
         person = holds.expecting(now, chat_open=chat_open)
-        return Pick(None, tuple(wakes), person if person != loaded_model else None)
+        return None, person if person != loaded_model else None
     person = holds.expecting(now, chat_open=chat_open)
     if person is not None:
         # When the person may have stopped typing, the excursion rule ends.
@@ -261,19 +331,18 @@ def choose(
     best_loaded = scan.best_loaded
     deadlines = policy.deadlines
     held = deadlines.punctual and deadlines.holds_model(loaded_model, policy.running, book.jobs)
+    jobs = book.jobs
+    best_id = best[2]
+    best_job = extra if extra is not None and extra.id == best_id else jobs[best_id]
+    loaded_job = None
+    if best_loaded is not None:
+        loaded_id = best_loaded[2]
+        loaded_job = extra if extra is not None and extra.id == loaded_id else jobs[loaded_id]
     choice = policy.affinity.choose(
-        AffinityView(
-            now,
-            loaded_model,
-            scan,
-            view.job_of(scan.best[2], book),
-            view.job_of(best_loaded[2], book) if best_loaded is not None else None,
-            person,
-            chat_open,
-            held,
-        )
+        AffinityView(now, loaded_model, scan, best_job, loaded_job, person, chat_open, held)
     )
-    for expiry in (choice.affinity_expiry, choice.hold_expiry):
-        if expiry is not None:
-            wakes.append(expiry)
-    return Pick(choice.job_id, tuple(wakes), choice.return_to if extra is None else None)
+    if choice.affinity_expiry is not None:
+        wakes.append(choice.affinity_expiry)
+    if choice.hold_expiry is not None:
+        wakes.append(choice.hold_expiry)
+    return choice.job_id, choice.return_to if extra is None else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from tierlm.core.classes import Tier
+from tierlm.core.classes import T3
 from tierlm.core.floor import PoolFloor
 from tierlm.core.jobs import Job
 from tierlm.core.slices import SliceClocks
@@ -44,7 +44,7 @@ def next_wakeup(
             continue
         if job.task_class.fair and slices.begun(job.id):
             times.append(slices.next_end(job.id, now))
-        overdue_runs = job.task_class.tier == Tier.T3 or (
+        overdue_runs = job.task_class.tier == T3 or (
             job.task_class.fair and job.id not in pool_running
         )
         if overdue_runs and fresh and not floor.active:
