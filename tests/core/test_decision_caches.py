@@ -1,15 +1,20 @@
 """The decision's caches change no decision (docs/design.md §1.1, §8).
 
-A pick keeps what a step did not change: a model's best queued job until
-its queue changes (``ModelQueue.best``), the pool's best per model until the
-pool changes (``PoolPick``), a meter's usage for its instant
-(``BudgetMeter.usage``), the leaf of the job just dequeued to run for its
+A pick keeps what a step did not change: a model's last two best queued
+jobs until its queue changes (``ModelQueue.best``, compared inline by
+``scan_models``), the pool's best per model, with the EEVDF pick and
+without, until the pool changes (``PoolPick``), a meter's usage for its
+instant, a span starting at that instant included (``BudgetMeter.usage``,
+``BudgetMeter.start``), the leaf of the job just dequeued to run for its
 start (``FairPool.start``), and it skips the deadline mode's questions when
-nothing ever presses (``DeadlineMode.punctual``). Over random event sequences
-(submits of every class on three models, deadlines past and ahead, decisions
-on 1 and 3 slots, preemption checks, ends, re-queues, removals, foreground
-changes; both deadline modes), a policy whose caches are emptied before
-every call answers exactly as the policy that keeps them.
+nothing ever presses (``DeadlineMode.punctual``). A free one-slot device is
+planned in one call (``tiered_step.free_slot``, ``TieredPolicy.fused``).
+Over random event sequences (submits of every class on three models,
+deadlines past and ahead, decisions on 1 and 3 slots, preemption checks,
+ends, re-queues, removals, foreground changes; both deadline modes), a
+policy whose caches are emptied before every call, and whose free slot is
+planned through ``slots.plan``, answers exactly as the policy that keeps
+them and plans it in one call.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ def _uncached(policy: TieredPolicy) -> None:
         queue.changed()
         for by_class in queue.by_class.values():
             by_class.cache_ok = False
-    for meter in (*policy._budgets._meters.values(), policy.floor.meter):
+    for meter in (*policy.budgets._meters.values(), policy.floor.meter):
         meter._usage = None
     fair = policy.fair
     start = fair.start
@@ -149,7 +154,7 @@ class _Run:
         return None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     events=st.lists(
         st.tuples(event, st.floats(min_value=0, max_value=4)), min_size=20, max_size=80

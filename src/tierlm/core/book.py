@@ -98,9 +98,9 @@ class JobBook:
         del self.live[job.id]
         del self.jobs[job.id]
         model = self.models[job.model_id]
-        model.by_class[job.class_name].removed(job)
+        model.by_class[job.task_class.name].removed(job)
         model.count -= 1
-        model.asked = model.prior = None  # ``ModelQueue.changed``, inlined
+        model.asked = None  # ``ModelQueue.changed``, inlined
         if job.task_class.tier == T0:
             self.chats -= 1
             person = job.chat_person

@@ -69,26 +69,26 @@ class BudgetMeter:
             self._total += now - start
             self._mine_total += (now - start) * mine
 
-    def _trim(self, cutoff: float) -> None:
-        intervals = self._intervals
-        while intervals and intervals[0][1] <= cutoff:
-            start, end, mine = intervals.popleft()
-            self._total -= end - start
-            self._mine_total -= (end - start) * mine
-        if not intervals:
-            # Re-zero to shed floating-point drift from long add/subtract chains.
-            self._total = self._mine_total = 0.0
-
     def usage(self, now: float) -> tuple[float, float]:
         """(this class's busy seconds, all busy seconds) in ``(now - window, now]``."""
         known = self._usage
         if known is not None and known[0] == now:
             return known[1]
         cutoff = now - self.window
-        self._trim(cutoff)
+        intervals = self._intervals
+        if intervals and intervals[0][1] <= cutoff:
+            # The spans that left the window (else none did, and an empty
+            # deque's sums are already 0.0).
+            while intervals and intervals[0][1] <= cutoff:
+                start, end, mine = intervals.popleft()
+                self._total -= end - start
+                self._mine_total -= (end - start) * mine
+            if not intervals:
+                # Re-zero to shed floating-point drift from long add/subtract chains.
+                self._total = self._mine_total = 0.0
         mine_total, total = self._mine_total, self._total
-        if self._intervals:
-            start, _end, mine = self._intervals[0]
+        if intervals:
+            start, _end, mine = intervals[0]
             if start < cutoff:  # the one interval that straddles the window start
                 total -= cutoff - start
                 mine_total -= (cutoff - start) * mine
@@ -98,7 +98,8 @@ class BudgetMeter:
             if part > 0:
                 total += part
                 mine_total += part * mine
-        usage = max(0.0, mine_total), max(0.0, total)
+        # ``max(0.0, x)`` each, without the calls (0.0 unless x > 0.0).
+        usage = (mine_total if mine_total > 0.0 else 0.0, total if total > 0.0 else 0.0)
         self._usage = (now, usage)
         return usage
 
@@ -136,7 +137,9 @@ class Budgets:
             for meter in self._meters.values():
                 meter.stop(now)
             return
-        names = [j.task_class.name for j in running]  # one pass, counted in C per meter
+        names = []  # one pass, counted in C per meter
+        for job in running:
+            names.append(job.task_class.name)
         for name, meter in self._meters.items():
             meter.start(now, names.count(name) / len(names))
 

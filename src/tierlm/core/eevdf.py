@@ -259,8 +259,16 @@ class ChildIndex:
         child is eligible, the one with the smallest ``v`` (furthest behind)."""
         if len(self._state) == 1:  # the common case: a producer and its own jobs
             return next(iter(self._state))
-        self._promote(node)
-        best = self._top(node, self._ready)
+        # ``_promote`` then ``_top(node, self._ready)``, inlined with
+        # ``node.eligible`` (every pool pick asks at each level; moving
+        # entries between the heaps leaves the node's sums as they are).
+        sum_load, sum_lv = node.sum_load, node.sum_lv
+        waiting = self._waiting
+        while (child := self._first_live(waiting)) is not None and child.v * sum_load <= sum_lv:
+            self._move(waiting, child, True)
+        ready = self._ready
+        while (best := self._first_live(ready)) is not None and best.v * sum_load > sum_lv:
+            self._move(ready, best, False)  # V fell below it: waiting again
         if best is not None:
             return best
         return self._first_live(self._waiting)

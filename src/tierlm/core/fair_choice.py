@@ -12,7 +12,7 @@ from tierlm.core.eevdf import Entity, Loan, Rank
 from tierlm.core.fairness import FairPool
 from tierlm.core.jobs import Job
 
-__all__ = ["best", "best_loan", "vruntimes"]
+__all__ = ["best", "best_loan", "best_queued", "vruntimes"]
 
 
 def best(
@@ -28,7 +28,7 @@ def best(
     job = running_job
     found = pool.running_path(job) if job is not None else None
     if found is None:
-        return _best_queued(pool, model, skip)
+        return best_queued(pool, model, skip)
     running = found is not None
     path = found or []
     root = node = pool.root
@@ -65,7 +65,7 @@ def best(
     return None
 
 
-def _best_queued(
+def best_queued(
     pool: FairPool, model: str, skip: frozenset[str]
 ) -> tuple[tuple[object, ...], int] | None:
     """``best`` with no running job competing (every free slot's pick): the

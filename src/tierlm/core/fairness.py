@@ -410,13 +410,13 @@ class FairPool:
             leaf = self._running[job.id][1][-1]
         else:
             leaf = self._find_leaf(job)
-        return (
-            leaf is not None
-            and leaf.active > 0
-            and all(
-                entity.parent is not None and entity.parent.eligible(entity) for entity in leaf.path
-            )
-        )
+        if leaf is None or leaf.active <= 0:
+            return False
+        for entity in leaf.path:  # eligible at every level (``Entity.eligible``, inlined)
+            parent = entity.parent
+            if parent is None or entity.v * parent.sum_load > parent.sum_lv:
+                return False
+        return True
 
     def _find_leaf(self, job: Job) -> Entity | None:
         node = self.root.children.get(job.class_name)

@@ -64,8 +64,14 @@ class PoolFloor:
         return busy > 0 and left < (self.exit_after if self.active else MARGIN)
 
     def update(self, now: float, backlogged: bool) -> None:
-        """Called at every decision: enter or leave the owed state."""
-        self.active = self.owed(now, backlogged)
+        """Called at every decision: enter or leave the owed state (``owed``,
+        inlined: every decision)."""
+        if not backlogged or self.share <= 0:
+            self.active = False
+            return
+        pool, busy = self.meter.usage(now)
+        left = (pool - self.share * busy) / (1.0 + self.share)
+        self.active = busy > 0 and left < (self.exit_after if self.active else MARGIN)
 
     def wakeup(self, now: float) -> float:
         """When to look again while non-pool work runs and the floor is not owed:

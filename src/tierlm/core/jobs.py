@@ -91,6 +91,6 @@ class Foreground:
 
     def matches(self, job: Job) -> bool:
         """docs/design.md §4.1 (rule 2): same class, and no subject or the same subject."""
-        return job.class_name == self.class_name and (
+        return job.task_class.name == self.class_name and (
             self.subject is None or job.subject == self.subject
         )

@@ -69,18 +69,21 @@ def scan_models(
         models = [*queues.items(), (running.model_id, None)]
     # Without deadlines on time nothing presses: not asked, per model or after.
     punctual = deadlines.punctual
-    # What ``ModelQueue.best`` is asked, the same for every model: its cached
-    # answer is compared here, the method called only for a queue that changed.
-    asked = (skip, foreground, floor_active, book.turns.latest)
+    # What ``ModelQueue.best``'s parts are found for, the same for every
+    # model: compared here, found anew only for a queue that changed; the
+    # skipped classes applied to them inline (``best_of``).
+    asked = (foreground, floor_active, book.turns.latest)
     for model_id, model_queue in models:
         if model_queue is None:
             candidate = None
-        elif model_queue.asked == asked:
-            candidate = model_queue.found
-        elif model_queue.prior == asked:
-            candidate = model_queue.prior_found
         else:
-            candidate = model_queue.answer(skip, foreground, floor_active, asked)
+            if model_queue.asked == asked:
+                candidate, named = model_queue.parts
+            else:
+                candidate, named = model_queue.find_parts(foreground, floor_active, asked)
+            for name, found in named:
+                if name not in skip and (candidate is None or found < candidate):
+                    candidate = found
         if candidate is None or candidate[0] >= T3:  # else the pool cannot win here
             competing = in_pool if in_pool is not None and in_pool.model_id == model_id else None
             pool = pool_pick.best(model_id, skip, competing, t4)

@@ -52,7 +52,11 @@ class PoolPick:
             if loan is not None:
                 candidate = (T3, loan, loan[1])  # its key: (due, id)
         if candidate is None and t4:
-            found = fair_choice.best(fair, model, skip, running_job=running)
+            found = (
+                fair_choice.best_queued(fair, model, skip)
+                if running is None
+                else fair_choice.best(fair, model, skip, running_job=running)
+            )
             if found is not None:
                 candidate = (T4, found[0], found[1])
         cache[model] = (key, candidate)

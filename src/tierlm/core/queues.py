@@ -18,7 +18,16 @@ from tierlm.core.classes import T0, T1, T2, T3, T4, TaskClass
 from tierlm.core.jobs import Foreground, Job, Person, Subject, due_or_never
 from tierlm.core.persons_in_turn import ChatTurns
 
-__all__ = ["T3_AFTER_POOL", "Candidate", "ClassQueue", "Live", "ModelQueue", "running_candidate"]
+__all__ = [
+    "T3_AFTER_POOL",
+    "Candidate",
+    "ClassQueue",
+    "Live",
+    "ModelQueue",
+    "Parts",
+    "best_of",
+    "running_candidate",
+]
 
 Live = dict[int, int]
 """job id -> version of every queued job; an entry is live iff its version matches."""
@@ -168,26 +177,25 @@ class ClassQueue:
 class ModelQueue:
     """The queued jobs of one model, by class."""
 
-    __slots__ = ("asked", "by_class", "count", "found", "live", "prior", "prior_found", "turns")
+    __slots__ = ("asked", "by_class", "count", "live", "parts", "turns")
 
     def __init__(self, live: Live, turns: ChatTurns) -> None:
         self.live = live
         self.turns = turns
         self.by_class: dict[str, ClassQueue] = {}
         self.count = 0
-        # ``best``'s last two answers and what each was asked (its skip,
-        # foreground, floor and the persons' turns): a step changes one or
-        # two models' queues, not all (``changed``), and the skipped classes
-        # go back and forth as a budget fills and empties. ``model_scan``
-        # compares them inline.
-        self.found: Candidate | None = None
+        # ``best``'s answer in parts (``find_parts``) and what they were
+        # found for (the foreground, the floor, the persons' turns): a step
+        # changes one or two models' queues, not all (``changed``), and the
+        # skipped classes, which go back and forth as a budget fills and
+        # empties, are applied to the parts at each answer. ``model_scan``
+        # reads them inline.
+        self.parts: Parts = (None, ())
         self.asked: tuple[Any, ...] | None = None
-        self.prior_found: Candidate | None = None
-        self.prior: tuple[Any, ...] | None = None
 
     def changed(self) -> None:
         """A job came or left (``JobBook``): ``best`` asks its queues again."""
-        self.asked = self.prior = None
+        self.asked = None
 
     def queue_for(self, task_class: TaskClass) -> ClassQueue:
         queue = self.by_class.get(task_class.name)
@@ -199,52 +207,81 @@ class ModelQueue:
         self, skip: frozenset[str], foreground: Foreground | None, floor_owed: bool
     ) -> Candidate | None:
         """The best queued job of this model outside the pool's own order:
-        T0, the foreground (T1), T2 and T3 classes (docs/design.md §4.1 (rules 1-3)).
-        Hot path: plain ints."""
-        asked = (skip, foreground, floor_owed, self.turns.latest)
+        T0, the foreground (T1), T2 and T3 classes (docs/design.md §4.1 (rules 1-3)),
+        none of a class in ``skip`` at its own tier. Hot path: plain ints."""
+        asked = (foreground, floor_owed, self.turns.latest)
         if asked == self.asked:
-            return self.found
-        if asked == self.prior:
-            return self.prior_found
-        return self.answer(skip, foreground, floor_owed, asked)
+            fixed, named = self.parts
+        else:
+            fixed, named = self.find_parts(foreground, floor_owed, asked)
+        return best_of(fixed, named, skip)
 
-    def answer(
-        self,
-        skip: frozenset[str],
-        foreground: Foreground | None,
-        floor_owed: bool,
-        asked: tuple[Any, ...],
-    ) -> Candidate | None:
-        """``best`` found anew, and kept as its last answer (``asked``: what
-        it was asked)."""
-        best: Candidate | None = None
+    def find_parts(
+        self, foreground: Foreground | None, floor_owed: bool, asked: tuple[Any, ...]
+    ) -> Parts:
+        """``best``'s parts found anew, and kept (``asked``: what for): the
+        best candidate no skipped class can remove (a person's, T0, or the
+        foreground's, T1), and each other class's best at its own tier, by
+        name. ``best`` for any ``skip`` is the least of the first and of the
+        others not skipped (``best_of``): candidates never tie (each names
+        its own job), so the order they are compared in does not matter."""
+        fixed: Candidate | None = None
+        named: list[tuple[str, Candidate]] = []
         fg_class = foreground.class_name if foreground is not None else None
         for queue in self.by_class.values():
             if queue.count == 0:
                 continue
             base = queue.base
-            candidate: Candidate | None = None
             if queue.name == fg_class and base != T0:
                 assert foreground is not None
                 # Rule 2: the foreground's jobs are T1 whatever their budget
                 # (a person is looking at them). If any match, the class's
                 # other jobs (lower tiers) cannot beat them.
-                if foreground.subject is None:
+                subject = foreground.subject
+                if subject is None:
                     oldest = queue.oldest()
+                elif subject in queue.subjects:
+                    oldest = queue.oldest_with_subject(subject)
                 else:
-                    oldest = queue.oldest_with_subject(foreground.subject)
+                    oldest = None  # none of its jobs is about the subject
                 if oldest is not None:
-                    candidate = (T1, (oldest,), oldest)
-            if candidate is None and base < T4 and (base == T0 or queue.name not in skip):
-                # ``base_candidate``'s cache asked inline (T0 never keeps one).
-                candidate = queue.cached if queue.cache_ok else queue.base_candidate()
-                if candidate is not None and base == T3 and floor_owed:
-                    candidate = (T3_AFTER_POOL, candidate[1], candidate[2])
-            if candidate is not None and (best is None or candidate < best):
-                best = candidate
-        self.prior, self.prior_found = self.asked, self.found
-        self.found, self.asked = best, asked
-        return best
+                    candidate: Candidate = (T1, (oldest,), oldest)
+                    if fixed is None or candidate < fixed:
+                        fixed = candidate
+                    continue
+            if base >= T4:
+                continue  # the pool's own order (``PoolPick``)
+            # ``base_candidate``'s cache asked inline (T0 never keeps one).
+            found = queue.cached if queue.cache_ok else queue.base_candidate()
+            if found is None:
+                continue
+            if base == T3 and floor_owed:
+                found = (T3_AFTER_POOL, found[1], found[2])
+            if base == T0:
+                if fixed is None or found < fixed:
+                    fixed = found
+            else:
+                named.append((queue.name, found))
+        parts = self.parts = (fixed, tuple(named))
+        self.asked = asked
+        return parts
+
+
+Parts = tuple[Candidate | None, tuple[tuple[str, Candidate], ...]]
+"""``ModelQueue.find_parts``: the best candidate no skip removes, and each
+skippable class's best, by name."""
+
+
+def best_of(
+    fixed: Candidate | None, named: tuple[tuple[str, Candidate], ...], skip: frozenset[str]
+) -> Candidate | None:
+    """The least of ``fixed`` and of ``named``'s candidates whose class is
+    not in ``skip`` (``ModelQueue.best``)."""
+    best = fixed
+    for name, candidate in named:
+        if name not in skip and (best is None or candidate < best):
+            best = candidate
+    return best
 
 
 def running_candidate(rank: int, job: Job, skip: frozenset[str]) -> Candidate | None:

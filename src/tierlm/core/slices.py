@@ -152,10 +152,12 @@ class SliceClocks:
     def next_end(self, job_id: int, now: float) -> float:
         """When its current slice ends, if the running set stays as it is (a
         change is an event, after which this is asked again)."""
-        used = self._used_at(job_id, now)
-        assert used is not None
+        begun = self._used.get(job_id)
+        assert begun is not None
+        rate = self._rate(job_id)  # ``_used_at``'s and the answer's, asked once
+        used = begun + max(0.0, now - self._clock) * rate
         length = self.length(job_id)
         remaining = length * max(1, math.ceil(used / length)) - used
         if remaining <= _EPSILON:
             remaining += length
-        return now + remaining / self._rate(job_id)
+        return now + remaining / rate

@@ -83,7 +83,7 @@ class TieredPolicy:
         self.foreground: Foreground | None = None
         self.book = JobBook(self.fair)
         self._jobs = self.book.jobs
-        self._budgets = Budgets(self.classes)
+        self.budgets = Budgets(self.classes)
         # The jobs holding a slot, in start order (docs/design.md §4.7).
         self.running: dict[int, Job] = {}
         self.slices = SliceClocks(config.slice)  # each one's slice: after its swap
@@ -151,7 +151,7 @@ class TieredPolicy:
         """The running set changed: the budgets and the floor count each class's
         part of it from now (slot-time, docs/design.md §4.7; with one slot the
         running job's class has all of it)."""
-        self._budgets.remix(now, self.running.values())
+        self.budgets.remix(now, self.running.values())
         if self.running:
             self.floor.start(now, len(self.pool_running) / len(self.running))
         else:
@@ -244,14 +244,14 @@ class TieredPolicy:
         """The budgeted classes the picker skips now; ``joining``: for a free
         slot beside running sequences (``Budgets.over``); ``floor_owed``: the
         floor's state if not as the last decision left it (a query's)."""
-        if not self._budgets.any:
+        if not self.budgets.any:
             return NO_SKIP
         if self.floor.active if floor_owed is None else floor_owed:
             # docs/design.md §4.3: while the backlogged pool is owed its floor,
             # budgeted work waits as overdue work does, within its cap or not
             # (a chat's share would otherwise leave the pool nothing).
-            return self._budgets.names
-        over = self._budgets.skipped(now, self.running.values(), joining)
+            return self.budgets.names
+        over = self.budgets.skipped(now, self.running.values(), joining)
         return over if over else NO_SKIP
 
     def chat_surface_open(self) -> bool:
@@ -331,7 +331,7 @@ class TieredPolicy:
         return fair_choice.vruntimes(self.fair)
 
     def budget_shares(self, now: float) -> dict[str, float]:
-        return self._budgets.shares(now)
+        return self.budgets.shares(now)
 
     def queue_order(self, now: float, loaded_model: str | None) -> list[Job]:
         """Every queued job in the order ``pick`` would dispatch them, call after

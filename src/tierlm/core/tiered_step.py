@@ -14,8 +14,10 @@ from typing import NamedTuple, Protocol
 from tierlm.core.affinity import Affinity, AffinityView
 from tierlm.core.anticipation import Anticipation
 from tierlm.core.book import JobBook
+from tierlm.core.budget import Budgets
 from tierlm.core.classes import T0, T1, T4
 from tierlm.core.device import Decision
+from tierlm.core.fairness import FairPool
 from tierlm.core.flapping import Flapping
 from tierlm.core.floor import PoolFloor
 from tierlm.core.holds import SwapHolds
@@ -57,6 +59,8 @@ class StepState(Protocol):
     foreground: Foreground | None
     loaded_at_pick: str | None
     book: JobBook
+    fair: FairPool
+    budgets: Budgets
     running: dict[int, Job]
     pool_running: set[int]
     slices: SliceClocks
@@ -170,7 +174,7 @@ class TieredStep:
         """When this decision may change with no event (``wakeups``)."""
         policy = self.policy
         policy.book.advance(now)  # deadlines due by now are applied, not reported again
-        return wakeup(policy, now, self.wakes)
+        return _wakeup(policy, now, self.wakes)
 
 
 def held_for_turn(policy: StepState, best: Job, now: float, wakes: list[float]) -> bool:
@@ -187,7 +191,7 @@ def held_for_turn(policy: StepState, best: Job, now: float, wakes: list[float]) 
     return True
 
 
-def wakeup(policy: StepState, now: float, wakes: list[float]) -> float | None:
+def _wakeup(policy: StepState, now: float, wakes: list[float]) -> float | None:
     """``wakeups.next_wakeup`` of the policy as it stands, the book already
     advanced to ``now``; ``wakes``: what the decision's answers met."""
     book = policy.book
@@ -212,22 +216,34 @@ def free_slot(policy: StepState, now: float, loaded_model: str | None) -> Decisi
     step object, a ``Pick`` per choice, nor the book advanced twice (a take
     departs no producer and makes no deadline due: the second was a no-op)."""
     wakes: list[float] = []
-    policy.prepare(now)
+    book, floor, running = policy.book, policy.floor, policy.running
+    if running:
+        policy.prepare(now)
+    else:  # ``prepare`` with nothing running: time's effects, the floor's state
+        book.advance(now)
+        policy.fair.charge(now)
+        floor.update(now, book.fresh > 0)
     policy.loaded_at_pick = loaded_model
-    skip = policy.over_budget(now, joining=True)
+    budgets = policy.budgets  # ``over_budget(now, joining=True)``, inlined
+    if not budgets.any:
+        skip = NO_SKIP
+    elif floor.active:
+        skip = budgets.names
+    else:
+        skip = budgets.skipped(now, running.values(), True) or NO_SKIP
     choice, back = choose_into(policy, now, loaded_model, skip, None, True, wakes)
-    if choice is None and skip and all(job.class_name in skip for job in policy.running.values()):
+    if choice is None and skip and all(job.class_name in skip for job in running.values()):
         # Work-conserving budget (``select``): the pick without it.
         choice, later = choose_into(policy, now, loaded_model, NO_SKIP, None, True, wakes)
         back = later or back
     if choice is None:
         policy.nothing_to_run(now)
     else:
-        job = policy.book.jobs[choice]
+        job = book.jobs[choice]
         if not (job.task_class.fair and held_for_turn(policy, job, now, wakes)):
             policy.take(job, now)
-            return Decision((job,), (), wakeup(policy, now, wakes))
-    wake_at = wakeup(policy, now, wakes)
+            return Decision((job,), (), _wakeup(policy, now, wakes))
+    wake_at = _wakeup(policy, now, wakes)
     if back is not None and back != loaded_model:
         return Decision((), (), wake_at, back)  # docs/design.md §4.8 (excursions)
     return Decision((), (), wake_at)

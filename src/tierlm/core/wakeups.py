@@ -36,7 +36,10 @@ def next_wakeup(
 ) -> float | None:
     """The earliest of those instants after ``now``; None if none. ``queued``:
     jobs waiting; ``fresh``: of them, pool jobs not overdue."""
-    times = [expiry for expiry in expiries if expiry > now]
+    times: list[float] = []
+    for expiry in expiries:
+        if expiry > now:
+            times.append(expiry)
     if next_deadline is not None:
         times.append(next_deadline)
     for job in running:
