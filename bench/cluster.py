@@ -124,9 +124,15 @@ def main() -> int:
         default="rollout,swaps,flood,kill",
         help="the Ray phases to run, comma-separated (cluster_ray_<phases>.json when not all)",
     )
+    parser.add_argument(
+        "--ray-routers",
+        default="tierlm,ray_default",
+        help="the routers to run the Ray phases with, comma-separated",
+    )
     args = parser.parse_args()
     if args.ray or args.ray_only:
-        ray_main(args.ray_scale, args.seed, frozenset(args.ray_phases.split(",")))
+        phases, routers = (frozenset(a.split(",")) for a in (args.ray_phases, args.ray_routers))
+        ray_main(args.ray_scale, args.seed, phases, routers)
         if args.ray_only:
             return 0
     load_before = load_now()
@@ -167,7 +173,7 @@ def main() -> int:
     return 0
 
 
-def ray_main(scale: float, seed: int, phases: frozenset[str]) -> None:
+def ray_main(scale: float, seed: int, phases: frozenset[str], routers: frozenset[str]) -> None:
     from _lib import cluster_ray
 
     unknown = phases - cluster_ray.PHASES
@@ -181,17 +187,21 @@ def ray_main(scale: float, seed: int, phases: frozenset[str]) -> None:
         "what": "bench/_lib/cluster_ray.py: " + cluster_ray.__doc__.splitlines()[0],
         "command": "python bench/cluster.py " + " ".join(sys.argv[1:]),
     }
-    data.update(cluster_ray.run(scale, seed, phases))
+    data.update(cluster_ray.run(scale, seed, phases, routers))
     data["python"] = platform.python_version()
     data["machine"] = machine(load_before)
     data["wall_seconds"] = round(time.perf_counter() - started, 1)
     every = phases == cluster_ray.PHASES
-    path = results_file("cluster_ray" if every else "cluster_ray_" + "_".join(sorted(phases)))
+    name = "cluster_ray" if every else "cluster_ray_" + "_".join(sorted(phases))
+    path = results_file(
+        name if routers == cluster_ray.ALL else f"{name}_{'_'.join(sorted(routers))}"
+    )
     path.write_text(json.dumps(data, indent=2) + "\n")
     table = Table(title="on Ray Serve: 3 replicas, 3 models (sim devices)")
     table.add_column("")
     for router in ("tierlm", "ray_default"):
-        table.add_column(router)
+        if router in data:
+            table.add_column(router)
     rows = [
         ("swaps at 60 % load", "swaps", "swaps"),
         ("background latency p50 (s)", "swaps", "job_latency_p50_s"),
@@ -205,9 +215,15 @@ def ray_main(scale: float, seed: int, phases: frozenset[str]) -> None:
         ("rollout: requests failed", "rollout", "failed"),
         ("rollout: chats that waited for a swap", "rollout", "chats_that_waited_for_a_swap_during"),
     ]
+    rows += [
+        (label.replace("rollout", "rollout after kills"), "rollout_after_kills", key)
+        for label, phase, key in rows
+        if phase == "rollout"
+    ]
     for label, phase, key in rows:
         if phase in data["tierlm"]:
-            table.add_row(label, *(str(data[r][phase][key]) for r in ("tierlm", "ray_default")))
+            ran = (r for r in ("tierlm", "ray_default") if r in data)
+            table.add_row(label, *(str(data[r][phase][key]) for r in ran))
     Console().print(table)
     Console().print(f"written {path} in {data['wall_seconds']} s")
 

@@ -18,6 +18,13 @@ For each:
 - **flood**: background at 170 % load (queues capped at 30 per class) with a
   streamed chat on m0 every 2 s: the chat's first token p50 / p95 at the
   client, and the requests refused;
+- **rollout_after_kills** (tierlm's router only; a diagnostic): the
+  rollout, the replicas not keeping m0 killed a third of the way into its
+  steady part: their replacements are newer, so the keeper is the oldest
+  replica, which a rolling update stops first, unless the keep moves to
+  the newest (``tierlm.ray.keeping``). Recorded: the replicas oldest
+  first and who kept m0 when the update began, the order Serve stopped
+  them; steady is the chats before the kills;
 - **kill**: 100 % load; the busiest replica (most queued, by the routing
   stats through the ingress) killed with ``ray.kill`` a third of the way in:
   the requests it held, how many completed (their streams continued on
@@ -60,7 +67,10 @@ SETTINGS: dict[str, Any] = {
     "server": {"sse_heartbeat": 60},
 }
 ROUTERS = {"tierlm": None, "ray_default": "ray-default"}
-PHASES = frozenset({"rollout", "swaps", "flood", "kill"})
+ALL = frozenset(ROUTERS)
+PHASES = frozenset({"rollout", "swaps", "flood", "kill", "rollout_after_kills"})
+TIERLM_ONLY = frozenset({"rollout_after_kills"})
+"""Phases run with tierlm's router only (a diagnostic of its keepers)."""
 CHAT_SWAP = re.compile(
     r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}).*swapping model .* -> 'm0' for job \d+ \(chat\)"
 )
@@ -191,10 +201,12 @@ async def _run_router(
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         out: dict[str, Any] = {}
-        if "rollout" in phases:
-            out["rollout"] = await _rollout(http, url, scale, seed + 3, args, logs)
-            await asyncio.sleep(5)  # its queues drain
-        if phases - {"rollout"}:
+        for name in ("rollout", "rollout_after_kills"):
+            if name in phases:
+                kills = name != "rollout"
+                out[name] = await _rollout(http, url, scale, seed + 3, args, logs, kills)
+                await asyncio.sleep(5)  # its queues drain
+        if phases - {"rollout", "rollout_after_kills"}:
             out.update(await _other_phases(http, url, scale, seed, phases))
         return out
 
@@ -266,22 +278,71 @@ async def _other_phases(
     return out
 
 
+async def _fleet() -> dict[str, dict[str, Any]]:
+    """Every tierlm replica's routing stats, as the keepers read them."""
+    from ray import serve
+
+    from tierlm.ray.reach import each_replica
+
+    handle = serve.get_deployment_handle("tierlm-replica", "default")
+    reach = await each_replica(handle, "record_routing_stats", 10.0)
+    return {str(a["replica"]): a for a in reach.answers if isinstance(a, dict)}
+
+
 async def _rollout(
-    http: Any, url: str, scale: float, seed: int, args: dict[str, Any], logs: str | None
+    http: Any,
+    url: str,
+    scale: float,
+    seed: int,
+    args: dict[str, Any],
+    logs: str | None,
+    kills: bool = False,
 ) -> dict[str, Any]:
     """Chats every second over background at 60 % load: ``30 * scale`` s
     steady, then the application deployed again (another swap time: Serve
     replaces every replica, a rolling update) while the load goes on, until
-    the new replicas serve, then 5 s more."""
+    the new replicas serve, then 5 s more. ``kills``: a third of the way in,
+    the replicas not keeping m0 are killed (Serve replaces them), so that
+    the keeper is the oldest replica, the one Serve stops first, unless the
+    keep moves (``tierlm.ray.keeping``); steady is then the chats before."""
+    import ray
     from ray import serve
 
     from tierlm.ray import build
+    from tierlm.ray.keep_loop import stop_order_of
 
     steady_s = 30 * scale
     done = asyncio.Event()
     marks: dict[str, float] = {"start_wall": time.time()}
+    seen: dict[str, Any] = {"stopped": []}
+
+    async def kill() -> None:
+        marks["kill"] = time.monotonic()
+        fleet = await _fleet()
+        victims = [n for n, s in fleet.items() if s.get("keeps") != "m0"]
+        seen["killed"] = victims
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if any(v in actor["name"] for v in victims):
+                ray.kill(ray.get_actor(actor["name"], namespace="serve"), no_restart=True)
+
+    async def watch(before: set[str]) -> None:
+        while not done.is_set():
+            with contextlib.suppress(Exception):
+                now = set(await _fleet())
+                seen["stopped"] += [n for n in sorted(before - now) if n not in seen["stopped"]]
+            await asyncio.sleep(0.3)
 
     async def redeploy() -> None:
+        fleet = await _fleet()
+        born = {n: float(s.get("born") or 0.0) for n, s in fleet.items()}
+        first = min(born.values(), default=0.0)
+        seen["oldest_first"] = [
+            (n, round(b - first, 2)) for n, b in sorted(born.items(), key=lambda i: i[1])
+        ]
+        seen["keeps"] = {n: s.get("keeps") for n, s in fleet.items()}
+        handle = serve.get_deployment_handle("tierlm-replica", "default")
+        seen["serve_order"] = await stop_order_of(handle)  # what the keepers read
+        watching = asyncio.ensure_future(watch(set(fleet)))
         marks["from"] = time.monotonic()
         marks["from_wall"] = time.time()
         changed = {**SETTINGS, "backend": {**SETTINGS["backend"], "swap_seconds": SWAP_S * 1.1}}
@@ -291,10 +352,10 @@ async def _rollout(
         marks["to_wall"] = time.time()
         await asyncio.sleep(5)
         done.set()
+        await watching
 
-    phase = await _load(
-        http, url, 3600, 0.6, seed, chat_every=1.0, at=[(steady_s, redeploy)], until=done
-    )
+    at = [(steady_s, redeploy)] + ([(steady_s / 3, kill)] if kills else [])
+    phase = await _load(http, url, 3600, 0.6, seed, chat_every=1.0, at=at, until=done)
     chats = [o for o in phase.outcomes if o.class_name == "chat"]
 
     def firsts(inside: bool) -> list[float]:
@@ -302,11 +363,21 @@ async def _rollout(
         return [
             o.first_token_s
             for o in chats
-            if o.first_token_s is not None and (lo <= o.sent <= hi) == inside
+            if o.first_token_s is not None
+            and (lo <= o.sent <= hi) == inside
+            and (inside or o.sent < marks.get("kill", float("inf")))
         ]
 
     steady, during = firsts(False), firsts(True)
+    lo, hi = marks.get("from", 0.0), marks.get("to", 0.0)
+    seen["chats_during_rollout"] = [  # when sent (s into it), first token (s), where
+        (round(o.sent - lo, 1), o.first_token_s and round(o.first_token_s, 2), o.replica)
+        for o in chats
+        if lo <= o.sent <= hi
+    ]
+    seen["keeper"] = _keeper_lines(logs, marks["start_wall"])
     return {
+        **seen,
         "steady_s": steady_s,
         "rollout_s": round(marks.get("to", 0.0) - marks.get("from", 0.0), 1),
         "chats": len(chats),
@@ -342,6 +413,17 @@ def wait_live(url: str, count: int, timeout: float = 180.0) -> None:
         time.sleep(0.5)
 
 
+def _keeper_lines(logs: str | None, lo: float) -> list[str]:
+    """The ingresses' keeper lines (asks, releases) since ``lo`` (Unix seconds)."""
+    start = dt.datetime.fromtimestamp(lo).strftime("%Y-%m-%d %H:%M:%S,%f")[:23]
+    found = []
+    for path in Path(logs or "/nonexistent").glob("session_latest/logs/serve/*ingress*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if re.search(r"asking replica|no more: another", line) and line[5:28] >= start:
+                found.append(line[5:28] + " " + line[line.index(" -- ") + 4 :][:110])
+    return sorted(found)
+
+
 def _chat_swaps(logs: str | None, lo: float, hi: float) -> int | None:
     """Chats on m0 that waited for a swap to it between ``lo`` and ``hi``
     (Unix seconds), by the replicas' own log lines (Serve's logs)."""
@@ -358,14 +440,22 @@ def _chat_swaps(logs: str | None, lo: float, hi: float) -> int | None:
     return count
 
 
-def run(scale: float, seed: int, phases: frozenset[str] = PHASES) -> dict[str, Any]:
-    """Both routers, one after the other, on one local Ray; ``phases``: which."""
+def run(
+    scale: float, seed: int, phases: frozenset[str] = PHASES, routers: frozenset[str] = ALL
+) -> dict[str, Any]:
+    """Both routers (or ``routers``), one after the other, on one local Ray;
+    ``phases``: which."""
     with local_serve("tierlm-bench-ray-") as (url, folder):
-        return _run_routers(url, folder, scale, seed, phases)
+        return _run_routers(url, folder, scale, seed, phases, routers)
 
 
 def _run_routers(
-    url: str, folder: str, scale: float, seed: int, phases: frozenset[str]
+    url: str,
+    folder: str,
+    scale: float,
+    seed: int,
+    phases: frozenset[str],
+    routers: frozenset[str] = ALL,
 ) -> dict[str, Any]:
     from ray import serve
 
@@ -379,6 +469,8 @@ def _run_routers(
         "phases": sorted(phases),
     }
     for name, router in ROUTERS.items():
+        if name not in routers or (router is not None and phases <= TIERLM_ONLY):
+            continue
         args = {
             "settings": SETTINGS,
             "replicas": REPLICAS,

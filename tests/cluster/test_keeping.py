@@ -174,6 +174,10 @@ def test_the_router_and_the_mover_give_a_keepers_device_no_other_models_work() -
         [Waiting(1, "b", "m1", "extract")], {"a": stats("m0", keeps="m0"), "b": old}, NOW
     )
     assert moves == []
+    # Asked a moment ago, not in its stats yet: the ingress's list says so.
+    wait = [Waiting(1, "b", "m1", "extract")]
+    assert Mover().choose(wait, {"a": stats("m0"), "b": old}, NOW) != []
+    assert Mover().choose(wait, {"a": stats("m0"), "b": old}, NOW, {"a": "m0"}) == []
 
 
 def test_an_idle_replica_holding_a_persons_model_takes_other_work_last() -> None:

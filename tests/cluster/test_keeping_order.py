@@ -81,10 +81,11 @@ def test_a_steady_keep_moves_to_the_replica_stopped_last_when_it_holds_the_model
     assert k.look({"a": busy("m0", 1.0), "b": kept("m0", 2.0)}, True, NOW + 4) == []
 
 
-def test_an_idle_replica_stopped_later_than_the_keeper_is_asked_to_load_it() -> None:
-    """Idle, holding a model nobody chats on: a load that makes nobody wait.
-    Not one holding another model persons use, nor one an operator loaded,
-    nor a busy one (its queue would wait for the swap and back)."""
+def test_a_replica_stopped_later_with_nothing_queued_is_asked_to_load_it() -> None:
+    """Idle or running one job, nothing queued, holding a model nobody chats
+    on: a load that makes nobody wait (the job under way ends first). Not
+    one holding another model persons use, nor one an operator loaded, nor
+    one with work queued (it would wait for the swap and back)."""
     base = {"a": kept("m0", 1.0)}
     k = chatting()
     assert k.look({**base, "b": stats("m2", 2.0)}, True, NOW) == [
@@ -99,6 +100,10 @@ def test_an_idle_replica_stopped_later_than_the_keeper_is_asked_to_load_it() -> 
     k.chat("m1", NOW - 1)
     assert k.look({**base, "b": stats("m1", 2.0)}, True, NOW) == [
         Keep("b", "m1", pytest.approx(59.0))
+    ]
+    running = stats("m2", 2.0, busy=True, running={"extract": 1})
+    assert chatting().look({**base, "b": running}, True, NOW) == [
+        Keep("b", "m0", pytest.approx(59.0))
     ]
     for other in (stats("m2", 2.0, operator_model="m2"), busy("m2", 2.0)):
         assert chatting().look({**base, "b": other}, True, NOW) == []
@@ -121,3 +126,17 @@ def test_no_move_while_the_fleet_changes_nor_without_start_times() -> None:
     assert k.look(fleet, True, NOW) == []
     bare = {n: {f: v for f, v in s.items() if f != "born"} for n, s in fleet.items()}
     assert chatting().look(bare, True, NOW) == []
+
+
+def test_serves_own_order_comes_before_the_start_times() -> None:
+    """Two replicas whose constructors ended within one of the controller's
+    loops come in the order it started them, which only it knows: its
+    list (``keep_loop.stop_order_of``) decides; a replica it does not list
+    yet comes after those it lists."""
+    fleet = {"a": stats("m0", 2.0), "b": stats("m0", 1.0), "c": stats("m0", 0.5)}
+    assert chatting().look(fleet, True, NOW, order=["a", "b"]) == [
+        Keep("c", "m0", pytest.approx(59.0))
+    ]
+    assert chatting().look(fleet, True, NOW, order=["a", "c", "b"]) == [
+        Keep("b", "m0", pytest.approx(59.0))
+    ]

@@ -453,9 +453,8 @@ class TierlmIngress:
             if not ready:
                 continue
             try:
-                reach = await each_replica(
-                    self.replicas, "record_routing_stats", self.ops_timeout_s
-                )
+                timeout = self.ops_timeout_s
+                reach = await each_replica(self.replicas, "record_routing_stats", timeout)
             except Exception as exc:  # no look this time
                 logger.warning("the mover could not read the replicas' stats: %s", exc)
                 continue
@@ -463,7 +462,8 @@ class TierlmIngress:
             waiting = [
                 Waiting(id(job), str(job.replica), job.model, job.meta.class_name) for job in ready
             ]
-            for key, why in self.mover.choose(waiting, stats, time.time()):
+            keeping = dict(self.keeper.reserved)  # asked, maybe after the stats
+            for key, why in self.mover.choose(waiting, stats, time.time(), keeping):
                 found = self.waiting.get(key)
                 if found is not None:
                     logger.info("moving queued job %d: %s", found.id, why)

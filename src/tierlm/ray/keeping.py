@@ -39,12 +39,13 @@ such work there. A model gets a keeper, looked at every ``KEEP_PERIOD_S``:
   while the person may type again, docs/design.md §4.8, but only until
   it has idled a few swaps' worth with another model's work queued there:
   the router sent that work to it as an idle replica); of several, the one
-  a rolling update stops last (``stop_order``: Serve stops the oldest
-  first). And a steady keep moves there when it can at no one's cost: the
-  replica an update stops last, if later than the keeper, is asked too
-  when it holds the model or is idle (holding no model persons use, nor
-  one an operator loaded: ``operator_model`` in its stats), and the old
-  keeper is released once it has the model loaded. So with Serve's default
+  a rolling update stops last (Serve stops the oldest first: its
+  controller's order, else ``stop_order``). And a steady keep moves there
+  when it can at no one's cost: the replica an update stops last, if
+  later than the keeper, is asked too when it holds the model or has
+  nothing queued (holding no model persons use, nor one an operator
+  loaded: ``operator_model`` in its stats), and the old keeper is
+  released once it has the model loaded. So with Serve's default
   rollout (an old replica stopped before its successor starts) the holder
   is stopped last, when new replicas run: one of them keeps the model
   first.
@@ -215,11 +216,12 @@ def keeper_first(
 
 
 def stop_order(stats: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
-    """The replicas in the order a rolling update stops them, first first:
-    Serve 2.60 stops the old version's running replicas in the order they
-    came to run (its deployment state keeps them so; measured on a real Ray,
-    docs/distributed.md), which is the order their constructors ended
-    (``born`` in their stats). A replica that does not say comes first."""
+    """The replicas in the order a rolling update stops them, first first,
+    when Serve's controller does not say (``tierlm.ray.keep_loop``): Serve
+    2.60 stops the old version's running replicas in the order they came to
+    run, about the order their constructors ended (``born`` in their stats;
+    two that end within one of the controller's loops come in the order it
+    started them). A replica that does not say comes first."""
 
     def born(name: str) -> float:
         s = stats.get(name) or {}
@@ -283,10 +285,16 @@ class Keeper:
         return CHANGING_PERIOD_S if self.changing(now) else KEEP_PERIOD_S
 
     def look(
-        self, stats: Mapping[str, Mapping[str, Any]], complete: bool, now: float
+        self,
+        stats: Mapping[str, Mapping[str, Any]],
+        complete: bool,
+        now: float,
+        order: Sequence[str] | None = None,
     ) -> list[Keep]:
         """The keeps to ask for, given the routing stats of the replicas that
-        answered; ``complete``: every running replica answered (a missing one
+        answered; ``order``: the running replicas in the order a rolling
+        update stops them, as Serve's controller lists them (None: by their
+        ``born``, ``stop_order``); ``complete``: every running replica answered (a missing one
         then left the fleet; otherwise it may just be slow)."""
         for s in stats.values():
             for model, age in dict(s.get("persons") or {}).items():
@@ -321,11 +329,10 @@ class Keeper:
                 keepers.setdefault(kept, []).append(name)
                 self.reserved[name] = kept
         changing = self.changing(now)
-        self.order = {
-            n: i
-            for i, n in enumerate(stop_order({n: stats[n] for n in live}))
-            if isinstance(stats[n].get("born"), (int, float))
-        }
+        listed = [n for n in order or () if n in live]
+        by_born = stop_order({n: stats[n] for n in live if n not in listed})
+        known = listed + [n for n in by_born if isinstance(stats[n].get("born"), (int, float))]
+        self.order = {n: i for i, n in enumerate(known)}
         out: list[Keep] = []
         for model in sorted(in_use, key=lambda m: (-in_use[m], m)):
             for_s = in_use[model] + self.keep_for_s - now
@@ -374,16 +381,21 @@ class Keeper:
         in_use: Mapping[str, float],
     ) -> str | None:
         """Of the replicas that may keep ``model`` at no one's cost now (they
-        hold it, or are idle holding nothing persons use nor a model an
-        operator loaded), the one a rolling update stops last; None if that
-        is no later than a replica keeping it now."""
+        hold it, or have nothing queued, nor another model persons use, nor
+        a model an operator loaded: a job under way ends first, then the
+        load, and the router sends them no other model's work meanwhile),
+        the one a rolling update stops last; None if that is no later than
+        a replica keeping it now."""
         fit = [
             n
             for n, v in live.items()
             if self.reserved.get(n, model) == model
             and keeps_of(stats[n]) in (None, model)
             and stats[n].get("operator_model") in (None, model)
-            and (v.model == model or (v.idle and v.model not in in_use))
+            and (
+                v.model == model
+                or (not v.queued and v.swapping_to is None and v.model not in in_use)
+            )
         ]
         if not fit:
             return None

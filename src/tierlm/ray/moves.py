@@ -74,11 +74,16 @@ class Mover:
         """Looks in a row a replica holding a waiting request was missing."""
 
     def choose(
-        self, waiting: Sequence[Waiting], stats: Mapping[str, Mapping[str, Any]], now: float
+        self,
+        waiting: Sequence[Waiting],
+        stats: Mapping[str, Mapping[str, Any]],
+        now: float,
+        keeping: Mapping[str, str] | None = None,
     ) -> list[tuple[int, str]]:
         """The requests to move (their ``key``) and why, oldest first as
         given; ``stats`` are the routing stats of the replicas that answered,
-        ``now`` on their clock."""
+        ``now`` on their clock; ``keeping``: the ingress's keepers (replica ->
+        model), asked maybe after the stats were read."""
         held = {w.replica for w in waiting}
         self.absent = {r: self.absent.get(r, 0) + 1 for r in held if r not in stats}
         if not stats:
@@ -100,7 +105,7 @@ class Mover:
             if home.draining:
                 moves.append((w.key, f"replica {w.replica} drains"))
                 continue
-            kept = demoted(stats, {}, w.model, w.class_name)
+            kept = demoted(stats, keeping or {}, w.model, w.class_name)
             targets = [
                 v
                 for n, v in open_.items()
