@@ -164,9 +164,13 @@ class Affinity:
                 # who chats every 45 s kept the hold alive forever (a job waited
                 # 1 210 s).
                 return Choice(target_id)
+            # docs/design.md §4.8 (bets): the odds change as the person's
+            # shorter gaps run out; look again then.
+            retry = holds.next_bet_at(now, loaded_model)
         else:
             target_id, target = best_id, best_job
             present_until = float("inf")
+            retry = None
             if best_loaded is not None:
                 return Choice(best_loaded[2], affinity_expiry=starve_at)
             held = self.anticipation.hold_end(
@@ -183,5 +187,7 @@ class Affinity:
             present_until=present_until,
         )
         if hold_end is not None and now < hold_end:
+            if retry is not None and now < retry:
+                hold_end = min(hold_end, retry)
             return Choice(best_loaded[2] if best_loaded is not None else None, hold_expiry=hold_end)
         return Choice(target_id)

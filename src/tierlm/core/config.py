@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tierlm.core.bets import LOSS_SHARE
 from tierlm.core.fairness import DEFAULT_IDLE_RESET
 
 __all__ = [
@@ -93,6 +94,15 @@ class SchedulerConfig:
     unchanged (a reader of 5-8 words/s is far slower than either), and on the
     measured llama.cpp CPU curve it still admits a few background sequences."""
 
+    lost_bets: float = LOSS_SHARE
+    """docs/design.md §4.8 (bets): of a person's messages, the share that may
+    wait for a swap made for background work while the chat page is open
+    (a lost excursion bet). 0.02, one message in fifty: the promise is that
+    a person never waits behind background, and this is what may slip. Work
+    on another model then waits for gaps the person's own pace says hold;
+    0.1 gives about the old median bet (cron sooner, a message in ten
+    waiting a swap); 0 makes no bet at all."""
+
     deadlines: str = "after-people"
     """docs/design.md §4.8 (deadlines on time): ``"after-people"`` (the seed's
     order: overdue work on another model waits for a person's idle gap, so a
@@ -140,6 +150,11 @@ class SchedulerConfig:
         _check_number("slice", self.slice)
         if self.slice == 0 or math.isinf(self.slice):
             raise ValueError(f"SchedulerConfig.slice: must be seconds > 0, got {self.slice!r}")
+        _check_number("lost_bets", self.lost_bets)
+        if self.lost_bets >= 1:
+            raise ValueError(
+                f"SchedulerConfig.lost_bets: must be a fraction in [0, 1), got {self.lost_bets!r}"
+            )
         _check_number("pool_floor", self.pool_floor)
         if self.pool_floor >= 1:
             raise ValueError(

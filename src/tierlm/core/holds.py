@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from tierlm.core.bets import ExcursionBets
 from tierlm.core.classes import Tier
 from tierlm.core.jobs import Foreground, Job
 from tierlm.core.presence import Presence
@@ -52,9 +53,24 @@ to at most this many times it (two minutes on the default, which is
 ``max_affinity_wait``): one long absence with the page open must not hold the
 device's other models for the next four messages."""
 
+GONE_CAP = 10.0
+"""docs/design.md §4.8 (bets): with no bet to make, the most ``chat_idle``s a
+person's silence at the open page is waited out (ten minutes on the
+default): their longest gap may be one long absence. Four minutes took a
+reader whose gaps are heavy-tailed (median 80 s) for gone one gap in seven."""
+
+NEGLIGIBLE_SWAP = 1.0
+"""docs/design.md §4.8 (bets): seconds of swap a person does not wait for in
+any sense that matters (a 0.1 s swap back is a token or two): swapping away
+that fast is no bet, and ski rental alone caps the hold."""
+
+NEXT_BET_MARGIN = 0.001
+"""Seconds past a gap's length at which the bet is looked at again: past it,
+not on it (a gap exactly that long is still running)."""
+
 GAPS_KEPT = 4
-"""A person's last reading gaps remembered; their median is the bet
-(docs/design.md §4.8 (excursions))."""
+"""A person's last reading gaps whose longest stretches ``chat_idle``
+(docs/design.md §4.8 (holds)); the bets read more (``bets.GAPS_KEPT``)."""
 
 DEFAULT_SWAP_ESTIMATE = 10.0
 """Seed: "a model swap costs ~10 s". Used until a swap has been measured."""
@@ -65,12 +81,14 @@ class SwapHolds:
 
     __slots__ = (
         "_chat_model",
+        "_chat_open",
         "_gaps",
         "_held_since",
         "_last_chat",
         "_last_swap",
         "_page_opened",
         "_swaps",
+        "bets",
         "chat_grace",
         "chat_idle",
         "grace_factor",
@@ -95,10 +113,13 @@ class SwapHolds:
         """The runner's own swap estimate (``Device.swap_estimate``), used until
         a swap is measured."""
         self.presence = Presence()  # docs/design.md §4.8 (presence)
+        self.bets = ExcursionBets()  # docs/design.md §4.8 (bets)
+        self._chat_open = False
 
     def chat_ended(self, model_id: str, now: float) -> None:
         self._last_chat[model_id] = now
         self._chat_model = model_id
+        self.bets.answered()
 
     def surface(
         self, foreground: Foreground | None, now: float, *, chat: bool, opened: bool
@@ -106,6 +127,7 @@ class SwapHolds:
         """The foreground changed (``chat``: to the chat page; ``opened``: it
         was not open before): the presence it says (docs/design.md §4.8)."""
         self.presence.surface(foreground, now, chat=chat)
+        self._chat_open = chat
         if opened:
             self.page_opened(now)
 
@@ -129,6 +151,7 @@ class SwapHolds:
         """A swap to ``model_id`` took ``seconds`` (told by the shell)."""
         self._swaps[model_id] = seconds
         self._last_swap = seconds
+        self.bets.swapped(model_id, self._chat_model, chat_open=self._chat_open)
 
     def swap_estimate(self, model_id: str) -> float:
         """The last measured swap to ``model_id``; else the last swap measured;
@@ -177,7 +200,20 @@ class SwapHolds:
             swaps = OPEN_PAGE_SWAPS if chat_open or present is not None else self.grace_factor
             since = self._held_since if self._held_since is not None else now
             end = min(end, since + swaps * self.swap_estimate(target_model))
+        if chat_open and last_chat is not None and now >= end:
+            end = max(end, self._unbet_end(now, last_chat, target_model))
         return end
+
+    def _unbet_end(self, now: float, last_chat: float, target_model: str) -> float:
+        """docs/design.md §4.8 (bets): a swap away from the open page now bets
+        the person has stopped. Without the odds or the budget for it, the
+        hold lasts until they have left the page, whichever hold ran out (ski
+        rental's cap included); a swap too short to be waited for
+        (``NEGLIGIBLE_SWAP``) is no bet."""
+        swap = self.swap_estimate(target_model)
+        if swap <= NEGLIGIBLE_SWAP or self.bets.wins(now - last_chat, EXCURSION_SWAPS * swap):
+            return now
+        return last_chat + self.bets.gone_after(self.chat_idle, GONE_CAP * self.chat_idle)
 
     def idle_after(self, target_model: str) -> float:
         """How long after their last chat a person at the open page has
@@ -221,27 +257,37 @@ class SwapHolds:
             opened = self._page_opened
             if opened is None or opened[0] <= last:
                 self._gaps.append(now - last)
+                self.bets.gap(now - last)
+        self.bets.message()
 
     def gap_fits(self, now: float, model_id: str, since: float, target_model: str) -> bool:
         """Whether an excursion to ``target_model`` fits in the person's chat
-        idle gap (docs/design.md §4.8 (excursions); seed scenario 6: work on
-        another model "waits for a chat idle gap"): a gap that began at or
-        after ``since`` (their last chat on ``model_id`` ended then, and the
-        page has not opened again since: a person who just opened it is about
-        to type), whose rest, by the median of their last reading gaps, holds
-        ``EXCURSION_SWAPS`` swaps (there, a job, and back). The median, not
-        the shortest: one quick reply among long reads kept a person's work
-        on another model waiting for 30 minutes (the Azure conversation
-        trace at 8 slots); a lost bet costs one message the swap back."""
+        idle gap (docs/design.md §4.8 (bets); seed scenario 6: work on another
+        model "waits for a chat idle gap"): a gap that began at or after
+        ``since`` (their last chat on ``model_id`` ended then, and the page
+        has not opened again since: a person who just opened it is about to
+        type), whose rest, by the person's own gaps, holds ``EXCURSION_SWAPS``
+        swaps (there, a job, and back), with the budget of lost bets left
+        (``ExcursionBets``). The median bet it replaces lost one excursion in
+        four on the Azure conversation trace."""
         last = self._last_chat.get(model_id)
-        if last is None or last < since or not self._gaps:
+        if last is None or last < since:
             return False
         opened = self._page_opened
         if opened is not None and opened[0] > last:
             return False
-        typical = sorted(self._gaps)[len(self._gaps) // 2]  # upper median
-        rest = typical - (now - last)
-        return rest >= EXCURSION_SWAPS * self.swap_estimate(target_model)
+        need = EXCURSION_SWAPS * self.swap_estimate(target_model)
+        return self.bets.wins(now - last, need)
+
+    def next_bet_at(self, now: float, model_id: str) -> float | None:
+        """When a gap bet that does not hold now may next hold: the moment the
+        shortest of the person's gaps still running out has passed (a reply
+        that quick is then no longer possible: docs/design.md §4.8 (bets))."""
+        last = self._last_chat.get(model_id)
+        if last is None:
+            return None
+        silent = self.bets.next_chance(now - last)
+        return None if silent is None else last + silent + NEXT_BET_MARGIN
 
     def idling(self, now: float) -> None:
         """The device went idle holding a model while other work waits."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 from tierlm.core import (
     anticipation,
+    bets,
     classes,
     fairness,
     floor,
@@ -47,6 +48,7 @@ _DEFAULTS = {f.name: getattr(SchedulerConfig(), f.name) for f in fields(Schedule
 _RULES = "tests/shell/test_rules.py::"
 _FAIR = "tests/shell/test_fair_pool.py::"
 _AFFINITY = "tests/core/test_affinity_across_models.py::"
+_BETS = "tests/core/test_bets.py::"
 
 
 def _setting(name: str, source: str, rule: str, test: str) -> Knob:
@@ -119,6 +121,12 @@ KNOBS: tuple[Knob, ...] = (
         _RULES + "test_stuck_job_is_reported_and_not_waited_on_forever",
     ),
     _setting(
+        "lost_bets",
+        "one message in fifty may wait a background swap",
+        "§4.8",
+        _BETS + "test_a_person_chatting_for_hours_meets_background_swaps_within_the_budget",
+    ),
+    _setting(
         "journal_bytes_per_job",
         "~17 000 tokens: an agent round of 4 000-token calls",
         "§4.9",
@@ -155,9 +163,52 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "holds.GAPS_KEPT",
         holds.GAPS_KEPT,
-        "a median over a person's last gaps",
+        "the longest of a person's last gaps stretches chat_idle",
         "§4.8",
-        _AFFINITY + "test_one_quick_reply_among_long_reads_does_not_hold_the_excursions",
+        _AFFINITY + "test_a_person_who_reads_past_a_minute_is_not_taken_for_gone",
+    ),
+    Knob(
+        "holds.GONE_CAP",
+        holds.GONE_CAP,
+        "ten minutes: a heavy-tailed reader's gaps run past four",
+        "§4.8",
+        _BETS + "test_a_person_chatting_for_hours_meets_background_swaps_within_the_budget",
+    ),
+    Knob(
+        "holds.NEGLIGIBLE_SWAP",
+        holds.NEGLIGIBLE_SWAP,
+        "a swap back of a token or two is no wait",
+        "§4.8",
+        _RULES + "test_ski_rental_a_fast_swap_never_idles_the_device_for_a_chat_hold",
+    ),
+    Knob(
+        "bets.GAPS_KEPT",
+        bets.GAPS_KEPT,
+        "enough for a conditional share, few enough to follow a pace",
+        "§4.8",
+        _BETS + "test_a_bet_reads_the_gaps_the_person_may_still_be_in",
+    ),
+    Knob(
+        "bets.MIN_GAPS",
+        bets.MIN_GAPS,
+        "two gaps: a person's pace seen twice",
+        "§4.8",
+        "tests/sim/test_bounds_new_cases.py::"
+        "test_four_other_models_at_the_bound_beside_a_person_are_served_one_per_reading_gap",
+    ),
+    Knob(
+        "bets.WIN_AT",
+        bets.WIN_AT,
+        "three in four of the gaps still possible hold it",
+        "§4.8",
+        _BETS + "test_a_risky_bet_waits_for_the_budget_a_sure_one_for_no_debt",
+    ),
+    Knob(
+        "bets.GONE_FACTOR",
+        bets.GONE_FACTOR,
+        "twice their longest gap: they have left the page",
+        "§4.8",
+        _AFFINITY + "test_gaps_that_do_not_hold_an_excursion_get_none",
     ),
     Knob(
         "holds.DEFAULT_SWAP_ESTIMATE",

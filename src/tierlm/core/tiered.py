@@ -75,6 +75,7 @@ class TieredPolicy:
         )
         self.floor = PoolFloor(config.pool_floor, exit_after=config.slice)
         self.holds = SwapHolds(config.chat_grace, config.chat_idle, config.grace_factor)
+        self.holds.bets.share = config.lost_bets  # docs/design.md §4.8 (bets)
         self.anticipation = Anticipation()  # docs/design.md §4.8 (anticipatory holds)
         self.deadlines = deadline_mode(config, self.holds.swap_estimate)  # docs/design.md §4.8
         self.affinity = Affinity(
