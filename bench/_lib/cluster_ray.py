@@ -309,7 +309,11 @@ async def _rollout(
     from ray import serve
 
     from tierlm.ray import build
-    from tierlm.ray.keep_loop import stop_order_of
+
+    try:
+        from tierlm.ray.keep_loop import stop_order_of
+    except ImportError:  # an older tierlm (a before-and-after run): no such read
+        stop_order_of = None
 
     steady_s = 30 * scale
     done = asyncio.Event()
@@ -341,7 +345,8 @@ async def _rollout(
         ]
         seen["keeps"] = {n: s.get("keeps") for n, s in fleet.items()}
         handle = serve.get_deployment_handle("tierlm-replica", "default")
-        seen["serve_order"] = await stop_order_of(handle)  # what the keepers read
+        if stop_order_of is not None:
+            seen["serve_order"] = await stop_order_of(handle)  # what the keepers read
         watching = asyncio.ensure_future(watch(set(fleet)))
         marks["from"] = time.monotonic()
         marks["from_wall"] = time.time()
