@@ -18,13 +18,10 @@ For each:
 - **flood**: background at 170 % load (queues capped at 30 per class) with a
   streamed chat on m0 every 2 s: the chat's first token p50 / p95 at the
   client, and the requests refused;
-- **rollout_after_kills** (tierlm's router only; a diagnostic): the
-  rollout, the replicas not keeping m0 killed a third of the way into its
-  steady part: their replacements are newer, so the keeper is the oldest
-  replica, which a rolling update stops first, unless the keep moves to
-  the newest (``tierlm.ray.keeping``). Recorded: the replicas oldest
-  first and who kept m0 when the update began, the order Serve stopped
-  them; steady is the chats before the kills;
+- **rollout_after_kills** (tierlm's router only): the rollout, the replicas
+  not keeping m0 killed a third of the way in, so that the keeper is the
+  oldest, which a rolling update stops first, unless the keep moves
+  (``tierlm.ray.keeping``); steady is the chats before the kills;
 - **kill**: 100 % load; the busiest replica (most queued, by the routing
   stats through the ingress) killed with ``ray.kill`` a third of the way in:
   the requests it held, how many completed (their streams continued on
@@ -36,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import importlib
 import os
 import random
 import re
@@ -69,8 +67,7 @@ SETTINGS: dict[str, Any] = {
 ROUTERS = {"tierlm": None, "ray_default": "ray-default"}
 ALL = frozenset(ROUTERS)
 PHASES = frozenset({"rollout", "swaps", "flood", "kill", "rollout_after_kills"})
-TIERLM_ONLY = frozenset({"rollout_after_kills"})
-"""Phases run with tierlm's router only (a diagnostic of its keepers)."""
+TIERLM_ONLY = frozenset({"rollout_after_kills"})  # with tierlm's router only
 CHAT_SWAP = re.compile(
     r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}).*swapping model .* -> 'm0' for job \d+ \(chat\)"
 )
@@ -301,19 +298,14 @@ async def _rollout(
     """Chats every second over background at 60 % load: ``30 * scale`` s
     steady, then the application deployed again (another swap time: Serve
     replaces every replica, a rolling update) while the load goes on, until
-    the new replicas serve, then 5 s more. ``kills``: a third of the way in,
-    the replicas not keeping m0 are killed (Serve replaces them), so that
-    the keeper is the oldest replica, the one Serve stops first, unless the
-    keep moves (``tierlm.ray.keeping``); steady is then the chats before."""
+    the new replicas serve, then 5 s more. ``kills``: rollout_after_kills.
+    Runs on an older tierlm too (a before-and-after run: no stop_order_of)."""
     import ray
     from ray import serve
 
     from tierlm.ray import build
 
-    try:
-        from tierlm.ray.keep_loop import stop_order_of
-    except ImportError:  # an older tierlm (a before-and-after run): no such read
-        stop_order_of = None
+    stop_order_of = getattr(importlib.import_module("tierlm.ray.keep_loop"), "stop_order_of", None)
 
     steady_s = 30 * scale
     done = asyncio.Event()
@@ -322,11 +314,9 @@ async def _rollout(
 
     async def kill() -> None:
         marks["kill"] = time.monotonic()
-        fleet = await _fleet()
-        victims = [n for n, s in fleet.items() if s.get("keeps") != "m0"]
-        seen["killed"] = victims
+        seen["killed"] = [n for n, s in (await _fleet()).items() if s.get("keeps") != "m0"]
         for actor in ray.util.list_named_actors(all_namespaces=True):
-            if any(v in actor["name"] for v in victims):
+            if any(v in actor["name"] for v in seen["killed"]):
                 ray.kill(ray.get_actor(actor["name"], namespace="serve"), no_restart=True)
 
     async def watch(before: set[str]) -> None:
@@ -339,22 +329,18 @@ async def _rollout(
     async def redeploy() -> None:
         fleet = await _fleet()
         born = {n: float(s.get("born") or 0.0) for n, s in fleet.items()}
-        first = min(born.values(), default=0.0)
-        seen["oldest_first"] = [
-            (n, round(b - first, 2)) for n, b in sorted(born.items(), key=lambda i: i[1])
-        ]
+        seen["oldest_first"] = [(n, round(born[n] - min(born.values()), 2)) for n in born]
+        seen["oldest_first"].sort(key=lambda item: item[1])
         seen["keeps"] = {n: s.get("keeps") for n, s in fleet.items()}
         handle = serve.get_deployment_handle("tierlm-replica", "default")
         if stop_order_of is not None:
             seen["serve_order"] = await stop_order_of(handle)  # what the keepers read
         watching = asyncio.ensure_future(watch(set(fleet)))
-        marks["from"] = time.monotonic()
-        marks["from_wall"] = time.time()
+        marks.update({"from": time.monotonic(), "from_wall": time.time()})
         changed = {**SETTINGS, "backend": {**SETTINGS["backend"], "swap_seconds": SWAP_S * 1.1}}
         await asyncio.to_thread(serve.run, build({**args, "settings": changed}), route_prefix="/")
         await asyncio.to_thread(wait_live, url, REPLICAS)
-        marks["to"] = time.monotonic()
-        marks["to_wall"] = time.time()
+        marks.update({"to": time.monotonic(), "to_wall": time.time()})
         await asyncio.sleep(5)
         done.set()
         await watching
@@ -363,8 +349,9 @@ async def _rollout(
     phase = await _load(http, url, 3600, 0.6, seed, chat_every=1.0, at=at, until=done)
     chats = [o for o in phase.outcomes if o.class_name == "chat"]
 
+    lo, hi = marks.get("from", 0.0), marks.get("to", 0.0)
+
     def firsts(inside: bool) -> list[float]:
-        lo, hi = marks.get("from", 0.0), marks.get("to", 0.0)
         return [
             o.first_token_s
             for o in chats
@@ -374,7 +361,6 @@ async def _rollout(
         ]
 
     steady, during = firsts(False), firsts(True)
-    lo, hi = marks.get("from", 0.0), marks.get("to", 0.0)
     seen["chats_during_rollout"] = [  # when sent (s into it), first token (s), where
         (round(o.sent - lo, 1), o.first_token_s and round(o.first_token_s, 2), o.replica)
         for o in chats
@@ -421,12 +407,10 @@ def wait_live(url: str, count: int, timeout: float = 180.0) -> None:
 def _keeper_lines(logs: str | None, lo: float) -> list[str]:
     """The ingresses' keeper lines (asks, releases) since ``lo`` (Unix seconds)."""
     start = dt.datetime.fromtimestamp(lo).strftime("%Y-%m-%d %H:%M:%S,%f")[:23]
-    found = []
-    for path in Path(logs or "/nonexistent").glob("session_latest/logs/serve/*ingress*.log"):
-        for line in path.read_text(errors="replace").splitlines():
-            if re.search(r"asking replica|no more: another", line) and line[5:28] >= start:
-                found.append(line[5:28] + " " + line[line.index(" -- ") + 4 :][:110])
-    return sorted(found)
+    paths = Path(logs or "/nonexistent").glob("session_latest/logs/serve/*ingress*.log")
+    lines = [line for path in paths for line in path.read_text(errors="replace").splitlines()]
+    wanted = [t for t in lines if re.search(r"asking replica|no more: ", t) and t[5:28] >= start]
+    return sorted(t[5:28] + " " + t[t.index(" -- ") + 4 :][:110] for t in wanted)
 
 
 def _chat_swaps(logs: str | None, lo: float, hi: float) -> int | None:
