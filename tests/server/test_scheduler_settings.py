@@ -76,6 +76,7 @@ def test_every_flag_reaches_the_config() -> None:
         "chat_grace": "8",
         "chat_idle": "9",
         "grace_factor": "2",
+        "lost_bets": "0.05",
         "slice": "4",
         "pool_floor": "0.2",
         "idle_reset": "11",

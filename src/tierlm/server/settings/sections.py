@@ -16,7 +16,7 @@ an unknown field is an error too, with a suggestion.
                     key_queue_limit, max_connections, header_timeout, body_timeout,
                     keep_alive_timeout, max_header_bytes
     [backend]       kind = "sim" | "llama-cpp" | "openai" | "ollama", models, ... (backends/)
-    [scheduler]     max_affinity_wait, chat_grace, chat_idle, grace_factor, deadlines,
+    [scheduler]     max_affinity_wait, chat_grace, chat_idle, grace_factor, lost_bets, deadlines,
                     slice, pool_floor, idle_reset, cancel_grace, weights, class_weights,
                     journal_bytes_per_job, journal_bytes_total, default_classes
     [classes.NAME]  tier, fair, requeue, budget = {share, window} | false, queue_limit
@@ -269,6 +269,12 @@ class SchedulerSettings(Schema):
     )
     """docs/design.md §4.8: the chat holds never idle the device, with work
     queued for another model, longer than this many measured swap times."""
+    lost_bets: Annotated[float, Flag("--lost-bets", "SHARE"), Field(ge=0, lt=1)] = (
+        _SCHEDULER.lost_bets
+    )
+    """docs/design.md §4.8 (bets): of a person's messages, the share that may
+    wait for a swap made for background work while the chat page is open
+    (0 makes no bet; larger serves other models' work sooner)."""
     deadlines: Annotated[DeadlineMode, Flag("--deadlines", "MODE")] = "after-people"
     """docs/design.md §4.8 (deadlines on time): ``after-people`` (overdue work on
     another model waits for a person's idle gap) or ``on-time`` (work due
