@@ -262,7 +262,8 @@ class Keeper:
         self.reserved: dict[str, str] = {}
         """Replica -> the model it keeps or was asked to (for the router)."""
         self.order: dict[str, int] = {}
-        """Live replica -> its place in ``stop_order`` at the last look."""
+        """Live replica -> its place in the order a rolling update stops them
+        (Serve's list, else ``stop_order``) at the last look."""
 
     def chat(self, model: str, at: float) -> None:
         """A person's chat on ``model`` came at ``at``."""
@@ -351,7 +352,7 @@ class Keeper:
                     out.append(Keep(keeper, model, for_s))
             if last is not None and last not in kept_on and self._may_ask(model, last, now):
                 # Steady, kept, but not on the replica an update stops last: a
-                # copy there too (it holds the model, or is idle: nobody waits).
+                # copy there too (it holds the model, or has nothing queued).
                 out.append(Keep(last, model, for_s))
                 self.asked[model] = (last, now)
                 self.reserved[last] = model
