@@ -462,8 +462,8 @@ class TierlmIngress:
             waiting = [
                 Waiting(id(job), str(job.replica), job.model, job.meta.class_name) for job in ready
             ]
-            keeping = dict(self.keeper.reserved)  # asked, maybe after the stats
-            for key, why in self.mover.choose(waiting, stats, time.time(), keeping):
+            keeping, persons = dict(self.keeper.reserved), tuple(self.keeper.in_use(time.time()))
+            for key, why in self.mover.choose(waiting, stats, time.time(), keeping, persons):
                 found = self.waiting.get(key)
                 if found is not None:
                     logger.info("moving queued job %d: %s", found.id, why)

@@ -79,11 +79,14 @@ class Mover:
         stats: Mapping[str, Mapping[str, Any]],
         now: float,
         keeping: Mapping[str, str] | None = None,
+        persons: Sequence[str] = (),
     ) -> list[tuple[int, str]]:
         """The requests to move (their ``key``) and why, oldest first as
         given; ``stats`` are the routing stats of the replicas that answered,
         ``now`` on their clock; ``keeping``: the ingress's keepers (replica ->
-        model), asked maybe after the stats were read."""
+        model), asked maybe after the stats were read; ``persons``: the
+        models persons use (an idle replica holding one takes other work
+        last, as with the router: ``keeping.demoted``)."""
         held = {w.replica for w in waiting}
         self.absent = {r: self.absent.get(r, 0) + 1 for r in held if r not in stats}
         if not stats:
@@ -105,7 +108,7 @@ class Mover:
             if home.draining:
                 moves.append((w.key, f"replica {w.replica} drains"))
                 continue
-            kept = demoted(stats, keeping or {}, w.model, w.class_name)
+            kept = demoted(stats, keeping or {}, w.model, w.class_name, persons)
             targets = [
                 v
                 for n, v in open_.items()
