@@ -3,7 +3,8 @@
 ``TieredPolicy.should_preempt``, as a pure function of the two ranks.
 
 - A higher tier stops the running job: ``PREEMPT`` when a person waits (T0,
-  T1), else ``YIELD``, which never cuts a prompt evaluation short.
+  T1), else ``YIELD``, which loses no prompt evaluation: the runner stops at
+  the first token, or at a chunk's end its KV snapshot keeps (§4.9).
 - Budgeted work at its own tier never preempts: otherwise each time its share
   dipped under the cap it would cut a fair-pool job short (§4.3).
 - Foreground flapping: the surface the person just left keeps its running

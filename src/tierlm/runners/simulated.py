@@ -19,7 +19,9 @@ Two ways to generate:
 Both stop at the next token boundary once cancelled. A prompt evaluation is
 aborted at once by a cancel that ``aborts_prompt`` (a person waiting, the
 caller, shutdown), as llama.cpp's abort callback allows; a ``YIELD`` lets it
-finish and stops after its first token (docs/design.md §4.6).
+finish and stops after its first token (docs/design.md §4.6); with
+``yields_at_chunks``, on one slot under ``restore``, it stops at the end of
+the ``n_batch`` chunk under way, which the snapshot keeps (§4.9).
 
 **Resuming** (docs/design.md §4.9). A request
 with ``resume_text`` continues a preempted generation. What that costs depends
@@ -72,11 +74,16 @@ from tierlm.runners.errors import RunnerError, unknown_model
 from tierlm.runners.protocol import Abilities
 from tierlm.runners.requests import GenerationRequest
 from tierlm.runners.simulated_calls import (
+    PIECES,
     PromptReady,
     Ready,
     ResumeCapability,
     SimulatedCall,
     SimulatedOutcome,
+    context_tokens,
+    piece,
+    resumed_tokens,
+    state_key,
 )
 from tierlm.runners.simulated_defaults import (
     DEFAULT_KV_BYTES_PER_TOKEN,
@@ -87,7 +94,7 @@ from tierlm.runners.simulated_defaults import (
     DEFAULT_TOKEN_INTERVAL,
     LLAMA_CPP_CPU_BATCH_COST,
 )
-from tierlm.runners.simulated_kv import SequenceKey, SimulatedKvPool
+from tierlm.runners.simulated_kv import SimulatedKvPool
 
 __all__ = [
     "DEFAULT_KV_BYTES_PER_TOKEN",
@@ -126,6 +133,7 @@ class SimulatedRunner:
         batch_cost: float = 0.0,
         contexts: Mapping[str, int] | None = None,
         answer_tokens: int | None = None,
+        yields_at_chunks: bool = False,
     ) -> None:
         for name, value in (
             ("token_interval", token_interval),
@@ -155,6 +163,8 @@ class SimulatedRunner:
         self.n_batch = n_batch
         self.snapshots = SimulatedKvPool(int(snapshot_pool_bytes), self.kv_bytes_per_token)
         self.per_token = per_token
+        self.yields_at_chunks = yields_at_chunks
+        """A yield stops a prompt evaluation at its chunk's end (``_chunk_end``)."""
         self.slots = slots
         self.batch_cost = float(batch_cost)
         self.active = 0
@@ -228,7 +238,7 @@ class SimulatedRunner:
 
     def prefill_seconds(self, request: GenerationRequest) -> float:
         """Evaluating the prompt and any partial output (``resume_text``)."""
-        return self.prefill_per_token * _context_tokens(request)
+        return self.prefill_per_token * context_tokens(request)
 
     def _check_request(self, request: GenerationRequest) -> None:
         if request.model_id != self.loaded_model:
@@ -239,9 +249,9 @@ class SimulatedRunner:
 
     def _ready(self, request: GenerationRequest) -> Ready:
         """How this request's prompt gets ready, and what that costs."""
-        context = _context_tokens(request)
+        context = context_tokens(request)
         per_token = self.prefill_per_token
-        entry = self.snapshots.get(_state_key(request)) if self.resume == "restore" else None
+        entry = self.snapshots.get(state_key(request)) if self.resume == "restore" else None
         if entry is not None and entry.state:
             held = min(entry.tokens, context)
             cost = self.restore_seconds + (context - held) * per_token
@@ -258,7 +268,7 @@ class SimulatedRunner:
 
     def _prefill_done(self, request: GenerationRequest, ready: Ready) -> None:
         if ready.how != "fresh":
-            self.snapshots.take(_state_key(request))  # in the context again
+            self.snapshots.take(state_key(request))  # in the context again
 
     def _prefill_cut(
         self, request: GenerationRequest, cancel: CancelToken, ready: Ready, spent: float
@@ -269,16 +279,30 @@ class SimulatedRunner:
         kept."""
         if self.resume != "restore" or self.prefill_per_token == 0:
             return 0.0
-        if cancel.reason is not CancelReason.PREEMPTED:
+        if not cancel.reason or not cancel.reason.preempts:
             return 0.0  # the job ends: nobody resumes it (nor does the worker save it)
         evaluating = max(0.0, spent - ready.restore)
         done = math.floor(evaluating / self.prefill_per_token + 1e-9)
         unit = self.n_batch if self.slots == 1 else 1  # batched: stops between steps
         kept = ready.held + done // unit * unit
         if kept > 0:
-            self.snapshots.save(_state_key(request), kept)
+            self.snapshots.save(state_key(request), kept)
         first_time = max(0, kept - max(ready.held, ready.redo))
         return first_time * self.prefill_per_token
+
+    def _chunk_end(self, ready: Ready, elapsed: float) -> float | None:
+        """Where a yield at ``elapsed`` seconds into making the prompt ready
+        stops it on one slot: the end of the ``n_batch`` chunk under way (at
+        least one chunk evaluated), if that comes before the evaluation's end
+        and a KV snapshot keeps the chunks (docs/design.md §4.9); None: the
+        evaluation finishes and the yield waits for the first token (§4.6)."""
+        chunked = self.yields_at_chunks and self.slots == 1 and self.resume == "restore"
+        if not chunked or self.prefill_per_token == 0:
+            return None
+        chunk = self.n_batch * self.prefill_per_token
+        chunks = max(1, math.ceil((elapsed - ready.restore) / chunk - 1e-9))
+        end = ready.restore + chunks * chunk
+        return end if end < ready.cost - 1e-9 else None
 
     def _stopped(self, request: GenerationRequest, cancel: CancelToken, tokens: int) -> None:
         """A generation stopped early: keep its sequence's state if it was
@@ -287,9 +311,9 @@ class SimulatedRunner:
             return
         if cancel.reason not in (CancelReason.PREEMPTED, CancelReason.YIELD):
             return
-        produced = "".join(_piece(_resumed_tokens(request) + i) for i in range(tokens))
+        produced = "".join(piece(resumed_tokens(request) + i) for i in range(tokens))
         resumed = replace(request, resume_text=request.resume_text + produced)
-        self.snapshots.save(_state_key(resumed), _context_tokens(resumed))
+        self.snapshots.save(state_key(resumed), context_tokens(resumed))
 
     def _report(
         self,
@@ -312,20 +336,51 @@ class SimulatedRunner:
         self, request: GenerationRequest, call: CallToken, ready: Ready
     ) -> tuple[float, float] | None:
         """Make the prompt ready; None once done, else (spent, kept) if a
-        cancel that aborts prompts cut it (``call``: a yield lets it finish)."""
+        cancel that aborts prompts cut it (``call``: a yield lets it finish,
+        or on one slot stops it at a chunk's end, ``_chunk_end``)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        # One slot: one timer. With slots, the evaluation follows the batch's
-        # size as it changes, a step's time at a time (the guard may cut the
-        # batch around a person's prompt: docs/design.md §4.7).
-        step = ready.cost if self.slots == 1 else self.token_interval
+        if self.slots == 1:
+            return await self._prefill_one(request, call, ready, started)
+        # With slots, the evaluation follows the batch's size as it changes, a
+        # step's time at a time (the guard may cut the batch around a person's
+        # prompt: docs/design.md §4.7).
         remaining = ready.cost
         while remaining > 1e-12:
-            piece = min(remaining, step)
+            piece = min(remaining, self.token_interval)
             if await call.wait(piece * self._slowdown()):
                 spent = loop.time() - started
                 return spent, self._prefill_cut(request, call.token, ready, spent)
             remaining -= piece
+        self._prefill_done(request, ready)
+        return None
+
+    async def _prefill_one(
+        self, request: GenerationRequest, call: CallToken, ready: Ready, started: float
+    ) -> tuple[float, float] | None:
+        """``_prefill`` on one slot: one timer, unless a yield comes while
+        the chunks a snapshot keeps are evaluated: then the evaluation stops
+        at the end of the chunk under way (docs/design.md §4.6, §4.9)."""
+        loop = asyncio.get_running_loop()
+        token = call.token
+        if self._chunk_end(ready, 0.0) is None:
+            # One chunk or none kept: only a cancel that aborts prompts cuts it.
+            if ready.cost > 1e-12 and await call.wait(ready.cost):
+                spent = loop.time() - started
+                return spent, self._prefill_cut(request, token, ready, spent)
+            self._prefill_done(request, ready)
+            return None
+        if not await token.wait(ready.cost):
+            self._prefill_done(request, ready)
+            return None
+        # A yield evaluates to its chunk's end, or the evaluation's (the first
+        # token stops it); a person's cancel cuts it at once.
+        end = self._chunk_end(ready, loop.time() - started) or ready.cost
+        if not call.cancelled:
+            await call.wait(max(0.0, started + end - loop.time()))
+        if call.cancelled or end < ready.cost:
+            spent = loop.time() - started
+            return spent, self._prefill_cut(request, token, ready, spent)
         self._prefill_done(request, ready)
         return None
 
@@ -337,9 +392,9 @@ class SimulatedRunner:
         full context, the model's end of answer (the first of them)."""
         ends = [(request.max_tokens, Finish.LENGTH)]
         if (context := self.contexts.get(request.model_id)) is not None:
-            ends.append((max(0, context - _context_tokens(request)), Finish.CONTEXT))
+            ends.append((max(0, context - context_tokens(request)), Finish.CONTEXT))
         if self.answer_tokens is not None:
-            ends.append((max(0, self.answer_tokens - _resumed_tokens(request)), Finish.STOP))
+            ends.append((max(0, self.answer_tokens - resumed_tokens(request)), Finish.STOP))
         return min(ends, key=lambda end: end[0])
 
     async def _generate(
@@ -354,7 +409,7 @@ class SimulatedRunner:
         call = cancel.for_call(lambda: tokens)
         if cancel.cancelled:
             self._report(request, ready, 0.0, 0, None, stopped=True)
-            yield Ending(Finish.CANCELLED, 0, _context_tokens(request))
+            yield Ending(Finish.CANCELLED, 0, context_tokens(request))
             return
         self._join(request)
         try:
@@ -365,20 +420,20 @@ class SimulatedRunner:
         if cut is not None:
             self.active -= 1
             self._report(request, ready, cut[0], 0, None, stopped=True, kept=cut[1])
-            yield Ending(Finish.CANCELLED, 0, _context_tokens(request))
+            yield Ending(Finish.CANCELLED, 0, context_tokens(request))
             return
-        offset = _resumed_tokens(request)
+        offset = resumed_tokens(request)
         first: float | None = None
         try:
             async with contextlib.aclosing(self._decode(limit, call, self.per_token)) as runs:
                 async for done, at in runs:
                     first = at if first is None else first
                     tokens += done
-                    _piece(offset + tokens)  # grow the cache once, not per piece
-                    for piece in _PIECES[offset + tokens - done : offset + tokens]:
-                        yield piece
+                    piece(offset + tokens)  # grow the cache once, not per piece
+                    for text in PIECES[offset + tokens - done : offset + tokens]:
+                        yield text
             finish = finish if tokens >= limit else Finish.CANCELLED
-            yield Ending(finish, tokens, _context_tokens(request))
+            yield Ending(finish, tokens, context_tokens(request))
         finally:
             self.active -= 1
             stopped = tokens < limit
@@ -442,34 +497,3 @@ class SimulatedRunner:
         first = decode_start + self.token_interval
         self._report(request, ready, ready.cost, tokens, first, stopped)
         return SimulatedOutcome(tokens, first, ready.cost, stopped=stopped)
-
-
-_PIECES: list[str] = []
-
-
-def _piece(n: int) -> str:
-    """The simulated text of token ``n``: "w<n> " (made once, reused: the
-    simulator produces millions)."""
-    pieces = _PIECES
-    while len(pieces) <= n:
-        pieces.append(f"w{len(pieces)} ")
-    return pieces[n]
-
-
-def _resumed_tokens(request: GenerationRequest) -> int:
-    # Simulated pieces are "w<n> ": one space per token already produced.
-    return request.resume_text.count(" ")
-
-
-def _context_tokens(request: GenerationRequest) -> int:
-    """Prompt + partial output, in tokens."""
-    tokens = request.approx_prompt_tokens()
-    if request.prompt_tokens is not None:
-        tokens += _resumed_tokens(request)
-    return tokens
-
-
-def _state_key(request: GenerationRequest, context: str | None = None) -> SequenceKey:
-    """A sequence's identity: model, prompt, and the output it holds so far."""
-    prompt = request.prompt if request.prompt is not None else repr(request.messages)
-    return request.model_id, prompt, request.resume_text if context is None else context

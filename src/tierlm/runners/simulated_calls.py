@@ -8,8 +8,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tierlm.runners.requests import GenerationRequest
+from tierlm.runners.simulated_kv import SequenceKey
 
-__all__ = ["PromptReady", "Ready", "ResumeCapability", "SimulatedCall", "SimulatedOutcome"]
+__all__ = [
+    "PIECES",
+    "PromptReady",
+    "Ready",
+    "ResumeCapability",
+    "SimulatedCall",
+    "SimulatedOutcome",
+    "context_tokens",
+    "piece",
+    "resumed_tokens",
+    "state_key",
+]
 
 ResumeCapability = Literal["re-evaluate", "restore"]
 PromptReady = Literal["fresh", "re-evaluate", "restore"]
@@ -65,3 +77,35 @@ class Ready:
     redo: int
     """The evaluation redoes context tokens ``held`` up to here: earlier runs
     had evaluated and kept them (their state was lost)."""
+
+
+PIECES: list[str] = []
+"""Token n's simulated text, made once (``piece``)."""
+
+
+def piece(n: int) -> str:
+    """The simulated text of token ``n``: "w<n> " (made once, reused: the
+    simulator produces millions)."""
+    pieces = PIECES
+    while len(pieces) <= n:
+        pieces.append(f"w{len(pieces)} ")
+    return pieces[n]
+
+
+def resumed_tokens(request: GenerationRequest) -> int:
+    # Simulated pieces are "w<n> ": one space per token already produced.
+    return request.resume_text.count(" ")
+
+
+def context_tokens(request: GenerationRequest) -> int:
+    """Prompt + partial output, in tokens."""
+    tokens = request.approx_prompt_tokens()
+    if request.prompt_tokens is not None:
+        tokens += resumed_tokens(request)
+    return tokens
+
+
+def state_key(request: GenerationRequest, context: str | None = None) -> SequenceKey:
+    """A sequence's identity: model, prompt, and the output it holds so far."""
+    prompt = request.prompt if request.prompt is not None else repr(request.messages)
+    return request.model_id, prompt, request.resume_text if context is None else context

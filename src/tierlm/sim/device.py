@@ -34,7 +34,9 @@ ResumeCost = Literal["restart", "re-evaluate", "restore"]
 - ``restore``: as ``re-evaluate``, but the interrupted call's KV state is
   restored from a snapshot (a small fixed cost), while the snapshot pool holds it;
   a prompt evaluation cut short keeps its finished batches (``n_batch`` tokens
-  each) and the resume evaluates the rest.
+  each) and the resume evaluates the rest; on one slot a yield (a slice, the
+  pool floor) stops a prompt evaluation at the end of a batch, which is kept
+  (docs/design.md §4.6).
 
 Under ``restart`` and ``re-evaluate`` a prompt evaluation cut short is lost.
 """
@@ -127,6 +129,7 @@ class DeviceModel:
             per_token=False,
             slots=self.slots,
             batch_cost=self.batch_cost,
+            yields_at_chunks=True,
         )
 
     def to_dict(self) -> dict[str, Any]:
