@@ -34,9 +34,9 @@ ResumeCost = Literal["restart", "re-evaluate", "restore"]
 - ``restore``: as ``re-evaluate``, but the interrupted call's KV state is
   restored from a snapshot (a small fixed cost), while the snapshot pool holds it;
   a prompt evaluation cut short keeps its finished batches (``n_batch`` tokens
-  each) and the resume evaluates the rest; on one slot a yield (a slice, the
-  pool floor) stops a prompt evaluation at the end of a batch, which is kept
-  (docs/design.md §4.6).
+  each) and the resume evaluates the rest; with ``yields_at_chunks``, on one
+  slot a yield (a slice, the pool floor) stops a prompt evaluation at the end
+  of a batch, which is kept (docs/design.md §4.6).
 
 Under ``restart`` and ``re-evaluate`` a prompt evaluation cut short is lost.
 """
@@ -62,6 +62,12 @@ class DeviceModel:
     """Sequences decoded at once (docs/design.md §4.7)."""
     batch_cost: float = LLAMA_CPP_CPU_BATCH_COST
     """With ``slots`` > 1: a step of n costs ``1 + batch_cost (n - 1)`` of one's."""
+    yields_at_chunks: bool = False
+    """On one slot under ``restore``, a yield (a slice, the pool floor) stops a
+    prompt evaluation at the end of the ``n_batch`` chunk under way, which is
+    kept (docs/design.md §4.6). Off by default: the llama.cpp engine stops a
+    yielded generation only after its first token, and the simulated device
+    models the runner tierlm ships. On: what a chunk-yielding engine gives."""
 
     def __post_init__(self) -> None:
         for name in ("decode_tps", "prefill_tps"):
@@ -129,7 +135,7 @@ class DeviceModel:
             per_token=False,
             slots=self.slots,
             batch_cost=self.batch_cost,
-            yields_at_chunks=True,
+            yields_at_chunks=self.yields_at_chunks,
         )
 
     def to_dict(self) -> dict[str, Any]:
