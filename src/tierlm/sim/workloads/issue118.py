@@ -57,7 +57,7 @@ class Issue118(Workload):
         return [
             _person(sim, deck),
             deck_filler(sim, deck),
-            _notes(sim),
+            backfill_then_notes(sim),
             gana_cron(sim, "gana:digest", period=180.0, first=30.0, slack=60.0),
             gana_cron(sim, "gana:inbox", period=240.0, first=100.0, slack=60.0),
             gana_cron(sim, "gana:translate", model="m2", period=300.0, first=150.0, slack=120.0),
@@ -67,9 +67,10 @@ class Issue118(Workload):
         return {"deck_cards": DECK_CARDS, "backfill_notes": BACKFILL_NOTES}
 
 
-async def _notes(sim: SimContext) -> None:
+async def backfill_then_notes(sim: SimContext) -> None:
+    """The extraction backfill, then a note the person writes every 60-180 s
+    (also the ``sessions`` workload's)."""
     await extraction(sim, notes=BACKFILL_NOTES, interval=1.0, start=1.0)
-    # After the backfill, notes the person writes: one every 60-180 s.
     rng = sim.rng("extract:new")
     note = BACKFILL_NOTES
     while True:

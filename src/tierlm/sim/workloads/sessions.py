@@ -44,14 +44,13 @@ from typing import Any, ClassVar
 from tierlm.sim.context import SimContext
 from tierlm.sim.jobspec import JobSpec
 from tierlm.sim.workload import Workload
+from tierlm.sim.workloads.issue118 import backfill_then_notes
 from tierlm.sim.workloads.producers import (
     CHAT_MESSAGE,
     CHAT_OUTPUT,
     CHAT_SYSTEM,
     Deck,
     deck_filler,
-    extract_job,
-    extraction,
     gana_cron,
 )
 
@@ -66,7 +65,6 @@ SIGMA_SPREAD = (0.8, 1.2)
 """A person's own log-spread, as a factor of the workload's ``sigma``."""
 FIRST_DELAY = (5.0, 15.0)
 """From opening the chat page to the first message: typing a line."""
-BACKFILL_NOTES = 500
 DECK_CARDS = 10
 
 DEFAULTS: dict[str, float] = {
@@ -170,7 +168,7 @@ class Sessions(Workload):
         return [
             chats,
             deck_filler(sim, Deck(target=DECK_CARDS)),
-            _notes(sim),
+            backfill_then_notes(sim),
             gana_cron(sim, "gana:digest", period=180.0, first=30.0, slack=60.0),
             gana_cron(sim, "gana:inbox", period=240.0, first=100.0, slack=60.0),
             gana_cron(sim, "gana:translate", model="m2", period=300.0, first=150.0, slack=120.0),
@@ -268,14 +266,3 @@ def _window(turns: list[int]) -> int:
             break
         prompt += tokens
     return prompt
-
-
-async def _notes(sim: SimContext) -> None:
-    """The extraction backfill, then a note the person writes every 60-180 s."""
-    await extraction(sim, notes=BACKFILL_NOTES, interval=1.0, start=1.0)
-    rng = sim.rng("extract:new")
-    note = BACKFILL_NOTES
-    while True:
-        await sim.sleep(rng.uniform(60.0, 180.0))
-        sim.submit(extract_job(rng, note, producer="extract:new"))
-        note += 1
