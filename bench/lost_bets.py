@@ -36,10 +36,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import dataclasses
 import itertools
-import json
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -47,7 +44,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _lib.results import load_now, machine, results_file
+from _lib.results import load_now, machine, write_results
 from tierlm.core.config import SchedulerConfig
 from tierlm.sim import compute_metrics, simulate
 from tierlm.sim.device import DeviceModel
@@ -60,12 +57,6 @@ WORKLOADS = ("azure-chat", "sessions")
 LOST_SHARE = 0.02
 """Issue 55's target: of a person's messages, the most that meet a swap
 background caused."""
-LOST_BETS_FIELD = "lost_bets"
-"""``SchedulerConfig``'s budget of lost bets, where this checkout has it."""
-
-
-def has_lost_bets() -> bool:
-    return LOST_BETS_FIELD in {f.name for f in dataclasses.fields(SchedulerConfig)}
 
 
 def swaps_met(rec: SimRecords) -> list[int]:
@@ -95,10 +86,7 @@ def swaps_met(rec: SimRecords) -> list[int]:
 def measure(job: tuple[str, int, int, str, float, float | None]) -> dict[str, Any]:
     workload, slots, seed, policy, hours, lost_bets = job
     started = time.perf_counter()
-    config = SchedulerConfig()
-    if lost_bets is not None:
-        changes: dict[str, Any] = {LOST_BETS_FIELD: lost_bets}
-        config = dataclasses.replace(config, **changes)
+    config = SchedulerConfig() if lost_bets is None else SchedulerConfig(lost_bets=lost_bets)
     records = simulate(
         get_workload(workload),
         policy,
@@ -156,8 +144,6 @@ def main() -> int:
     )
     parser.add_argument("--jobs", type=int, default=2, help="simulations at once (default 2)")
     args = parser.parse_args()
-    if args.lost_bets is not None and not has_lost_bets():
-        parser.error("--lost-bets: this checkout's SchedulerConfig has no lost_bets field")
     try:
         seeds = seeds_arg(args.seeds)
     except ValueError:
@@ -178,31 +164,22 @@ def main() -> int:
     console.print(f"done in {time.perf_counter() - started:.0f} s")
     summary = summarise(rows)
     print_tables(rows, summary)
-    out = results_file("lost_bets")
-    config = SchedulerConfig()
-    out.write_text(
-        json.dumps(
-            {
-                "hours": args.hours,
-                "seeds": seeds,
-                "slots": slots,
-                "policies": policies,
-                "workloads": workloads,
-                "trace": "conv (azure-chat)",
-                "lost_bets": getattr(config, LOST_BETS_FIELD, None)
-                if args.lost_bets is None
-                else args.lost_bets,
-                "lost_bets_field": has_lost_bets(),
-                "target_share": LOST_SHARE,
-                "summary": summary,
-                "rows": rows,
-                "machine": machine(load_before),
-            },
-            indent=1,
-        )
-        + "\n"
+    write_results(
+        "lost_bets",
+        {
+            "hours": args.hours,
+            "seeds": seeds,
+            "slots": slots,
+            "policies": policies,
+            "workloads": workloads,
+            "trace": "conv (azure-chat)",
+            "lost_bets": SchedulerConfig().lost_bets if args.lost_bets is None else args.lost_bets,
+            "target_share": LOST_SHARE,
+            "summary": summary,
+            "rows": rows,
+            "machine": machine(load_before),
+        },
     )
-    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from _lib.results import load_now, machine, results_file
+from _lib.results import load_now, machine, write_results
 from tierlm.core.config import SchedulerConfig
 from tierlm.sim import compute_metrics, simulate
 from tierlm.sim.device import DeviceModel
@@ -141,22 +140,17 @@ def main() -> int:
     print(f"done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     checks = verdicts(rows)
     print_table(rows, checks)
-    out = results_file(args.name)
-    out.write_text(
-        json.dumps(
-            {
-                "hours": args.hours,
-                "seeds": seeds,
-                "trace": str(args.trace) if args.trace else "azure-llm-2023-conv (shipped)",
-                "rows": rows,
-                "verdicts": checks,
-                "machine": machine(load_before),
-            },
-            indent=1,
-        )
-        + "\n"
+    write_results(
+        args.name,
+        {
+            "hours": args.hours,
+            "seeds": seeds,
+            "trace": str(args.trace) if args.trace else "azure-llm-2023-conv (shipped)",
+            "rows": rows,
+            "verdicts": checks,
+            "machine": machine(load_before),
+        },
     )
-    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -44,7 +42,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from _lib.results import load_now, machine, results_file
+from _lib.results import load_now, machine, write_results
 from tierlm.core.config import SchedulerConfig
 from tierlm.sim import compute_metrics, simulate
 from tierlm.sim.device import DeviceModel
@@ -136,22 +134,17 @@ def main() -> int:
         rows = list(pool.map(measure, jobs))
     console.print(f"done in {time.perf_counter() - started:.0f} s")
     print_tables(rows)
-    out = results_file("traces")
-    out.write_text(
-        json.dumps(
-            {
-                "hours": args.hours,
-                "seeds": seeds,
-                "traces": [name for name, _ in traces],
-                "code_trace": "missing" if args.code_trace is None else "given",
-                "rows": rows,
-                "machine": machine(load_before),
-            },
-            indent=1,
-        )
-        + "\n"
+    write_results(
+        "traces",
+        {
+            "hours": args.hours,
+            "seeds": seeds,
+            "traces": [name for name, _ in traces],
+            "code_trace": "missing" if args.code_trace is None else "given",
+            "rows": rows,
+            "machine": machine(load_before),
+        },
     )
-    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

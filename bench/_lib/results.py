@@ -16,13 +16,16 @@ the commit.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_FOLDER", "ENV", "load_now", "machine", "results_file"]
+__all__ = ["DEFAULT_FOLDER", "ENV", "load_now", "machine", "results_file", "write_results"]
 
 DEFAULT_FOLDER = Path("bench-results")
 ENV = "TIERLM_BENCH_RESULTS"
@@ -33,6 +36,15 @@ def results_file(name: str) -> Path:
     folder = Path(os.environ.get(ENV) or DEFAULT_FOLDER)
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{name}.json"
+
+
+def write_results(name: str, payload: Mapping[str, Any]) -> Path:
+    """``payload`` as ``<folder>/<name>.json`` (``results_file``), one-space
+    indented, and says so on stderr."""
+    out = results_file(name)
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    return out
 
 
 def load_now() -> float:
