@@ -57,12 +57,10 @@ class ExcursionBets:
     """A person's reading gaps, the bets' budget, and whether the device is
     away from their model on one."""
 
-    __slots__ = ("_away", "_gaps", "_pending", "earned", "lost", "messages", "share")
+    __slots__ = ("_away", "_gaps", "_pending", "lost", "messages", "share")
 
     def __init__(self, share: float = LOSS_SHARE) -> None:
         self.share = share
-        self.earned = 0.0
-        """Lost messages the person's messages have paid for so far."""
         self.lost = 0
         """Messages that met a swap made for background with the page open."""
         self.messages = 0
@@ -77,7 +75,6 @@ class ExcursionBets:
     def message(self) -> None:
         """The person sent a message; it met the swap back if the device is away."""
         self.messages += 1
-        self.earned += self.share
         self._pending += 1
         if self._away:
             self.lost += 1
@@ -95,6 +92,11 @@ class ExcursionBets:
         if chat_open and not self._away:
             self._away = True
             self.lost += self._pending
+
+    @property
+    def earned(self) -> float:
+        """Lost messages the person's messages have paid for so far."""
+        return self.share * self.messages
 
     def affordable(self, risk: float = 1.0) -> bool:
         """A bet that loses with probability ``risk`` stays within the budget
