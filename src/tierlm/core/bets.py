@@ -128,6 +128,10 @@ class ExcursionBets:
         risk = self.risk(silent, need)
         return risk is not None and self.affordable(risk)
 
+    def longest(self, last: int) -> float:
+        """The longest of the person's ``last`` gaps (0 with none)."""
+        return max(list(self._gaps)[-last:], default=0.0)
+
     def next_chance(self, silent: float) -> float | None:
         """The silence, past ``silent``, at which the odds next change: the
         shortest of the person's gaps still longer than it has run out."""

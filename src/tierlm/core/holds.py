@@ -20,8 +20,6 @@ only delays a swap while same-model work runs costs nothing and is not capped.
 
 from __future__ import annotations
 
-from collections import deque
-
 from tierlm.core.bets import ExcursionBets
 from tierlm.core.classes import Tier
 from tierlm.core.jobs import Foreground, Job
@@ -82,7 +80,6 @@ class SwapHolds:
     __slots__ = (
         "_chat_model",
         "_chat_open",
-        "_gaps",
         "_held_since",
         "_last_chat",
         "_last_swap",
@@ -102,7 +99,6 @@ class SwapHolds:
         self.grace_factor = grace_factor
         self._last_chat: dict[str, float] = {}
         self._chat_model: str | None = None
-        self._gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self._swaps: dict[str, float] = {}
         self._last_swap: float | None = None
         self._held_since: float | None = None
@@ -225,7 +221,7 @@ class SwapHolds:
         fifth of their messages wait for it and the swap back (the Azure
         conversation trace, 8 slots: 29 messages waited, 20 with
         strict-priority)."""
-        longest = max(self._gaps, default=0.0) + self.swap_estimate(target_model)
+        longest = self.bets.longest(GAPS_KEPT) + self.swap_estimate(target_model)
         return max(self.chat_idle, min(longest, IDLE_STRETCH * self.chat_idle))
 
     def expecting(self, now: float, *, chat_open: bool) -> str | None:
@@ -256,7 +252,6 @@ class SwapHolds:
             last = max(self._last_chat.values())
             opened = self._page_opened
             if opened is None or opened[0] <= last:
-                self._gaps.append(now - last)
                 self.bets.gap(now - last)
         self.bets.message()
 
